@@ -1,0 +1,205 @@
+"""Loading scenario files: YAML -> ${ENV} expansion -> pydantic, with every mistake located.
+
+Each error is one line, ``file:line:column: field.path: message``. All mistakes are collected and
+raised together as :class:`ScenarioError`, before any traffic is sent.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from loadgen.scenario import Scenario
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: Where ${ENV} is expanded. Everything else is taken literally.
+_ENV_FIELDS = ("url", "metrics_url", "headers")
+#: Header names whose values are secrets even when written literally.
+SECRET_HEADERS = ("authorization", "proxy-authorization", "api-key", "x-api-key", "cookie")
+REDACTED = "***"
+
+
+class ScenarioError(Exception):
+    """A scenario with mistakes. ``errors`` holds one located message per mistake."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("\n".join(errors))
+
+
+@dataclass
+class LoadedScenario:
+    scenario: Scenario
+    path: Path
+    raw: dict  # as written, ${ENV} unexpanded; see redacted()
+    secrets: list[str] = field(default_factory=list)  # expanded values to scrub from any output
+
+    def redacted(self) -> dict:
+        """The scenario as written, with literal secret header values replaced by '***'."""
+        data = copy.deepcopy(self.raw)
+        for t in _target_dicts(data):
+            headers = t.get("headers")
+            if isinstance(headers, dict):
+                for k, v in headers.items():
+                    if k.lower() in SECRET_HEADERS and isinstance(v, str) and not _ENV.search(v):
+                        headers[k] = REDACTED
+        return data
+
+
+def _target_dicts(data: Any):
+    if not isinstance(data, dict):
+        return
+    if isinstance(data.get("target"), dict):
+        yield data["target"]
+    if isinstance(data.get("targets"), list):
+        yield from (t for t in data["targets"] if isinstance(t, dict))
+
+
+def _locate(node: yaml.Node | None, loc: tuple) -> yaml.Node | None:
+    """The deepest YAML node along a pydantic error location."""
+    best = node
+    for part in loc:
+        if node is None:
+            break
+        nxt = None
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            for k, v in node.value:
+                if getattr(k, "value", None) == part:
+                    nxt = v
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if 0 <= part < len(node.value):
+                nxt = node.value[part]
+        if nxt is None:
+            continue  # a union tag such as 'float' or 'function-before[...]': skip it
+        node = best = nxt
+    return best
+
+
+def _key_node(node: yaml.Node | None, loc: tuple) -> yaml.Node | None:
+    """For 'unknown field' errors: the key node itself, which is where the typo is."""
+    parent = _locate(node, loc[:-1])
+    if isinstance(parent, yaml.MappingNode):
+        for k, _ in parent.value:
+            if getattr(k, "value", None) == loc[-1]:
+                return k
+    return parent
+
+
+def _path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("float", "str", "int", "bool", "Ramp", "list[str]") or "[" in str(part) or part.startswith("function"):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _message(err: dict) -> str:
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    if err["type"] == "missing":
+        return "required field is missing"
+    inp = err.get("input")
+    if err["type"] not in ("value_error", "assertion_error") and isinstance(inp, (str, int, float, bool)) and inp is not None:
+        msg += f", got {inp!r}"
+    return msg
+
+
+def _mark(node: yaml.Node | None) -> str:
+    if node is None:
+        return "1:1"
+    return f"{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+
+
+def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str], secrets: list[str]) -> None:
+    def sub(value: str, loc: tuple) -> str:
+        def repl(m: re.Match) -> str:
+            name = m.group(1)
+            if name not in env:
+                errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: environment variable {name} is not set")
+                return ""
+            if loc[-2:-1] == ("headers",) or len(loc) >= 2 and loc[-2] == "headers":
+                secrets.append(env[name])
+            return env[name]
+
+        return _ENV.sub(repl, value)
+
+    for prefix, t in _target_locs(data):
+        for key in _ENV_FIELDS:
+            v = t.get(key)
+            if isinstance(v, str):
+                t[key] = sub(v, prefix + (key,))
+            elif isinstance(v, dict):
+                for hk, hv in v.items():
+                    if isinstance(hv, str):
+                        v[hk] = sub(hv, prefix + (key, hk))
+
+
+def _target_locs(data: dict):
+    if isinstance(data.get("target"), dict):
+        yield ("target",), data["target"]
+    if isinstance(data.get("targets"), list):
+        for i, t in enumerate(data["targets"]):
+            if isinstance(t, dict):
+                yield ("targets", i), t
+
+
+def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedScenario:
+    """Read, expand and validate a scenario file. Raises ScenarioError listing every mistake."""
+    path = Path(path)
+    fname = str(path)
+    env = dict(os.environ) if env is None else env
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError([f"{fname}: cannot read: {exc}"]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError([f"{fname}:{where}: invalid YAML: {problem}"]) from None
+    if not isinstance(data, dict):
+        raise ScenarioError([f"{fname}:1:1: (top level): expected a mapping with name, target and load, got {type(data).__name__}"])
+    raw = copy.deepcopy(data)
+    errors: list[str] = []
+    secrets: list[str] = []
+    _expand(data, root, fname, env, errors, secrets)
+    load = data.get("load")
+    expected = load.get("expected_qps") if isinstance(load, dict) else None
+    ctx = {"expected_qps": expected if isinstance(expected, (int, float)) and not isinstance(expected, bool) else None}
+    scenario = None
+    try:
+        scenario = Scenario.model_validate(data, context=ctx)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            node = _key_node(root, loc) if err["type"] == "extra_forbidden" else _locate(root, loc)
+            errors.append(f"{fname}:{_mark(node)}: {_path(loc)}: {_message(err)}")
+    if errors:
+        raise ScenarioError(errors)
+    return LoadedScenario(scenario=scenario, path=path, raw=raw, secrets=[s for s in secrets if s])
+
+
+def scenario_schema() -> dict:
+    """The JSON Schema of a scenario file, for editors."""
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "latbench scenario"
+    return schema
