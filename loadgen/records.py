@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +53,7 @@ ERROR_CLASSES = (
     "bad_stream",  # a stream that broke protocol: no [DONE], an error event, garbage
     "bad_response",  # a non-streaming body that is not what the protocol expects
     "dropped",  # never sent: the in-flight cap was reached (open loop never delays)
+    "cancelled",  # still in flight when the run stopped (interrupt, or the end-of-run grace expired)
     "other",  # anything else; the run's log names the exception type
 )
 
@@ -219,23 +221,26 @@ class RecordWriter:
         self._stream = pa.ipc.new_stream(self._sink, SCHEMA)
         self.rows = 0
         self.closed = False
+        self._lock = threading.Lock()  # the engine writes from a worker thread, and once more at the end
 
     def write(self, batch: pa.RecordBatch | None) -> None:
         if batch is None or batch.num_rows == 0:
             return
-        self._pq.write_batch(batch)
-        self._stream.write_batch(batch)
-        self._sink.flush()
-        self.rows += batch.num_rows
+        with self._lock:
+            self._pq.write_batch(batch)
+            self._stream.write_batch(batch)
+            self._sink.flush()
+            self.rows += batch.num_rows
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self._pq.close()
-        self._stream.close()
-        self._sink.close()
-        os.remove(self.partial_path)
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._pq.close()
+            self._stream.close()
+            self._sink.close()
+            os.remove(self.partial_path)
 
 
 def read_records(path: str | os.PathLike) -> pa.Table:

@@ -1,0 +1,50 @@
+"""Live counters of a running engine, read by the one-line status display.
+
+Written on the hot path, so it holds a fixed-size ring of the most recent completions and a few
+integers; everything else is computed when the display asks (a few times a second).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+RING = 1 << 15
+
+
+class LiveStats:
+    def __init__(self, total_duration: float):
+        self.total_duration = total_duration
+        self.phase = ""
+        self.target_rate = 0.0
+        self.sent = 0
+        self.completed = 0
+        self.errors = 0
+        self.in_flight = 0
+        self._t = np.full(RING, -math.inf)
+        self._lat = np.zeros(RING)
+        self._ok = np.zeros(RING, dtype=bool)
+        self._i = 0
+
+    def add(self, done: float, latency: float, ok: bool) -> None:
+        """One finished request: ``done`` in run seconds, ``latency`` in seconds."""
+        i = self._i & (RING - 1)
+        self._t[i] = done
+        self._lat[i] = latency
+        self._ok[i] = ok
+        self._i += 1
+        self.completed += 1
+        if not ok:
+            self.errors += 1
+
+    def window(self, now: float, span: float = 5.0) -> dict:
+        """Completions in the last ``span`` seconds: rate, p50 and p99 of successful latencies."""
+        sel = self._t > now - span
+        n = int(sel.sum())
+        lat = self._lat[sel & self._ok]
+        eff = min(span, max(now, 1e-9))
+        out = {"qps": n / eff, "p50": math.nan, "p99": math.nan}
+        if lat.size:
+            out["p50"], out["p99"] = np.percentile(lat, [50, 99], method="inverted_cdf")
+        return out

@@ -1,0 +1,242 @@
+"""A whole run: targets one after another, each through the engine into the RunDir, then summaries.
+
+This is the library function behind ``latbench run``; the CLI only parses flags and prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import platform
+import signal
+import socket
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from loadgen import __version__
+from loadgen.apis import make_protocol
+from loadgen.engine import EngineSettings, NativeEngine, run_async
+from loadgen.loader import LoadedScenario
+from loadgen.metrics import summarize
+from loadgen.prompts import make_prompt_source
+from loadgen.records import RecordWriter, read_records
+from loadgen.rundir import REQUESTS, SUMMARY, RunDir, safe_name, scrub, write_json
+from loadgen.scenario import Target
+from loadgen.schedule import plan_phases
+from loadgen.targets import ManagedServer, TargetStartError, start_command, start_reference
+from loadgen.transport_aiohttp import AiohttpTransport
+
+log = logging.getLogger("latbench")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INVALID = 0, 1, 2, 3
+_UNREACHABLE = {"connect", "dns", "tls"}
+
+
+@dataclass
+class TargetRun:
+    name: str
+    dir: str
+    url: str
+    summary: dict | None = None
+    server: dict = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    rundir: RunDir
+    targets: list[TargetRun]
+    interrupted: bool
+    exit_code: int
+    verdict: str
+    reasons: list[str]
+
+
+def _resolve_model(target: Target, url: str, server: ManagedServer | None) -> str:
+    if target.model:
+        return target.model
+    if target.reference is not None:
+        return server.config.get("model_name") or target.reference.model
+    if target.api == "http":
+        return ""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5) as resp:
+            data = json.loads(resp.read())
+        return data["data"][0]["id"]
+    except Exception:  # no /models: send a neutral name; the server's answer will say if it matters
+        return "default"
+
+
+def make_transport(target: Target):
+    """The transport for a target: aiohttp by default (the lean transport plugs in here)."""
+    return AiohttpTransport(verify=target.verify)
+
+
+async def _run_target(loaded: LoadedScenario, target: Target, url: str, model: str, tdir: Path,
+                      on_engine: Callable[[NativeEngine], None] | None) -> tuple:
+    sc = loaded.scenario
+    plans = plan_phases(sc.load)
+    protocol = make_protocol(target.model_copy(update={"url": url}), sc.workload, model)
+    prompts = make_prompt_source(sc.workload, sc.load.seed, loaded.path.parent)
+    settings = EngineSettings(plans, timeout=target.timeout, max_in_flight=sc.load.max_in_flight,
+                              seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace)
+    transport = make_transport(target)
+    await transport.start()
+    engine = NativeEngine(settings, protocol, prompts, transport, RecordWriter(tdir / REQUESTS))
+    if on_engine:
+        on_engine(engine)
+    try:
+        result = await engine.run()
+    finally:
+        await transport.close()
+    return plans, result
+
+
+def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
+                 on_engine: Callable[[NativeEngine], None] | None = None, exact_out: bool = False) -> RunResult:
+    """Run every target of a scenario, write the RunDir, and return the verdict.
+
+    ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
+    ``on_engine`` is called with each engine before it starts (the CLI attaches its display there).
+    """
+    sc = loaded.scenario
+    rd = RunDir.create(out, sc.name, exact=exact_out)
+    rd.write_scenario(loaded.redacted())
+    rd.write_metric_definitions()
+    targets = sc.target_list()
+    if target_url:
+        targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
+    secrets = loaded.secrets
+    meta = {
+        "latbench_version": __version__,
+        "engine": "native",
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "scenario": sc.name,
+        "targets": [{"name": t.name, "dir": safe_name(t.name)} for t in targets],
+        "complete": False,
+    }
+    rd.write_meta(meta, secrets)
+    runs: list[TargetRun] = []
+    interrupted = False
+    for i, target in enumerate(targets):
+        tr = TargetRun(target.name, safe_name(target.name), target.url or "")
+        runs.append(tr)
+        tdir = rd.target_dir(target.name)
+        server = None
+        try:
+            if target.reference is not None:
+                server = start_reference(target.reference)
+            elif target.command is not None:
+                server = start_command(target.command)
+        except TargetStartError as exc:
+            tr.error = scrub(str(exc), secrets)
+            log.error("target %s did not start: %s", target.name, tr.error)
+            break
+        url = server.url if server else target.url
+        tr.url = url
+        if server:
+            tr.server = {**server.config, "listen_s": server.listen_s, "ready_s": server.ready_s}
+        try:
+            model = _resolve_model(target, url, server)
+            plans, res = run_async(_run_target(loaded, target, url, model, tdir, on_engine))
+        finally:
+            if server:
+                server.stop()
+        interrupted = interrupted or res.interrupted
+        table = read_records(tdir / REQUESTS)
+        tr.summary = summarize(table, plans, sc.slo, res.duration, target=target.name, scenario=sc.name,
+                               complete=not res.interrupted, notes=res.notes,
+                               send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds)
+        tr.summary["model"] = model
+        write_json(tdir / SUMMARY, tr.summary, secrets)
+        meta["targets"][i].update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
+                                  duration_s=res.duration, requests=res.requests)
+        rd.write_meta(meta, secrets)
+        if res.interrupted:
+            break
+    code, verdict, reasons = verdict_of(runs, interrupted, len(targets))
+    meta.update(complete=not interrupted and len(runs) == len(targets) and all(r.summary for r in runs),
+                exit_code=code, verdict=verdict, reasons=reasons)
+    rd.write_meta(meta, secrets)
+    return RunResult(rd, runs, interrupted, code, verdict, reasons)
+
+
+def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int) -> tuple[int, str, list[str]]:
+    """Exit code, one-word verdict and reasons. Invalid runs (3) outrank SLO failures (1)."""
+    invalid, failed = [], []
+    if interrupted:
+        invalid.append("the run was interrupted: its numbers are incomplete")
+    for r in runs:
+        if r.error:
+            invalid.append(f"{r.name}: {r.error}")
+            continue
+        s = r.summary
+        if s is None:
+            continue
+        ov = s["overall"]
+        if ov["count"] and ov["ok"] == 0 and set(ov["errors"]) <= _UNREACHABLE:
+            invalid.append(f"{r.name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)")
+        if s["generator_limited"]:
+            g = s["generator"]
+            lag = g["send_lag_p99"]
+            invalid.append(f"{r.name}: generator-limited (send lag p99 {lag * 1e3:.1f} ms > {g['send_lag_threshold'] * 1e3:g} ms"
+                           + (", generator CPU saturated" if g["cpu_saturated"] else "") + ")"
+                           if lag is not None and not math.isnan(lag) else f"{r.name}: generator-limited")
+        for slo in s["slo"]:
+            if slo["applies"] and not slo["passed"]:
+                failed.append(f"{r.name}: {slo['expr']} (measured {_fmt(slo)})")
+    if len(runs) < n_targets and not interrupted:
+        invalid.append(f"only {len(runs)} of {n_targets} targets ran")
+    if invalid:
+        return EXIT_INVALID, "invalid", invalid + failed
+    if failed:
+        return EXIT_FAILED, "failed", failed
+    return EXIT_OK, "passed", []
+
+
+def _fmt(slo: dict) -> str:
+    v = slo.get("value")
+    if v is None:
+        return "no value"
+    if slo.get("stat"):
+        return "inf" if v == "inf" else f"{float(v) * 1e3:.1f} ms"
+    if slo.get("metric") in ("error_rate", "goodput"):
+        return f"{float(v) * 100:.2f}%"
+    return f"{float(v):.2f}"
+
+
+def install_signal_handlers(get_engine: Callable[[], NativeEngine | None], announce: Callable[[str], None]):
+    """SIGINT/SIGTERM: the first stops sending and lets in-flight requests finish; a second aborts."""
+    count = [0]
+
+    def handler(signum, frame):
+        count[0] += 1
+        eng = get_engine()
+        if eng is None:
+            raise KeyboardInterrupt
+        loop = getattr(eng, "_loop", None)
+        if count[0] == 1:
+            announce("stopping: no new requests; waiting for those in flight (Ctrl-C again to abort)")
+            _call(loop, eng.request_stop)
+        else:
+            announce("aborting: in-flight requests are recorded as cancelled")
+            _call(loop, eng.abort)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _call(loop, fn):
+    if loop is not None and loop.is_running():
+        loop.call_soon_threadsafe(fn)
+    else:
+        fn()
