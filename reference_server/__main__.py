@@ -1,0 +1,87 @@
+"""``python -m reference_server [flags]``: the single definition of the server's command-line flags.
+
+``latbench serve`` passes its arguments straight to :func:`main`. Every knob flag defaults to "not given",
+so the ``--arch`` preset decides unless a flag overrides it. Times given in milliseconds on the command line
+(``--max-queue-delay-ms``, ``--slow-ms``, ``--stall-ms``) become seconds in :class:`ServerConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .config import ARCHS, PRECISIONS, ServerConfig
+
+_MS_FLAGS = {"max_queue_delay_ms": "max_queue_delay_s", "slow_ms": "slow_s", "stall_ms": "stall_s"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the server (also used by ``latbench serve``)."""
+    p = argparse.ArgumentParser(prog="reference_server", description="latbench reference inference server")
+    p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="TCP port; 0 picks a free one (default 0)")
+    p.add_argument("--arch", choices=ARCHS, default="naive", help="architecture preset (default naive)")
+    p.add_argument("--model", default=None, help="tiny | small | medium | 1b | 3b (default: small on CPU, 1b on CUDA)")
+    p.add_argument("--backend", default=None, help="auto | numpy | torch | sim:<gpu>-<model>, e.g. sim:h200-8b")
+    p.add_argument("--cache-dir", default=None, help="weights cache (default $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights)")
+    p.add_argument("--served-model-name", default=None, help="model id in the API (default: the preset name)")
+    p.add_argument("--weights-seed", type=int, default=None, help="seed of the random weights (default 0)")
+    k = p.add_argument_group("architecture knobs (override the preset)")
+    k.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None, help="load the model at start")
+    k.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="warm up before /health is 200")
+    k.add_argument("--max-batch-size", type=int, default=None, help="running batch bound; 1 = one request at a time")
+    k.add_argument("--max-queue-delay-ms", type=float, default=None, help="max wait for the oldest request when idle")
+    k.add_argument("--cache-size", type=int, default=None, help="LRU result cache entries; 0 = off")
+    k.add_argument("--precision", choices=PRECISIONS, default=None)
+    k.add_argument("--threads", type=int, default=None, help="CPU compute threads (default 1)")
+    k.add_argument("--max-queue-size", type=int, default=None, help="waiting requests before 429")
+    k.add_argument("--request-timeout-s", type=float, default=None, help="whole-request deadline; 0 = none")
+    k.add_argument("--default-max-tokens", type=int, default=None, help="max_tokens when a request omits it")
+    k.add_argument("--max-body-bytes", type=int, default=None, help="request body limit (413 beyond)")
+    f = p.add_argument_group("fault injection")
+    f.add_argument("--error-rate", type=float, default=None, help="fraction of requests answered 500")
+    f.add_argument("--slow-rate", type=float, default=None, help="fraction of requests delayed by --slow-ms")
+    f.add_argument("--slow-ms", type=float, default=None)
+    f.add_argument("--cut-stream-rate", type=float, default=None, help="fraction of streams closed mid-way")
+    f.add_argument("--stall-ms", type=float, default=None, help="all processing pauses this long ...")
+    f.add_argument("--stall-every-s", type=float, default=None, help="... every this many seconds")
+    f.add_argument("--seed", type=int, default=None, help="seed of fault draws and unseeded sampling")
+    return p
+
+
+def config_from_args(argv: list[str] | None = None) -> ServerConfig:
+    """Parse ``argv`` into a validated ServerConfig (argparse exits with status 2 on a bad flag)."""
+    args = vars(build_parser().parse_args(argv))
+    arch = args.pop("arch")
+    overrides = {}
+    for name, value in args.items():
+        if value is None:
+            continue
+        if name in _MS_FLAGS:
+            name, value = _MS_FLAGS[name], value / 1000.0
+        overrides[name] = value
+    return ServerConfig.from_preset(arch, **overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until SIGINT/SIGTERM; return the exit status (2 for an invalid configuration)."""
+    try:
+        config = config_from_args(argv)
+    except ValueError as exc:
+        print(f"reference_server: error: {exc}", file=sys.stderr)
+        return 2
+    if "numpy" not in sys.modules:  # BLAS reads its thread count once, when numpy first loads
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, str(config.threads))
+    from .app import run_server
+
+    try:
+        return run_server(config)
+    except ValueError as exc:  # impossible combination found while resolving (e.g. torch missing)
+        print(f"reference_server: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

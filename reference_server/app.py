@@ -1,0 +1,194 @@
+"""The HTTP server: routes, error handling, start-up announcement and lifecycle.
+
+``start`` resolves the backend, binds (127.0.0.1 by default), prints ``LATBENCH_SERVER_URL=...`` and
+``LATBENCH_SERVER_CONFIG=<json>`` to stdout as soon as it listens, then starts the engine, which loads the
+model in the background when ``preload`` is set.
+
+``/health`` answers 503 while a preloaded model is loading or warming and 200 once it is ready. A lazy
+server (``preload`` off, the naive architecture) answers 200 with ``"status": "lazy"`` from the start: it is
+ready to accept requests, and the first request pays the load. After a failed load it answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from aiohttp import web
+
+from .backends import resolve_backend
+from .cache import ResultCache
+from .config import ServerConfig
+from .engine import Engine
+from .faults import FaultInjector
+from .generation import ServerState, handle_generation
+from .metrics import Metrics
+from .protocol import ApiError
+
+LOGGER_NAME = "reference_server"
+
+
+class _BackendLog(logging.LoggerAdapter):
+    """Prefixes every log line with the backend, so no figure is read without knowing where it came from."""
+
+    def process(self, msg, kwargs):
+        return f"[backend={self.extra['backend']}] {msg}", kwargs
+
+
+def _error_response(exc: ApiError) -> web.Response:
+    return web.json_response(exc.body(), status=exc.status)
+
+
+def _build_app(state: ServerState) -> web.Application:
+    @web.middleware
+    async def errors(request: web.Request, handler):
+        counted = request.path.startswith("/v1/")
+        try:
+            resp = await handler(request)
+        except ApiError as exc:
+            resp = _error_response(exc)
+        except web.HTTPException as exc:  # 404, 405, 413 from aiohttp: same OpenAI-style body
+            kind = "invalid_request_error" if exc.status < 500 else "server_error"
+            resp = _error_response(ApiError(exc.status, exc.reason or str(exc), kind))
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception as exc:  # a bug: answer 500 in the same shape, keep serving
+            state.log.exception("unhandled error on %s", request.path)
+            resp = _error_response(ApiError(500, f"internal error: {exc}", "server_error"))
+        if counted:
+            state.metrics.request_done(resp.status)
+        return resp
+
+    async def add_backend_header(request: web.Request, resp: web.StreamResponse) -> None:
+        resp.headers["x-backend"] = state.resolved.label
+
+    async def health(request: web.Request) -> web.Response:
+        engine = state.engine
+        ok = engine.state in ("ready", "lazy") or (engine.state == "loading" and not state.config.preload)
+        body = {"status": engine.state, "lazy": not state.config.preload, "backend": state.resolved.label}
+        if engine.error:
+            body["error"] = engine.error
+        return web.json_response(body, status=200 if ok else 503)
+
+    async def models(request: web.Request) -> web.Response:
+        card = {"id": state.served_model, "object": "model", "created": int(state.started_wall),
+                "owned_by": "latbench", "max_model_len": state.resolved.spec.max_model_len}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=state.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        return await handle_generation(state, request, "chat")
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await handle_generation(state, request, "completion")
+
+    app = web.Application(client_max_size=state.config.max_body_bytes, middlewares=[errors])
+    app.on_response_prepare.append(add_backend_header)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+@dataclass
+class RunningServer:
+    """A started server. ``resolved`` is the JSON-ready configuration it announced."""
+
+    url: str
+    resolved: dict
+    state: ServerState
+    runner: web.AppRunner
+
+    async def close(self) -> None:
+        """Stop accepting, stop the engine worker, release the port."""
+        await self.runner.cleanup()
+        await asyncio.get_running_loop().run_in_executor(None, self.state.engine.stop)
+
+
+async def start(config: ServerConfig, *, announce: TextIO | None = None) -> RunningServer:
+    """Start a server for ``config`` on the running loop; write the two announcement lines to ``announce``.
+
+    Raises ValueError for an impossible configuration (unknown model, torch missing, ...).
+    """
+    config.validate()
+    resolved = resolve_backend(config)
+    metrics = Metrics(resolved.label)
+    if resolved.device == "cuda":
+        metrics.add_gpu_collector()
+    log = _BackendLog(logging.getLogger(LOGGER_NAME), {"backend": resolved.label})
+    faults = FaultInjector(config)
+    engine = Engine(config, resolved, metrics, faults, log)
+    state = ServerState(config, resolved, engine, metrics, faults,
+                        ResultCache(config.cache_size) if config.cache_size > 0 else None, log,
+                        config.served_model_name or resolved.spec.name, time.perf_counter(), time.time())
+    runner = web.AppRunner(_build_app(state), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    await site.start()
+    port = runner.addresses[0][1]
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    url = f"http://{host}:{port}"
+    resolved_config = dict(config.to_dict(), port=port, model=resolved.spec.name, served_model_name=state.served_model,
+                           parameter_count=resolved.spec.parameter_count(), cache_dir=str(resolved.cache_dir),
+                           **resolved.to_dict())
+    if announce is not None:
+        announce.write(f"LATBENCH_SERVER_URL={url}\n")
+        announce.write(f"LATBENCH_SERVER_CONFIG={json.dumps(resolved_config, sort_keys=True)}\n")
+        announce.flush()
+    log.info("listening on %s (arch=%s, model=%s, %d parameters)", url, config.arch, resolved.spec.name,
+             resolved.spec.parameter_count())
+    engine.start(asyncio.get_running_loop())
+    return RunningServer(url, resolved_config, state, runner)
+
+
+def _loop_factory():
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_server(config: ServerConfig, *, out: TextIO | None = None) -> int:
+    """Run a server until SIGINT/SIGTERM; announce on ``out`` (stdout by default), log to stderr.
+
+    Returns the process exit status (0 after a clean shutdown).
+    """
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s reference_server %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+    async def main() -> None:
+        server = await start(config, announce=out or sys.stdout)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):  # not the main thread, or Windows
+                pass
+        try:
+            await stop.wait()
+        finally:
+            server.state.log.info("shutting down")
+            await server.close()
+
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(main())
+    finally:
+        logger.removeHandler(handler)
+    return 0

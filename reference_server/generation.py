@@ -1,0 +1,166 @@
+"""Serving one generation request: faults, result cache, engine, and the JSON or SSE answer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from .backends import ResolvedBackend
+from .cache import CachedResult, ResultCache, cache_key
+from .config import ServerConfig
+from .engine import Engine, EngineFailed, GenRequest, QueueFull
+from .faults import FaultInjector, FaultPlan
+from .metrics import Metrics
+from .protocol import (SSE_DONE, ApiError, ParsedRequest, chunk, full_response, new_id, parse_json,
+                       parse_request, sse, usage_chunk)
+
+
+@dataclass
+class ServerState:
+    """Everything the handlers share; one per server."""
+
+    config: ServerConfig
+    resolved: ResolvedBackend
+    engine: Engine
+    metrics: Metrics
+    faults: FaultInjector
+    cache: ResultCache | None
+    log: logging.LoggerAdapter
+    served_model: str
+    started: float  # perf_counter at start (fault stall schedule)
+    started_wall: float = 0.0  # time.time at start (model card "created")
+
+
+class _Cut(Exception):
+    """The fault plan says: close this stream now."""
+
+
+async def _stall_gate(state: ServerState) -> None:
+    remaining = state.faults.stall_remaining(time.perf_counter() - state.started)
+    if remaining > 0:
+        await asyncio.sleep(remaining)
+
+
+async def _engine_events(gen: GenRequest, deadline: float | None):
+    while True:
+        if deadline is None:
+            event = await gen.events.get()
+        else:
+            try:
+                event = await asyncio.wait_for(gen.events.get(), max(0.0, deadline - time.perf_counter()))
+            except asyncio.TimeoutError:
+                raise ApiError(504, "request timed out (request_timeout_s)", "timeout_error", code="timeout") from None
+        yield event
+        if event[0] != "text":
+            return
+
+
+async def _replay(state: ServerState, hit: CachedResult):
+    for piece in hit.pieces:
+        await _stall_gate(state)
+        yield ("text", piece)
+    yield ("done", hit.finish_reason, hit.completion_tokens)
+
+
+async def handle_generation(state: ServerState, request: web.Request, kind: str) -> web.StreamResponse:
+    """Validate, apply faults, answer from the cache or the engine. Raises ApiError for 4xx/5xx."""
+    arrival = time.perf_counter()
+    cfg = state.config
+    req = parse_request(parse_json(await request.read()), kind, served_model=state.served_model,
+                        max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens)
+    plan = state.faults.plan(req.stream, req.max_tokens)
+    if plan.error:
+        state.metrics.fault("error")
+        raise ApiError(500, "injected fault (error_rate)", "server_error", code="injected_fault")
+    if plan.slow_s:
+        state.metrics.fault("slow")
+        await asyncio.sleep(plan.slow_s)
+    key = cache_key(state.served_model, kind, req.canonical) if state.cache is not None else None
+    hit = state.cache.get(key) if key is not None else None
+    if key is not None:
+        (state.metrics.cache_hits if hit else state.metrics.cache_misses).inc()
+    gen = None
+    if hit is not None:
+        events, prompt_tokens = _replay(state, hit), hit.prompt_tokens
+    else:
+        gen = GenRequest(req.prompt_ids, req.max_tokens, req.temperature, req.top_p, req.seed, req.stop, arrival=arrival)
+        try:
+            state.engine.submit(gen)
+        except QueueFull:
+            raise ApiError(429, f"server queue is full ({cfg.max_queue_size} waiting requests); retry later",
+                           "rate_limit_error", code="queue_full") from None
+        except EngineFailed as exc:
+            raise ApiError(503, str(exc), "server_error", code="model_unavailable") from None
+        deadline = arrival + cfg.request_timeout_s if cfg.request_timeout_s > 0 else None
+        events, prompt_tokens = _engine_events(gen, deadline), len(req.prompt_ids)
+    try:
+        if req.stream:
+            return await _stream(state, request, req, events, prompt_tokens, plan, key, arrival)
+        return await _collect(state, req, events, prompt_tokens, key, arrival)
+    finally:
+        if gen is not None:
+            state.engine.abort(gen)  # no-op when finished; frees the slot on timeout or disconnect
+
+
+def _remember(state, key, pieces, reason, prompt_tokens, completion_tokens, arrival) -> None:
+    state.metrics.e2e.observe(time.perf_counter() - arrival)
+    if key is not None and reason in ("length", "stop"):
+        state.cache.put(key, CachedResult(tuple(pieces), reason, prompt_tokens, completion_tokens))
+
+
+async def _collect(state, req: ParsedRequest, events, prompt_tokens, key, arrival) -> web.Response:
+    pieces: list[str] = []
+    async for event in events:
+        if event[0] == "text":
+            pieces.append(event[1])
+        elif event[0] == "error":
+            raise ApiError(500, event[1], "server_error")
+        else:
+            completion = event[2]
+            _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
+            body = full_response(req, new_id(req.kind), "".join(pieces), event[1], prompt_tokens, completion)
+            return web.json_response(body)
+    raise ApiError(500, "generation ended without a result", "server_error")
+
+
+async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, plan: FaultPlan, key, arrival):
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    rid, created = new_id(req.kind), int(time.time())
+    pieces: list[str] = []
+    first_event = True
+    try:
+        async for event in events:
+            if first_event:  # headers wait for the first event, so queue errors can still be a 4xx/5xx
+                await resp.prepare(request)
+                first_event = False
+            if event[0] == "text":
+                if plan.cut_after is not None and len(pieces) >= plan.cut_after:
+                    raise _Cut()
+                await resp.write(sse(chunk(req, rid, created, event[1], first=not pieces)))
+                pieces.append(event[1])
+            elif event[0] == "error":
+                await resp.write(sse(ApiError(500, event[1], "server_error").body()) + SSE_DONE)
+                return resp
+            else:
+                if not pieces:
+                    await resp.write(sse(chunk(req, rid, created, "", first=True)))
+                await resp.write(sse(chunk(req, rid, created, None, finish_reason=event[1])))
+                completion = event[2]
+                if req.include_usage:
+                    await resp.write(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
+                await resp.write(SSE_DONE)
+                _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
+    except ApiError as exc:
+        if first_event:
+            raise
+        await resp.write(sse(exc.body()) + SSE_DONE)
+    except _Cut:
+        state.metrics.fault("cut_stream")
+        if request.transport is not None:
+            request.transport.close()
+        raise asyncio.CancelledError()
+    return resp

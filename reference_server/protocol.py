@@ -1,0 +1,237 @@
+"""The OpenAI wire format: validating request bodies and building responses, errors and stream chunks.
+
+Validation happens here, at the edge, and fails with :class:`ApiError` (an HTTP status plus an
+OpenAI-style body ``{"error": {"message", "type", "param", "code"}}``) naming the offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from .tokenizer import encode, render_chat
+
+CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+class ApiError(Exception):
+    """An error answered to the client with ``status`` and an OpenAI-style body."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class ParsedRequest:
+    """A validated generation request. ``canonical`` holds exactly the fields that decide the output."""
+
+    kind: str  # chat | completion
+    model: str
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+    canonical: dict = field(default_factory=dict)
+
+
+def _bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def _int(body: dict, name: str, default=None):
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"'{name}' must be an integer, got {type(value).__name__}", name)
+    return value
+
+
+def _number(body: dict, name: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(f"'{name}' must be a number, got {type(value).__name__}", name)
+    if not lo <= value <= hi:
+        raise _bad(f"'{name}' must be within [{lo}, {hi}], got {value}", name)
+    return float(value)
+
+
+def _bool(body: dict, name: str, default: bool = False) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(f"'{name}' must be a boolean, got {type(value).__name__}", name)
+    return value
+
+
+def parse_json(raw: bytes) -> dict:
+    """Decode a request body that must be one JSON object."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _bad("request body must be a JSON object")
+    return body
+
+
+def _chat_content(content, i: int) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+        parts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise _bad(f"messages[{i}].content parts must be text parts", f"messages[{i}].content")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise _bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+
+
+def _prompt(body: dict, kind: str) -> tuple[list[int], object]:
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad("'messages' must be a non-empty list", "messages")
+        normal = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
+            if m.get("role") not in CHAT_ROLES:
+                raise _bad(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}", f"messages[{i}].role")
+            normal.append({"role": m["role"], "content": _chat_content(m.get("content"), i)})
+        return encode(render_chat(normal)), normal
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        ids = encode(prompt)
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 256 for t in prompt):
+        ids = list(prompt)
+    else:
+        raise _bad("'prompt' must be a string, a one-string list, or a list of token ids in [0, 255]", "prompt")
+    if not ids:
+        raise _bad("'prompt' must not be empty", "prompt")
+    return ids, ids
+
+
+def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: int, default_max_tokens: int) -> ParsedRequest:
+    """Validate a chat (``kind="chat"``) or completions body; raise ApiError naming the bad field."""
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise _bad("'model' is required and must be a string", "model")
+    if model != served_model:
+        raise ApiError(404, f"The model `{model}` does not exist; this server serves `{served_model}`",
+                       param="model", code="model_not_found")
+    prompt_ids, canonical_prompt = _prompt(body, kind)
+    max_tokens = _int(body, "max_tokens")
+    if kind == "chat" and body.get("max_completion_tokens") is not None:
+        max_tokens = _int(body, "max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = default_max_tokens
+    if max_tokens < 1:
+        raise _bad(f"'max_tokens' must be at least 1, got {max_tokens}", "max_tokens")
+    if len(prompt_ids) + max_tokens > max_model_len:
+        raise ApiError(400, f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds the "
+                            f"model's context length of {max_model_len} tokens", param="max_tokens",
+                       code="context_length_exceeded")
+    n = _int(body, "n", 1)
+    if n != 1:
+        raise _bad("only n=1 is supported", "n")
+    if kind == "completion" and _bool(body, "echo"):
+        raise _bad("echo is not supported", "echo")
+    temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+    top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
+    if top_p <= 0.0:
+        raise _bad("'top_p' must be greater than 0", "top_p")
+    seed = _int(body, "seed")
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    elif not (isinstance(stop, list) and len(stop) <= 4 and all(isinstance(s, str) for s in stop)):
+        raise _bad("'stop' must be a string or a list of at most 4 strings", "stop")
+    stream = _bool(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise _bad("'stream_options' must be an object", "stream_options")
+    include_usage = _bool(options or {}, "include_usage")
+    _bool(body, "ignore_eos")  # accepted: this model never emits an end-of-sequence token
+    _int(body, "min_tokens", 0)
+    canonical = {"prompt": canonical_prompt, "max_tokens": max_tokens, "temperature": temperature,
+                 "top_p": top_p, "seed": seed, "stop": stop}
+    return ParsedRequest(kind, model, prompt_ids, max_tokens, temperature, top_p, seed, stop,
+                         stream, include_usage, canonical)
+
+
+# ---- responses -----------------------------------------------------------------------------------
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def full_response(req: ParsedRequest, rid: str, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict:
+    """The non-streaming response body."""
+    if req.kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish_reason}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": req.model,
+            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def chunk(req: ParsedRequest, rid: str, created: int, text: str | None, *, first: bool = False,
+          finish_reason: str | None = None) -> dict:
+    """One streaming chunk. The first chat chunk carries the assistant role together with its text."""
+    if req.kind == "chat":
+        delta: dict = {}
+        if first:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        obj = "text_completion"
+    out = {"id": rid, "object": obj, "created": created, "model": req.model, "choices": [choice]}
+    if req.include_usage:
+        out["usage"] = None
+    return out
+
+
+def usage_chunk(req: ParsedRequest, rid: str, created: int, prompt_tokens: int, completion_tokens: int) -> dict:
+    """The extra chunk sent before ``[DONE]`` when ``stream_options.include_usage`` is set."""
+    obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
+    return {"id": rid, "object": obj, "created": created, "model": req.model, "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def sse(obj: dict) -> bytes:
+    """Encode one server-sent event carrying ``obj`` as JSON."""
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
