@@ -79,7 +79,8 @@ def streams(draw):
         for kind in draw(st.lists(st.sampled_from(["comment", "id", "retry", "event"]), max_size=2)):
             out.append({"comment": ": ping", "id": "id: 7", "retry": "retry: 10", "event": "event: message"}[kind] + eol())
         for d in datas:
-            out.append("data:" + draw(st.sampled_from(["", " "])) + d + eol())
+            sep = " " if d.startswith(" ") else draw(st.sampled_from(["", " "]))  # one leading space is dropped
+            out.append("data:" + sep + d + eol())
         out.append(eol())
         if datas:
             expected.append("\n".join(datas).encode())
