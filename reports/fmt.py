@@ -1,0 +1,100 @@
+"""Display formatting: seconds inside, milliseconds on display. One function per kind of number.
+
+Every number a report shows goes through :func:`fmt`, so a test can format a summary.json value the
+same way and compare it with the text of the report.
+"""
+
+from __future__ import annotations
+
+import math
+
+DASH = "—"
+
+
+def _float(v) -> float | None:
+    """A summary.json number as a float: None stays None, 'inf' strings become infinities."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        if v in ("inf", "-inf"):
+            return math.inf if v == "inf" else -math.inf
+        return None
+    v = float(v)
+    return None if math.isnan(v) else v
+
+
+def ms(v) -> str:
+    """Seconds -> milliseconds text with about three significant digits ('12.3', '0.512', '1234')."""
+    x = _float(v)
+    if x is None:
+        return DASH
+    if math.isinf(x):
+        return "∞"
+    m = x * 1e3
+    a = abs(m)
+    if a >= 100:
+        return f"{m:,.0f}"
+    if a >= 10:
+        return f"{m:.1f}"
+    if a >= 1:
+        return f"{m:.2f}"
+    return f"{m:.3f}"
+
+
+def pct(v) -> str:
+    """A fraction as a percentage ('0.12%')."""
+    x = _float(v)
+    return DASH if x is None else f"{x * 100:.2f}%"
+
+
+def rate(v) -> str:
+    """Requests or tokens per second."""
+    x = _float(v)
+    return DASH if x is None else f"{x:,.1f}"
+
+
+def count(v) -> str:
+    x = _float(v)
+    return DASH if x is None else f"{int(x):,}"
+
+
+def seconds(v) -> str:
+    """A duration in seconds for headers ('12.3 s')."""
+    x = _float(v)
+    return DASH if x is None else f"{x:,.1f} s"
+
+
+FORMATS = {"ms": ms, "pct": pct, "rate": rate, "count": count, "s": seconds}
+
+
+def fmt(v, kind: str) -> str:
+    """Format ``v`` (a summary.json value) as ``kind``: ms | pct | rate | count | s."""
+    return FORMATS[kind](v)
+
+
+def ci(pair, kind: str = "ms") -> str:
+    """A confidence interval '[lo, hi]', or a dash when there is none."""
+    if not pair:
+        return DASH
+    return f"[{fmt(pair[0], kind)}, {fmt(pair[1], kind)}]"
+
+
+def slo_kind(slo: dict) -> str:
+    """The display kind of an SLO's measured value."""
+    if slo.get("stat"):
+        return "ms"
+    if slo.get("metric") in ("error_rate", "goodput"):
+        return "pct"
+    return "rate"
+
+
+def ratio_text(base, other, what: str, lower_is_better: bool = True) -> str:
+    """'4.1x lower p99' / '1.3x higher p99' / 'same p99' comparing ``other`` against ``base``."""
+    b, o = _float(base), _float(other)
+    if b is None or o is None or b <= 0 or o <= 0 or math.isinf(b) or math.isinf(o):
+        return DASH
+    r = b / o if o < b else o / b
+    if abs(r - 1) < 0.05:
+        return f"same {what}"
+    word = ("lower" if o < b else "higher") if lower_is_better else ("more" if o > b else "less")
+    return f"{r:.1f}x {word} {what}"

@@ -1,0 +1,187 @@
+"""Read a RunDir into memory: meta, scenario, and per target its summary, records and server metrics.
+
+The one place reports touch files. A run that did not finish still loads: a target with records but
+no summary.json (the run was killed) has its summary recomputed from the records with
+:func:`loadgen.metrics.summarize`, and is marked incomplete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import yaml
+
+from loadgen.metrics import records_frame, summarize
+from loadgen.records import read_records
+from loadgen.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY
+
+#: Record columns the plots read (token times are read separately, for a sample only).
+PLOT_COLUMNS = ("phase", "recorded", "scheduled", "sent", "connect_start", "connected", "tls",
+                "first_byte", "first_token", "done", "error", "output_tokens")
+
+
+class RunDirError(Exception):
+    """The path is not a RunDir latbench can read."""
+
+
+@dataclass
+class TargetData:
+    name: str
+    dir: Path
+    meta: dict
+    summary: dict | None
+    recomputed: bool = False
+    _table: pa.Table | None = None
+    _frame: pd.DataFrame | None = None
+    _server: pd.DataFrame | None = None
+
+    @property
+    def has_records(self) -> bool:
+        return (self.dir / REQUESTS).exists() or (self.dir / (REQUESTS + ".partial")).exists()
+
+    def table(self) -> pa.Table:
+        """All records (read once)."""
+        if self._table is None:
+            self._table = read_records(self.dir / REQUESTS)
+        return self._table
+
+    def frame(self) -> pd.DataFrame:
+        """Records without token times, with the derived columns of :func:`loadgen.metrics.records_frame`."""
+        if self._frame is None:
+            t = self.table()
+            self._frame = records_frame(t.select([c for c in PLOT_COLUMNS if c in t.column_names]))
+        return self._frame
+
+    def server_metrics(self) -> pd.DataFrame | None:
+        """server_metrics.csv (time, metric, labels, value) or None when it was not scraped."""
+        if self._server is None:
+            p = self.dir / SERVER_METRICS
+            if not p.exists():
+                return None
+            try:
+                self._server = pd.read_csv(p, dtype={"metric": str, "labels": str}, keep_default_na=False,
+                                           converters={"time": float, "value": _float})
+            except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+                return None
+        return self._server
+
+
+def _float(s: str) -> float:
+    try:
+        return float(s)
+    except ValueError:
+        return math.nan
+
+
+@dataclass
+class RunData:
+    path: Path
+    meta: dict
+    scenario: dict
+    targets: list[TargetData] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("scenario") or self.scenario.get("name") or self.path.name)
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.meta.get("complete")) and all(t.summary and t.summary.get("complete", True) and not t.recomputed
+                                                        for t in self.targets)
+
+
+def _read_json(p: Path) -> dict | None:
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_rundir(path) -> RunData:
+    """Load a RunDir; raises RunDirError when ``path`` holds neither meta.json nor target folders."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunDirError(f"{path}: not a directory")
+    meta = _read_json(path / META) or {}
+    try:
+        scenario = yaml.safe_load((path / "scenario.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        scenario = {}
+    if not isinstance(scenario, dict):
+        scenario = {}
+    entries = meta.get("targets") or [
+        {"name": p.name, "dir": p.name} for p in sorted(path.iterdir())
+        if p.is_dir() and ((p / SUMMARY).exists() or (p / REQUESTS).exists() or (p / (REQUESTS + ".partial")).exists())]
+    if not meta and not entries:
+        raise RunDirError(f"{path}: no meta.json and no target folders: not a latbench RunDir")
+    run = RunData(path, meta, scenario)
+    for e in entries:
+        tdir = path / str(e.get("dir") or e.get("name"))
+        td = TargetData(str(e.get("name") or tdir.name), tdir, e, _read_json(tdir / SUMMARY))
+        if td.summary is None and td.has_records:
+            td.summary = recompute_summary(td, run)
+            td.recomputed = True
+        run.targets.append(td)
+    return run
+
+
+def _plans_and_slos(scenario: dict):
+    from loadgen.scenario import Load
+    from loadgen.schedule import plan_phases
+    from loadgen.slo import parse_slo
+
+    load = scenario.get("load") or {}
+    plans = plan_phases(Load.model_validate(load, context={"expected_qps": load.get("expected_qps")}))
+    slos = []
+    for line in scenario.get("slo") or []:
+        try:
+            slos.append(parse_slo(line))
+        except ValueError:
+            pass  # the run validated it; a hand-edited file must not stop the report
+    return plans, slos
+
+
+def recompute_summary(td: TargetData, run: RunData) -> dict:
+    """The summary of a target whose run died before writing summary.json, from its records and scenario."""
+    table = td.table()
+    try:
+        plans, slos = _plans_and_slos(run.scenario)
+    except Exception:  # no usable scenario.yaml: one phase spanning the records
+        from loadgen.schedule import PhasePlan
+
+        plans, slos = [PhasePlan(0, "run", 0.0, max(_span(table), 1e-3))], []
+    duration = td.meta.get("duration_s") or _span(table)
+    note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
+    s = summarize(table, plans, slos, float(duration or 1e-3), target=td.name, scenario=run.name,
+                  complete=False, notes=[note])
+    return _plain(s)
+
+
+def _plain(obj):
+    """What the summary would read like after a round trip through summary.json (NaN as None, no numpy)."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "item"):
+        obj = obj.item()
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return None
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+    return obj
+
+
+def _span(table: pa.Table) -> float:
+    if table.num_rows == 0:
+        return 0.0
+    import pyarrow.compute as pc
+
+    hi = [pc.max(table.column(c)).as_py() for c in ("done", "scheduled")]
+    return float(max(v for v in hi if v is not None and not math.isnan(v)) if any(v is not None for v in hi) else 0.0)

@@ -1,0 +1,209 @@
+"""The report model: what a report says, as plain dicts, built from a loaded RunDir.
+
+Every number is a :class:`Cell` that remembers where in summary.json it came from (``src``, a
+'/'-separated path) and how it was formatted, so tests can check the report against the summary.
+Templates only lay this model out; they compute nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reports import fmt
+from reports.loader import RunData, TargetData
+
+DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("itl", "inter-token (ITL)"), ("tpot", "time per output token"),
+             ("service_time", "service time"), ("send_lag", "send lag (generator)"))
+PCTS = ("p50", "p90", "p95", "p99", "p99.9")
+
+
+@dataclass
+class Cell:
+    text: str
+    src: str = ""
+    kind: str = ""
+    target: str = ""
+    css: str = ""
+    title: str = ""
+
+
+def get(d: dict, path: str):
+    """The value at a '/'-separated path of a summary (None when any step is missing)."""
+    cur = d
+    for part in path.split("/"):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def cell(summary: dict, target: str, path: str, kind: str, css: str = "") -> Cell:
+    return Cell(fmt.fmt(get(summary, path), kind), path, kind, target, css)
+
+
+def scopes(summary: dict) -> list[tuple[str, str, bool]]:
+    """(label, path prefix, recorded) of the overall scope and each phase."""
+    out = [("overall", "overall", True)]
+    for name, ph in summary.get("phases", {}).items():
+        out.append((name, f"phases/{name}", bool(ph.get("recorded", True))))
+    return out
+
+
+def percentile_table(summary: dict, target: str, prefix: str) -> list[dict]:
+    """Rows (metric label, n, mean, p50..p99.9, max) of one scope; metrics never measured are left out."""
+    rows = []
+    for key, label in DIST_ROWS:
+        base = f"{prefix}/metrics/{key}"
+        desc = get(summary, base)
+        if not desc or not desc.get("n"):
+            continue
+        cells = [cell(summary, target, f"{base}/n", "count"), cell(summary, target, f"{base}/mean", "ms")]
+        cis = [None, None]
+        for p in PCTS:
+            c = cell(summary, target, f"{base}/percentiles/{p}/value", "ms")
+            entry = get(summary, f"{base}/percentiles/{p}") or {}
+            if entry.get("too_few_samples"):
+                c.css, c.title = "few", "too few samples for a 95% confidence interval"
+            cells.append(c)
+            ci = entry.get("ci")
+            cis.append(Cell(fmt.ci(ci), f"{base}/percentiles/{p}/ci", "ci", target) if ci else None)
+        cells.append(cell(summary, target, f"{base}/max", "ms"))
+        cis.append(None)
+        rows.append({"label": label, "cells": cells, "cis": cis})
+    return rows
+
+
+THROUGHPUT = (("count", "count", "requests"), ("ok", "count", "ok"), ("error_rate", "pct", "error rate"),
+              ("target_qps", "rate", "target req/s"), ("sent_qps", "rate", "sent req/s"),
+              ("achieved_qps", "rate", "achieved req/s"), ("output_tokens_per_s", "rate", "output tokens/s"),
+              ("goodput", "pct", "goodput"))
+
+
+def throughput_rows(summary: dict, target: str) -> list[dict]:
+    rows = []
+    for label, prefix, recorded in scopes(summary):
+        cells = [cell(summary, target, f"{prefix}/{key}", kind) for key, kind, _ in THROUGHPUT]
+        rows.append({"label": label, "recorded": recorded, "cells": cells})
+    return rows
+
+
+def error_rows(summary: dict, target: str) -> tuple[list[str], list[dict]]:
+    """(scope labels, one row per error class seen) of error counts."""
+    sc = scopes(summary)
+    classes = sorted({c for _, p, _ in sc for c in (get(summary, f"{p}/errors") or {})})
+    rows = []
+    for c in classes:
+        cells = []
+        for _, p, _ in sc:
+            v = get(summary, f"{p}/errors/{c}")
+            cells.append(cell(summary, target, f"{p}/errors/{c}", "count") if v is not None else Cell("0"))
+        rows.append({"label": c, "cells": cells})
+    return [s[0] for s in sc], rows
+
+
+def slo_rows(targets: list[TargetData]) -> list[dict]:
+    rows = []
+    for td in targets:
+        s = td.summary or {}
+        for i, r in enumerate(s.get("slo") or []):
+            if not r.get("applies", True):
+                continue
+            kind = fmt.slo_kind(r)
+            rows.append({
+                "target": td.name, "expr": r.get("expr", ""), "passed": bool(r.get("passed")),
+                "value": Cell(fmt.fmt(r.get("value"), kind), f"slo/{i}/value", kind, td.name),
+                "ci": Cell(fmt.ci(r.get("ci"), kind), f"slo/{i}/ci", "ci", td.name) if r.get("ci") else Cell(fmt.DASH),
+                "reason": r.get("reason", ""),
+            })
+    return rows
+
+
+COMPARE = (("mean", "overall/metrics/latency/mean", "ms", "mean", True),
+           ("p99", "overall/metrics/latency/percentiles/p99/value", "ms", "p99", True),
+           ("TTFT p99", "overall/metrics/ttft/percentiles/p99/value", "ms", "TTFT p99", True),
+           ("QPS held", "overall/achieved_qps", "rate", "QPS", False),
+           ("error rate", "overall/error_rate", "pct", "", True))
+
+
+def comparison(entries: list[tuple[str, dict]]) -> dict | None:
+    """'architecture | mean | p99 | TTFT p99 | QPS held' with ratios against the first entry."""
+    entries = [(label, s) for label, s in entries if s]
+    if len(entries) < 2:
+        return None
+    base = entries[0][1]
+    rows = []
+    for i, (label, s) in enumerate(entries):
+        cells, ratios = [], []
+        for _, path, kind, what, lower in COMPARE:
+            cells.append(Cell(fmt.fmt(get(s, path), kind), path, kind, label))
+            if what and i > 0:
+                ratios.append(fmt.ratio_text(get(base, path), get(s, path), what, lower))
+        rows.append({"label": label, "cells": cells, "ratios": ratios if i else ["baseline"]})
+    return {"columns": [c[0] for c in COMPARE], "rows": rows, "base": entries[0][0]}
+
+
+def verdict(run: RunData) -> dict:
+    """The banner: state (passed | failed | invalid), headline, reasons, and warnings."""
+    failed, total, warnings = [], 0, []
+    for td in run.targets:
+        s = td.summary
+        if s is None:
+            warnings.append(f"{td.name}: no records: this target did not run")
+            continue
+        for r in s.get("slo") or []:
+            if r.get("applies", True):
+                total += 1
+                if not r.get("passed"):
+                    failed.append(f"{td.name}: {r.get('expr')} (measured {fmt.fmt(r.get('value'), fmt.slo_kind(r))}"
+                                  f"{'' if fmt.slo_kind(r) == 'pct' else ' ms' if r.get('stat') else ''})")
+        if s.get("generator_limited"):
+            g = s.get("generator") or {}
+            warnings.append(f"{td.name}: generator-limited: send lag p99 {fmt.ms(g.get('send_lag_p99'))} ms "
+                            f"(threshold {fmt.ms(g.get('send_lag_threshold'))} ms); these numbers describe the load "
+                            "generator, not the server")
+        if td.recomputed:
+            warnings.append(f"{td.name}: summary recomputed from the records the run left behind")
+    incomplete = not run.complete
+    if incomplete:
+        warnings.insert(0, "INCOMPLETE RUN: the run was interrupted or crashed; the report shows the requests recorded "
+                           "before it stopped")
+    state = run.meta.get("verdict") if run.meta.get("verdict") in ("passed", "failed", "invalid") else None
+    if state is None or incomplete:
+        state = "invalid" if incomplete or any("generator-limited" in w for w in warnings) else ("failed" if failed else "passed")
+    if failed:
+        headline = f"{len(failed)} of {total} objectives missed"
+    elif total:
+        headline = f"all {total} objectives met"
+    else:
+        headline = "no objectives defined"
+    if state == "invalid":
+        headline += ", but the run is not valid: see the warnings below"
+    extra = [r for r in run.meta.get("reasons") or [] if r not in failed and "generator-limited" not in r]
+    return {"state": state, "word": state.upper(), "headline": headline, "failed": failed,
+            "warnings": warnings + extra, "incomplete": incomplete}
+
+
+def header(run: RunData) -> list[tuple[str, str]]:
+    m = run.meta
+    dur = sum(float(t.meta.get("duration_s") or (t.summary or {}).get("duration_s") or 0) for t in run.targets)
+    rows = [("scenario", run.name), ("targets", ", ".join(t.name for t in run.targets)),
+            ("engine", str(m.get("engine", fmt.DASH))), ("started", str(m.get("started", fmt.DASH))),
+            ("duration", fmt.seconds(dur) if dur else fmt.DASH),
+            ("latbench", str(m.get("latbench_version", fmt.DASH))), ("host", str(m.get("host", fmt.DASH))),
+            ("RunDir", run.path.name)]
+    desc = run.scenario.get("description")
+    if desc:
+        rows.insert(1, ("description", str(desc)))
+    return rows
+
+
+def target_info(td: TargetData) -> list[tuple[str, str]]:
+    m, s = td.meta, td.summary or {}
+    rows = [("url", str(m.get("url", fmt.DASH))), ("model", str(s.get("model") or m.get("model") or fmt.DASH)),
+            ("requests", fmt.count(m.get("requests") if m.get("requests") is not None else get(s, "overall/count"))),
+            ("duration", fmt.seconds(s.get("duration_s")))]
+    server = m.get("server") or {}
+    for k in ("arch", "backend", "model", "device", "ready_s"):
+        if k in server:
+            rows.append((f"server {k}", str(server[k])))
+    return rows

@@ -1,0 +1,248 @@
+"""Client-side figures of a report, rendered by matplotlib as SVG data URIs (no pyplot, no global state).
+
+Inputs are summaries (time series, phase windows) and record frames; every figure is drawn from at most
+a few thousand points, whatever the run's size: CDFs from a rank grid, distributions as histograms,
+time series from the summary's per-second bins. Axes are in milliseconds; data stays in seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
+ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728", "http_429": "#9467bd",
+                "http_4xx": "#e377c2", "bad_stream": "#8c564b", "reset": "#bcbd22", "dropped": "#17becf",
+                "cancelled": "#c7c7c7"}
+BREAKDOWN = (("send lag", "#bcbd22"), ("connect", "#9467bd"), ("TLS", "#e377c2"),
+             ("first byte", "#1f77b4"), ("generation / transfer", "#2ca02c"))
+CDF_POINTS = 1500
+
+
+@contextmanager
+def _style():
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")  # only when nobody chose a backend: reports never open a window
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "latbench", "font.size": 9,
+                                "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+                                "grid.alpha": 0.3, "legend.frameon": False, "figure.dpi": 100}):
+        yield
+
+
+def figure(w: float, h: float, rows: int = 1, cols: int = 1, **kw):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, **kw)
+    return fig, axes
+
+
+def to_uri(fig) -> str:
+    """The figure as a base64 SVG data URI (an <img> source: inert, whatever text it holds)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def rank_grid(n: int, points: int = CDF_POINTS) -> np.ndarray:
+    """0-based ranks to plot of n sorted samples: evenly spread, denser in the tail, always the max."""
+    if n <= points:
+        return np.arange(n)
+    body = np.linspace(0, n - 1, points // 2)
+    tail = n - np.logspace(0, math.log10(n), points // 2)
+    return np.unique(np.clip(np.concatenate([body, tail, [n - 1]]).astype(np.int64), 0, n - 1))
+
+
+def cdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x seconds, F(x)) of an empirical CDF, downsampled by :func:`rank_grid`."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    x = x[np.isfinite(x)]
+    idx = rank_grid(len(x))
+    return x[idx], (idx + 1) / max(len(x), 1)
+
+
+def shade_phases(ax, phases: list[dict]) -> None:
+    """Shade each phase window; label it once at the top of the axis."""
+    for i, ph in enumerate(phases):
+        color = "#000000" if ph["recorded"] else "#ff9900"
+        ax.axvspan(ph["start"], ph["end"], color=color, alpha=0.06 if i % 2 == 0 or not ph["recorded"] else 0.0, lw=0)
+        ax.axvline(ph["start"], color="#999999", lw=0.6, ls=":")
+        ax.text(ph["start"], 1.0, " " + ph["name"] + ("" if ph["recorded"] else " (not recorded)"),
+                transform=ax.get_xaxis_transform(), va="bottom", ha="left", fontsize=7, color="#555555", clip_on=False)
+
+
+def phase_windows(summary: dict) -> list[dict]:
+    return [{"name": n, "start": p["start"], "end": p["end"], "recorded": p.get("recorded", True)}
+            for n, p in summary.get("phases", {}).items()]
+
+
+def cdf_plot(series: list[tuple[str, np.ndarray]], title: str = "Latency CDF") -> str | None:
+    """Overlaid latency CDFs (log x) and their tails (1 - F, log-log) for each (label, latencies in s)."""
+    series = [(n, v) for n, v in series if len(v)]
+    if not series:
+        return None
+    with _style():
+        fig, ax = figure(11, 3.6, 1, 2)
+        for i, (label, v) in enumerate(series):
+            x, f = cdf_points(v)
+            c = PALETTE[i % len(PALETTE)]
+            ax[0, 0].plot(x * 1e3, f, color=c, lw=1.5, label=label)
+            tail = 1 - f + 1.0 / len(v)
+            ax[0, 1].plot(x * 1e3, tail, color=c, lw=1.5, label=label)
+        a, b = ax[0, 0], ax[0, 1]
+        for x in (a, b):
+            x.set_xscale("log"), ms_log_axis(x.xaxis)
+        a.set_xlabel("latency (ms, log)"), a.set_ylabel("fraction of requests ≤ x")
+        a.set_title(title), a.set_ylim(0, 1.01)
+        b.set_yscale("log"), b.set_xlabel("latency (ms, log)"), b.set_ylabel("fraction slower than x")
+        b.set_title("Tail (1 − CDF)")
+        for q, name in ((1e-2, "p99"), (1e-3, "p99.9")):
+            b.axhline(q, color="#999999", lw=0.6, ls="--")
+            b.text(1.0, q, " " + name, transform=b.get_yaxis_transform(), va="center", fontsize=7, color="#555555")
+        a.legend(loc="lower right")
+        return to_uri(fig)
+
+
+def timeseries_plot(summary: dict) -> str | None:
+    """Latency p50/p99, target vs achieved QPS, errors by class and in-flight over time, phases shaded."""
+    ts = summary.get("timeseries") or {}
+    t = np.asarray(ts.get("t") or [], dtype=float)
+    if t.size == 0:
+        return None
+    step = float(ts.get("step_s") or 1.0)
+    mid = t + step / 2
+    phases = phase_windows(summary)
+    f = lambda k: np.asarray([np.nan if v is None else v for v in ts.get(k) or [np.nan] * t.size], dtype=float)
+    with _style():
+        fig, ax = figure(11, 7.2, 4, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2.2, 1.5, 1.5]})
+        a = ax[0, 0]
+        a.plot(mid, f("latency_p50") * 1e3, color=PALETTE[0], lw=1.3, label="p50")
+        a.plot(mid, f("latency_p99") * 1e3, color=PALETTE[1], lw=1.3, label="p99")
+        a.set_ylabel("latency (ms)"), a.set_ylim(bottom=0), a.legend(loc="upper left", ncols=2)
+        q = ax[1, 0]
+        q.plot(mid, f("target_qps"), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
+        q.plot(mid, f("sent") / step, color=PALETTE[4], lw=1.0, alpha=0.8, label="sent")
+        q.plot(mid, f("ok") / step, color=PALETTE[2], lw=1.3, label="achieved (ok)")
+        q.set_ylabel("req/s"), q.set_ylim(bottom=0), q.legend(loc="upper left", ncols=3)
+        e = ax[2, 0]
+        bottom = np.zeros(t.size)
+        for cls, counts in sorted((ts.get("errors") or {}).items()):
+            y = np.asarray(counts, dtype=float) / step
+            e.bar(mid, y, width=step * 0.9, bottom=bottom, color=ERROR_COLORS.get(cls, "#333333"), label=cls, lw=0)
+            bottom += y
+        e.set_ylabel("errors/s")
+        if bottom.any():
+            e.legend(loc="upper left", ncols=6)
+        else:
+            e.text(0.5, 0.5, "no errors", transform=e.transAxes, ha="center", va="center", color="#2ca02c")
+        n = ax[3, 0]
+        n.plot(t + step, f("in_flight"), color=PALETTE[3], lw=1.2)  # counted at each bin's end
+        n.set_ylabel("in flight"), n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
+        for row in ax[:, 0]:
+            shade_phases(row, phases) if row is a else _shade_only(row, phases)
+        a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
+        return to_uri(fig)
+
+
+def _shade_only(ax, phases) -> None:
+    for i, ph in enumerate(phases):
+        color = "#000000" if ph["recorded"] else "#ff9900"
+        ax.axvspan(ph["start"], ph["end"], color=color, alpha=0.06 if i % 2 == 0 or not ph["recorded"] else 0.0, lw=0)
+        ax.axvline(ph["start"], color="#999999", lw=0.6, ls=":")
+
+
+def ms_log_axis(axis) -> None:
+    """Log scale with plain millisecond tick labels (2, 5, 10, 20, ...) instead of 2x10^1."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _log_bins(values: np.ndarray, n: int = 60) -> np.ndarray:
+    v = values[np.isfinite(values) & (values > 0)]
+    lo, hi = float(v.min()), float(v.max())
+    if hi <= lo * 1.01:
+        lo, hi = lo / 1.5, hi * 1.5
+    return np.logspace(math.log10(lo), math.log10(hi), n + 1)
+
+
+def distributions_plot(series: list[tuple[str, np.ndarray, np.ndarray]]) -> str | None:
+    """TTFT and inter-token latency histograms (log ms) for each (label, ttft s, itl s)."""
+    if not any(len(tt) or len(it) for _, tt, it in series):
+        return None
+    with _style():
+        fig, ax = figure(11, 3.2, 1, 2)
+        for col, (idx, title) in enumerate(((1, "Time to first token"), (2, "Inter-token latency"))):
+            a = ax[0, col]
+            allv = np.concatenate([np.asarray(s[idx], dtype=float) for s in series]) * 1e3
+            allv = allv[np.isfinite(allv) & (allv > 0)]
+            if allv.size == 0:
+                a.text(0.5, 0.5, "not measured (no streamed tokens)", transform=a.transAxes, ha="center", va="center")
+                a.set_title(title)
+                continue
+            bins = _log_bins(allv)
+            for i, s in enumerate(series):
+                v = np.asarray(s[idx], dtype=float) * 1e3
+                v = v[np.isfinite(v) & (v > 0)]
+                if v.size:
+                    w = np.full(v.size, 1.0 / v.size)
+                    a.hist(v, bins=bins, weights=w, histtype="stepfilled", alpha=0.35, color=PALETTE[i % len(PALETTE)],
+                           label=s[0])
+                    a.hist(v, bins=bins, weights=w, histtype="step", color=PALETTE[i % len(PALETTE)], lw=1.0)
+            a.set_xscale("log"), ms_log_axis(a.xaxis), a.set_xlabel("ms (log)"), a.set_ylabel("fraction"), a.set_title(title)
+            a.legend(loc="upper right")
+        return to_uri(fig)
+
+
+def breakdown_means(df: pd.DataFrame) -> dict[str, float]:
+    """Mean seconds of each latency component over successful requests; the parts add up to mean latency.
+
+    send lag = sent - scheduled; connect = connected - connect_start - TLS (0 when the connection was
+    reused); first byte = first_byte - sent - connect - TLS; generation / transfer = done - first_byte.
+    """
+    if len(df) == 0:
+        return {k: math.nan for k, _ in BREAKDOWN}
+    conn = (df["connected"] - df["connect_start"]).fillna(0.0).clip(lower=0)
+    tls = df["tls"].fillna(0.0).clip(lower=0)
+    tls = np.minimum(tls, conn)
+    parts = {
+        "send lag": df["sent"] - df["scheduled"],
+        "connect": conn - tls,
+        "TLS": tls,
+        "first byte": df["first_byte"] - df["sent"] - conn,
+        "generation / transfer": df["done"] - df["first_byte"],
+    }
+    return {k: float(np.nanmean(v.to_numpy())) if len(v) else math.nan for k, v in parts.items()}
+
+
+def breakdown_plot(rows: list[tuple[str, dict[str, float]]]) -> str | None:
+    """Horizontal stacked bars of mean latency components, one bar per (label, breakdown_means)."""
+    rows = [(label, m) for label, m in rows if not all(math.isnan(v) for v in m.values())]
+    if not rows:
+        return None
+    with _style():
+        fig, ax = figure(11, 0.9 + 0.38 * len(rows))
+        a = ax[0, 0]
+        y = np.arange(len(rows))[::-1]
+        left = np.zeros(len(rows))
+        for name, color in BREAKDOWN:
+            w = np.asarray([max(0.0, np.nan_to_num(m[name])) for _, m in rows]) * 1e3
+            a.barh(y, w, left=left, color=color, label=name, height=0.6)
+            left += w
+        for yi, total in zip(y, left):
+            a.text(total, yi, f" {total:.1f} ms", va="center", fontsize=8)
+        a.set_yticks(y, [label for label, _ in rows])
+        a.set_xlabel("mean time per successful request (ms)"), a.set_xlim(0, left.max() * 1.15 or 1)
+        a.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=5)
+        a.grid(axis="y", visible=False)
+        return to_uri(fig)
