@@ -139,8 +139,8 @@ class Engine:
             if self.model is None and not self._load_and_warm():
                 self._fail_all(admitted)
                 continue
-            decoding = [r for r in self._running if not r.aborted]
-            self._running = decoding
+            self._running = [r for r in self._running if not r.aborted]
+            decoding = list(self._running)  # a snapshot: finishing requests leave self._running mid-step
             for req in admitted:
                 self._guarded(self._prefill, [req])
             if decoding:
