@@ -127,6 +127,8 @@ class Phase(Strict):
     @field_validator("qps")
     @classmethod
     def _qps(cls, v, info: ValidationInfo):
+        if v is None:
+            return v
         expected = (info.context or {}).get("expected_qps")
         points = [v.start, v.end] if isinstance(v, Ramp) else [v]
         for p in points:
@@ -173,6 +175,9 @@ class Load(Strict):
 def _slo_line(v: Any) -> SLO:
     if isinstance(v, SLO):
         return v
+    if isinstance(v, dict) and len(v) == 1:  # YAML reads `- burst: latency.p99 < 800ms` as a mapping
+        (scope, expr), = v.items()
+        return parse_slo(f"{scope}: {expr}")
     return parse_slo(v)
 
 

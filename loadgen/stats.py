@@ -21,7 +21,7 @@ def nearest_rank(sorted_x: np.ndarray, p: float) -> float:
     n = len(sorted_x)
     if n == 0:
         return math.nan
-    k = max(1, math.ceil(p / 100.0 * n))
+    k = max(1, math.ceil(round(p * n / 100.0, 9)))  # round: 99.9 * 1000 / 100 is 999.0000000000001
     return float(sorted_x[min(k, n) - 1])
 
 

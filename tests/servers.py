@@ -22,6 +22,18 @@ def _chat_body(n_tokens: int) -> dict:
     }
 
 
+async def sleep_until(due: float) -> None:
+    """Sleep until perf_counter() reaches ``due``: a timer for most of it, then yielding.
+
+    Event-loop timers fire up to a millisecond late; a server of "known" latency must not add that.
+    """
+    while True:
+        left = due - time.perf_counter()
+        if left <= 0:
+            return
+        await asyncio.sleep(left - 0.0015 if left > 0.0015 else 0)
+
+
 def _chunk(delta: dict, finish=None) -> bytes:
     obj = {"id": "x", "object": "chat.completion.chunk", "model": "known",
            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -53,21 +65,21 @@ class KnownServer:
             await asyncio.sleep(self.stall_at + self.stall_for - now)
 
     async def chat(self, request: web.Request):
+        arrived = time.perf_counter()
         self.requests += 1
         body = await request.json()
         await self._maybe_stall()
         if self.status != 200:
             return web.json_response({"error": {"message": "nope", "type": "server_error"}}, status=self.status)
         if not body.get("stream"):
-            await asyncio.sleep(self.delay)
+            await sleep_until(arrived + self.delay)
             return web.json_response(_chat_body(self.tokens))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         start = time.perf_counter()
         await resp.write(_chunk({"role": "assistant", "content": ""}))
         for i in range(self.tokens):
-            due = start + self.ttft + i * self.gap
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            await sleep_until(start + self.ttft + i * self.gap)
             await resp.write(_chunk({"content": f"t{i} "}))
         await resp.write(_chunk({}, finish="length"))
         usage = {"id": "x", "object": "chat.completion.chunk", "choices": [],
@@ -81,7 +93,12 @@ class KnownServer:
         return web.json_response({"object": "list", "data": [{"id": "known", "object": "model"}]})
 
     def _serve(self):
-        self._loop = asyncio.new_event_loop()
+        try:
+            import uvloop
+
+            self._loop = uvloop.new_event_loop()
+        except ImportError:
+            self._loop = asyncio.new_event_loop()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
@@ -110,3 +127,25 @@ class KnownServer:
         if self._loop:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+
+
+def main(argv=None) -> None:
+    """Run a KnownServer in its own process (no GIL shared with the generator under test)."""
+    import argparse
+    import signal
+
+    ap = argparse.ArgumentParser()
+    for name in ("delay", "ttft", "gap", "stall_at", "stall_for"):
+        ap.add_argument("--" + name.replace("_", "-"), type=float, default=None)
+    ap.add_argument("--tokens", type=int, default=20)
+    ap.add_argument("--status", type=int, default=200)
+    a = ap.parse_args(argv)
+    kw = {k: v for k, v in vars(a).items() if v is not None}
+    srv = KnownServer(**kw).start()
+    print(f"PORT={srv.port}", flush=True)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    srv.stop()
+
+
+if __name__ == "__main__":
+    main()

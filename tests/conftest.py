@@ -1,0 +1,47 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ServerProcess:
+    """A tests.servers.KnownServer in a subprocess, on 127.0.0.1 and a free port."""
+
+    def __init__(self, **kw):
+        argv = [sys.executable, "-m", "tests.servers"]
+        for k, v in kw.items():
+            argv += ["--" + k.replace("_", "-"), str(v)]
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("PORT="), line
+        self.port = int(line.split("=")[1])
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def known_server():
+    started = []
+
+    def start(**kw):
+        s = ServerProcess(**kw)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture(autouse=True)
+def _weights_cache(tmp_path_factory, monkeypatch):
+    """Reference-server weights go to one temp folder per test session, never to the home folder."""
+    cache = tmp_path_factory.getbasetemp() / "weights-cache"
+    monkeypatch.setenv("LATBENCH_CACHE_DIR", str(cache))

@@ -1,0 +1,106 @@
+"""The latbench command as a user runs it: a real subprocess, real signals, real files."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from tests.helpers import write_scenario
+
+LATBENCH = [sys.executable, "-m", "loadgen.cli"]
+
+
+def scenario(url, duration="30s", qps=50, extra=""):
+    return f"""
+    name: cli
+    target:
+      url: "{url}"
+      stream: false
+      headers: {{Authorization: "Bearer ${{LB_TEST_KEY}}", x-api-key: literal-secret-123}}
+    load:
+      phases:
+        - {{name: main, duration: {duration}, qps: {qps}}}
+    {extra}
+    """
+
+
+def start(args, **kw):
+    env = {**os.environ, "LB_TEST_KEY": "sk-planted-secret-456"}
+    return subprocess.Popen(LATBENCH + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **kw)
+
+
+def only_rundir(out: Path) -> Path:
+    (d,) = list(out.iterdir())
+    return d
+
+
+def test_validate_and_schema(tmp_path):
+    good = write_scenario(tmp_path, scenario("http://127.0.0.1:9/v1"), "good.yaml")
+    bad = write_scenario(tmp_path, scenario("http://127.0.0.1:9/v1", qps="lots"), "bad.yaml")
+    env = {**os.environ, "LB_TEST_KEY": "x"}
+    ok = subprocess.run(LATBENCH + ["validate", str(good)], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and "ok" in ok.stdout
+    no = subprocess.run(LATBENCH + ["validate", str(good), str(bad)], capture_output=True, text=True, env=env)
+    assert no.returncode == 2 and "bad.yaml:9:40: load.phases[0].qps" in no.stderr and "qps" in no.stderr
+    sch = subprocess.run(LATBENCH + ["schema"], capture_output=True, text=True)
+    assert sch.returncode == 0 and json.loads(sch.stdout)["title"] == "latbench scenario"
+
+
+def test_sigint_stops_cleanly_keeps_records_and_marks_incomplete(tmp_path, known_server):
+    srv = known_server(delay=0.02)
+    path = write_scenario(tmp_path, scenario(srv.url))
+    p = start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
+    time.sleep(3.0)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 3, out
+    assert "interrupted" in out
+    rd = only_rundir(tmp_path / "runs")
+    table = pq.read_table(rd / "target" / "requests.parquet")
+    assert 60 < table.num_rows < 400
+    summary = json.loads((rd / "target" / "summary.json").read_text())
+    assert summary["complete"] is False and summary["overall"]["count"] == table.num_rows
+    assert json.loads((rd / "meta.json").read_text())["complete"] is False
+
+
+def test_second_sigint_aborts_in_flight_requests_and_still_writes(tmp_path, known_server):
+    srv = known_server(delay=20)
+    path = write_scenario(tmp_path, scenario(srv.url, qps=20))
+    p = start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
+    time.sleep(2.5)
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    t = time.perf_counter()
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=30)
+    assert time.perf_counter() - t < 10
+    assert p.returncode == 3
+    rd = only_rundir(tmp_path / "runs")
+    table = pq.read_table(rd / "target" / "requests.parquet").to_pandas()
+    assert len(table) > 5 and set(table["error"]) == {"cancelled"}
+
+
+def test_secrets_never_reach_the_rundir_or_the_output(tmp_path, known_server):
+    srv = known_server(delay=0.01)
+    path = write_scenario(tmp_path, scenario(srv.url, duration="1s", qps=20, extra="slo: ['latency.p99 < 1s']"))
+    p = start(["run", str(path), "--out", str(tmp_path / "runs")])
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, out
+    rd = only_rundir(tmp_path / "runs")
+    files = [f for f in rd.rglob("*") if f.is_file()]
+    assert len(files) >= 5
+    for f in files + [None]:
+        data = out.encode() if f is None else f.read_bytes()
+        assert b"sk-planted-secret-456" not in data, f
+        assert b"literal-secret-123" not in data, f
+    assert "${LB_TEST_KEY}" in (rd / "scenario.yaml").read_text()
+
+
+def test_missing_scenario_file_is_exit_2(tmp_path):
+    r = subprocess.run(LATBENCH + ["run", str(tmp_path / "nope.yaml")], capture_output=True, text=True)
+    assert r.returncode == 2 and "nope.yaml" in r.stderr

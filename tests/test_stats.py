@@ -1,0 +1,46 @@
+"""Percentiles are exact nearest-rank values with distribution-free intervals."""
+
+import math
+
+import numpy as np
+import pytest
+
+from loadgen.stats import describe, nearest_rank, percentile, quantile_ci_ranks
+
+
+@pytest.mark.parametrize(
+    "data,p,expected",
+    [([1, 2, 3, 4, 5], 50, 3), ([1, 2, 3, 4], 50, 2), ([1, 2, 3, 4], 75, 3), ([5], 99, 5),
+     (list(range(1, 101)), 99, 99), (list(range(1, 1001)), 99.9, 999), (list(range(1, 11)), 100, 10)],
+)
+def test_nearest_rank_returns_an_observed_value(data, p, expected):
+    assert nearest_rank(np.array(data, dtype=float), p) == expected
+
+
+@pytest.mark.parametrize("n,q,ranks", [(100, 0.5, (40, 61)), (1000, 0.99, (983, 997))])
+def test_interval_ranks_match_exact_binomial_sums(n, q, ranks):
+    lo, hi = quantile_ci_ranks(n, q)
+    assert (lo, hi) == ranks  # checked against scipy.stats.binom
+
+
+def test_interval_covers_the_true_quantile_about_95_percent_of_the_time():
+    rng = np.random.default_rng(1)
+    true_p99 = -math.log(0.01)  # exponential(1)
+    hits = 0
+    for _ in range(400):
+        x = np.sort(rng.exponential(1.0, 2000))
+        lo, hi = percentile(x, 99)["ci"]
+        hits += lo <= true_p99 <= hi
+    assert 0.92 <= hits / 400 <= 0.99
+
+
+def test_too_few_samples_is_flagged():
+    x = np.sort(np.random.default_rng(0).exponential(1, 500))
+    assert percentile(x, 99.9)["too_few_samples"]
+    assert not percentile(x, 50)["too_few_samples"]
+
+
+def test_describe_ignores_nan_and_carries_infinity():
+    d = describe(np.array([0.1, np.nan, 0.2, np.inf]))
+    assert d["n"] == 3 and d["max"] == "inf" and d["mean"] == "inf"
+    assert d["percentiles"]["p50"]["value"] == 0.2
