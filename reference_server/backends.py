@@ -55,7 +55,13 @@ def resolve_backend(config: ServerConfig) -> ResolvedBackend:
             raise ValueError("precision: sim backends model bf16 step times and compute in fp32; leave it fp32")
         return ResolvedBackend("sim", backend, "cpu", get_spec("tiny"), cache_dir, profile)
     if backend == "auto":
-        backend = "torch" if torch_available() else "numpy"
+        backend = "numpy"
+        if torch_available():
+            try:
+                import torch  # noqa: F401
+                backend = "torch"
+            except ImportError:  # a broken torch install: fall back, as when it is absent
+                pass
     if backend == "torch":
         if not torch_available():
             raise ValueError(TORCH_HINT)

@@ -9,7 +9,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", exc_type=ImportError)  # absent or broken torch: skip
 
 from reference_server.background import BackgroundServer  # noqa: E402
 from reference_server.config import ServerConfig  # noqa: E402
