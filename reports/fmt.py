@@ -64,11 +64,16 @@ def seconds(v) -> str:
     return DASH if x is None else f"{x:,.1f} s"
 
 
-FORMATS = {"ms": ms, "pct": pct, "rate": rate, "count": count, "s": seconds}
+def count0(v) -> str:
+    """A count where absence means zero (an error class not seen in a phase)."""
+    return count(0 if v is None else v)
+
+
+FORMATS = {"ms": ms, "pct": pct, "rate": rate, "count": count, "count0": count0, "s": seconds}
 
 
 def fmt(v, kind: str) -> str:
-    """Format ``v`` (a summary.json value) as ``kind``: ms | pct | rate | count | s."""
+    """Format ``v`` (a summary.json value) as ``kind``: ms | pct | rate | count | count0 | s."""
     return FORMATS[kind](v)
 
 

@@ -31,9 +31,12 @@ def get(d: dict, path: str):
     """The value at a '/'-separated path of a summary (None when any step is missing)."""
     cur = d
     for part in path.split("/"):
-        if not isinstance(cur, dict) or part not in cur:
+        if isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        elif isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        else:
             return None
-        cur = cur[part]
     return cur
 
 
@@ -93,10 +96,7 @@ def error_rows(summary: dict, target: str) -> tuple[list[str], list[dict]]:
     classes = sorted({c for _, p, _ in sc for c in (get(summary, f"{p}/errors") or {})})
     rows = []
     for c in classes:
-        cells = []
-        for _, p, _ in sc:
-            v = get(summary, f"{p}/errors/{c}")
-            cells.append(cell(summary, target, f"{p}/errors/{c}", "count") if v is not None else Cell("0"))
+        cells = [cell(summary, target, f"{p}/errors/{c}", "count0") for _, p, _ in sc]
         rows.append({"label": c, "cells": cells})
     return [s[0] for s in sc], rows
 
@@ -142,8 +142,12 @@ def comparison(entries: list[tuple[str, dict]]) -> dict | None:
     return {"columns": [c[0] for c in COMPARE], "rows": rows, "base": entries[0][0]}
 
 
-def verdict(run: RunData) -> dict:
-    """The banner: state (passed | failed | invalid), headline, reasons, and warnings."""
+def verdict(run: RunData, use_meta: bool = True) -> dict:
+    """The banner: state (passed | failed | invalid), headline, reasons, and warnings.
+
+    ``use_meta``: take the run's own verdict from meta.json when it has one (the whole run);
+    False computes it from the targets given alone (one entry of a comparison).
+    """
     failed, total, warnings = [], 0, []
     for td in run.targets:
         s = td.summary
@@ -167,7 +171,7 @@ def verdict(run: RunData) -> dict:
     if incomplete:
         warnings.insert(0, "INCOMPLETE RUN: the run was interrupted or crashed; the report shows the requests recorded "
                            "before it stopped")
-    state = run.meta.get("verdict") if run.meta.get("verdict") in ("passed", "failed", "invalid") else None
+    state = run.meta.get("verdict") if use_meta and run.meta.get("verdict") in ("passed", "failed", "invalid") else None
     if state is None or incomplete:
         state = "invalid" if incomplete or any("generator-limited" in w for w in warnings) else ("failed" if failed else "passed")
     if failed:
@@ -178,7 +182,8 @@ def verdict(run: RunData) -> dict:
         headline = "no objectives defined"
     if state == "invalid":
         headline += ", but the run is not valid: see the warnings below"
-    extra = [r for r in run.meta.get("reasons") or [] if r not in failed and "generator-limited" not in r]
+    extra = [r for r in (run.meta.get("reasons") or [] if use_meta else [])
+             if r not in failed and "generator-limited" not in r and not r.startswith("the run was interrupted")]
     return {"state": state, "word": state.upper(), "headline": headline, "failed": failed,
             "warnings": warnings + extra, "incomplete": incomplete}
 

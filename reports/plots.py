@@ -246,3 +246,27 @@ def breakdown_plot(rows: list[tuple[str, dict[str, float]]]) -> str | None:
         a.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=5)
         a.grid(axis="y", visible=False)
         return to_uri(fig)
+
+
+def overlay_timeseries_plot(series: list[tuple[str, dict]]) -> str | None:
+    """Latency p99 and achieved req/s over time for several (label, summary), overlaid on one time axis."""
+    series = [(label, s) for label, s in series if (s.get("timeseries") or {}).get("t")]
+    if len(series) < 1:
+        return None
+    with _style():
+        fig, ax = figure(11, 5.0, 2, 1, sharex=True)
+        for i, (label, s) in enumerate(series):
+            ts = s["timeseries"]
+            step = float(ts.get("step_s") or 1.0)
+            mid = np.asarray(ts["t"], dtype=float) + step / 2
+            p99 = np.asarray([np.nan if v is None else v for v in ts.get("latency_p99") or []], dtype=float)
+            c = PALETTE[i % len(PALETTE)]
+            ax[0, 0].plot(mid[: p99.size], p99 * 1e3, color=c, lw=1.3, label=label)
+            ax[1, 0].plot(mid, np.asarray(ts.get("ok") or [], dtype=float) / step, color=c, lw=1.3, label=label)
+        ax[0, 0].set_ylabel("latency p99 (ms)"), ax[0, 0].set_ylim(bottom=0), ax[0, 0].legend(loc="upper left", ncols=4)
+        ax[1, 0].set_ylabel("achieved req/s"), ax[1, 0].set_ylim(bottom=0), ax[1, 0].set_xlabel("time since start (s)")
+        shade_phases(ax[0, 0], phase_windows(series[0][1]))
+        end = max(float(s["timeseries"]["t"][-1]) + float(s["timeseries"].get("step_s") or 1.0) for _, s in series)
+        ax[0, 0].set_xlim(0, end)
+        _shade_only(ax[1, 0], phase_windows(series[0][1]))
+        return to_uri(fig)

@@ -1,0 +1,149 @@
+"""Scrape a target's Prometheus /metrics during a run into ``server_metrics.csv``.
+
+Columns: ``time`` (seconds since the run's t0 on ``time.perf_counter``, the records' clock), ``metric``
+(the sample name as exposed, e.g. ``refserver:batch_size_sum``), ``labels`` (canonical
+``k="v",k2="v2"`` sorted by key) and ``value``. Samples are stored raw, counters and histogram
+``_count`` / ``_sum`` / ``_bucket`` cumulative as the server reports them; the report turns them into
+per-interval rates and means. ``_created`` timestamps are left out.
+
+The scraper must never disturb the run: every failure is caught. A target without /metrics (404,
+refused connection, not Prometheus text) is noted once and no longer scraped; a target that served
+metrics and then stops answering is retried, and given up after a few failures in a row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import logging
+import time
+from pathlib import Path
+
+log = logging.getLogger("latbench.scrape")
+
+INTERVAL = 1.0
+GIVE_UP_AFTER = 5  # consecutive failures, once the target has answered at least once
+HEADER = ("time", "metric", "labels", "value")
+
+
+def canonical_labels(labels: dict) -> str:
+    """``k="v",...`` sorted by key, with Prometheus escaping of backslash, quote and newline."""
+    def esc(v: str) -> str:
+        return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return ",".join(f'{k}="{esc(v)}"' for k, v in sorted(labels.items()))
+
+
+def parse_samples(text: str) -> list[tuple[str, str, float]]:
+    """(sample name, canonical labels, value) of every sample in Prometheus text, ``_created`` excluded."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            out.append((s.name, canonical_labels(s.labels), float(s.value)))
+    return out
+
+
+class MetricsScraper:
+    """Polls a Prometheus endpoint every ``interval`` seconds and appends its samples to a CSV file.
+
+    ``await start(url, csv_path, t0)`` returns at once; ``await stop()`` ends the polling, closes the
+    file and is safe to call at any time (also when start never found metrics). ``note`` says why
+    scraping stopped early, if it did.
+    """
+
+    def __init__(self, interval: float = INTERVAL, timeout: float = 2.0):
+        self.interval = interval
+        self.timeout = timeout
+        self.note: str | None = None
+        self.scrapes = 0
+        self._task: asyncio.Task | None = None
+        self._session = None
+        self._file = None
+        self._writer = None
+
+    async def start(self, url: str, csv_path: Path, t0: float) -> None:
+        self.url, self.csv_path, self.t0 = url, Path(csv_path), t0
+        try:
+            import aiohttp
+
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+        except Exception as exc:  # the run goes on without server metrics
+            self._give_up(f"server metrics not scraped: {type(exc).__name__}: {exc}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except BaseException:  # cancelled, or a bug in the loop: never the run's problem
+                pass
+        if self._session is not None:
+            try:
+                await self._session.close()
+            except Exception:
+                pass
+            self._session = None
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+
+    def _give_up(self, why: str) -> None:
+        if self.note is None:
+            self.note = why
+            log.info("%s", why)
+
+    async def _loop(self) -> None:
+        failures = 0
+        next_at = time.perf_counter()
+        while True:
+            try:
+                ok = await self._scrape_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                ok = f"{type(exc).__name__}: {exc}"
+            if ok is True:
+                failures = 0
+            else:
+                failures += 1
+                if self.scrapes == 0 or failures >= GIVE_UP_AFTER:
+                    self._give_up(f"server metrics not scraped from {self.url}: {ok}")
+                    return
+            next_at += self.interval
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+
+    async def _scrape_once(self):
+        """True when a scrape was stored, else the reason it was not."""
+        async with self._session.get(self.url) as resp:
+            if resp.status != 200:
+                return f"HTTP {resp.status}"
+            text = await resp.text()
+        t = time.perf_counter() - self.t0  # when the answer arrived, on the records' clock
+        try:
+            samples = parse_samples(text)
+        except Exception as exc:
+            return f"not Prometheus text ({type(exc).__name__})"
+        if not samples:
+            return "no samples"
+        self._write(t, samples)
+        self.scrapes += 1
+        return True
+
+    def _write(self, t: float, samples) -> None:
+        if self._file is None:
+            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.csv_path, "w", newline="", encoding="utf-8")
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(HEADER)
+        tt = f"{t:.4f}"
+        self._writer.writerows((tt, name, labels, repr(value)) for name, labels, value in samples)
+        self._file.flush()

@@ -1,0 +1,91 @@
+"""Several runs, or the targets of one multi-target run, side by side in one HTML file.
+
+Each argument is ``RUNDIR[:label]``. Every target of every RunDir becomes one entry; the first entry
+is the baseline the ratios are computed against ("4.1x lower p99").
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from reports import model
+from reports.figures import overview_figures
+from reports.loader import RunData, TargetData, load_rundir
+
+
+@dataclass
+class Entry:
+    label: str
+    run: RunData
+    target: TargetData
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """'runs/x:naive' -> ('runs/x', 'naive'); a path that itself holds ':' is kept whole when it exists."""
+    if os.path.isdir(spec) or ":" not in spec:
+        return spec, None
+    path, _, label = spec.rpartition(":")
+    return path, (label or None)
+
+
+def entries_of(specs: list[str]) -> list[Entry]:
+    """Load each RunDir once and list its targets, labelled; labels are made unique."""
+    out: list[Entry] = []
+    for spec in specs:
+        path, label = parse_spec(spec)
+        run = load_rundir(path)
+        many = len(run.targets) > 1
+        for td in run.targets:
+            if label:
+                name = f"{label}/{td.name}" if many else label
+            else:
+                name = td.name
+            out.append(Entry(name, run, td))
+    names = [e.label for e in out]
+    if len(set(names)) < len(names):  # same target names in several runs: qualify by the RunDir
+        for e in out:
+            if names.count(e.label) > 1:
+                e.label = f"{e.run.path.name}/{e.label}"
+    return out
+
+
+def compare_context(entries: list[Entry]) -> dict:
+    from reports.plots import overlay_timeseries_plot
+
+    rows = []
+    for e in entries:
+        v = model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, [e.target]), use_meta=False)
+        slos = [r for r in (e.target.summary or {}).get("slo") or [] if r.get("applies", True)]
+        rows.append({"label": e.label, "scenario": e.run.name, "rundir": e.run.path.name, "state": v["state"],
+                     "slo": f"{sum(1 for r in slos if r.get('passed'))}/{len(slos)} met", "warnings": v["warnings"]})
+    figs = overview_figures([(e.label, e.target) for e in entries])
+    ts = overlay_timeseries_plot([(e.label, e.target.summary) for e in entries if e.target.summary])
+    if ts:
+        figs.insert(1, {"id": "overlay", "title": "Over time", "uri": ts,
+                        "caption": "Per second: latency p99 and successful responses of each entry, on each run's own "
+                                   "clock (seconds since its start); phases of the first entry shaded."})
+    return {
+        "title": "latbench comparison · " + " vs ".join(e.label for e in entries),
+        "entries": rows,
+        "comparison": model.comparison([(e.label, e.target.summary) for e in entries]),
+        "figures": figs,
+    }
+
+
+def render_compare(specs: list[str]) -> str:
+    from reports.html import render
+
+    entries = entries_of(specs)
+    if not entries:
+        raise ValueError("nothing to compare: the RunDirs hold no targets")
+    return render("compare.html", **compare_context(entries))
+
+
+def write_compare(specs: list[str], out) -> Path:
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(render_compare(specs), encoding="utf-8")
+    tmp.replace(out)
+    return out
