@@ -69,7 +69,8 @@ def overview_figures(targets: list[tuple[str, TargetData]]) -> list[dict]:
     if b:
         figs.append({"id": "breakdown", "title": "Where the time goes", "uri": b,
                      "caption": "Mean per successful request: send lag (generator), new-connection setup, TLS, "
-                                "waiting for the first byte, then generation / transfer until the last byte."})
+                                "waiting for the first byte, then for the first token (streams: queue and prefill), "
+                                "then generation / transfer until the last byte."})
     return figs
 
 

@@ -21,7 +21,7 @@ ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728
                 "http_4xx": "#e377c2", "bad_stream": "#8c564b", "reset": "#bcbd22", "dropped": "#17becf",
                 "cancelled": "#c7c7c7"}
 BREAKDOWN = (("send lag", "#bcbd22"), ("connect", "#9467bd"), ("TLS", "#e377c2"),
-             ("first byte", "#1f77b4"), ("generation / transfer", "#2ca02c"))
+             ("first byte", "#1f77b4"), ("first token", "#ff7f0e"), ("generation / transfer", "#2ca02c"))
 CDF_POINTS = 1500
 
 
@@ -200,7 +200,7 @@ def distributions_plot(series: list[tuple[str, np.ndarray, np.ndarray]]) -> str 
                            label=s[0])
                     a.hist(v, bins=bins, weights=w, histtype="step", color=PALETTE[i % len(PALETTE)], lw=1.0)
             a.set_xscale("log"), ms_log_axis(a.xaxis), a.set_xlabel("ms (log)"), a.set_ylabel("fraction"), a.set_title(title)
-            a.legend(loc="upper right")
+            a.legend(loc="best")
         return to_uri(fig)
 
 
@@ -208,7 +208,9 @@ def breakdown_means(df: pd.DataFrame) -> dict[str, float]:
     """Mean seconds of each latency component over successful requests; the parts add up to mean latency.
 
     send lag = sent - scheduled; connect = connected - connect_start - TLS (0 when the connection was
-    reused); first byte = first_byte - sent - connect - TLS; generation / transfer = done - first_byte.
+    reused); first byte = first_byte - sent - connect - TLS; first token = first_token - first_byte (streams
+    only: queueing and prefill after the headers); generation / transfer = done - first_token, or
+    done - first_byte without a stream.
     """
     if len(df) == 0:
         return {k: math.nan for k, _ in BREAKDOWN}
@@ -220,7 +222,8 @@ def breakdown_means(df: pd.DataFrame) -> dict[str, float]:
         "connect": conn - tls,
         "TLS": tls,
         "first byte": df["first_byte"] - df["sent"] - conn,
-        "generation / transfer": df["done"] - df["first_byte"],
+        "first token": (df["first_token"] - df["first_byte"]).fillna(0.0),
+        "generation / transfer": df["done"] - df["first_token"].fillna(df["first_byte"]),
     }
     return {k: float(np.nanmean(v.to_numpy())) if len(v) else math.nan for k, v in parts.items()}
 
@@ -243,7 +246,7 @@ def breakdown_plot(rows: list[tuple[str, dict[str, float]]]) -> str | None:
             a.text(total, yi, f" {total:.1f} ms", va="center", fontsize=8)
         a.set_yticks(y, [label for label, _ in rows])
         a.set_xlabel("mean time per successful request (ms)"), a.set_xlim(0, left.max() * 1.15 or 1)
-        a.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=5)
+        a.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=len(BREAKDOWN))
         a.grid(axis="y", visible=False)
         return to_uri(fig)
 
