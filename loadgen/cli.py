@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -71,11 +72,18 @@ def schema() -> None:
 @click.option("--target", "target_url", metavar="URL", help="run against this base URL instead of the scenario's target(s)")
 @click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
 @click.option("--quiet", is_flag=True, help="no live status line")
-def run(scenario: str, target_url: str | None, out: str | None, quiet: bool) -> None:
+@click.option("--fail-fast", is_flag=True, help="stop as soon as an SLO can no longer be met (exit 1)")
+@click.option("--baseline", metavar="RUNDIR", type=click.Path(file_okay=False), help="fail on a significant regression against this run")
+@click.option("--max-regression", default="10%", show_default=True, metavar="PCT", help="allowed worsening of a percentile before it counts")
+def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
+        baseline: str | None, max_regression: str) -> None:
     from loadgen.display import StatusDisplay, summary_table
     from loadgen.runner import install_signal_handlers, run_scenario
 
     console = _console()
+    allowance = _fraction_option(max_regression, "--max-regression")
+    if baseline is not None and not (Path(baseline) / "meta.json").is_file():
+        raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
     try:
         loaded = load_scenario(scenario)
     except ScenarioError as exc:
@@ -92,22 +100,58 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool) -> 
 
     install_signal_handlers(lambda: current.get("engine"), display.say)
     try:
-        result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine)
+        result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
+                              baseline=baseline, max_regression=allowance)
     finally:
         display.close()
     for tr in result.targets:
         if tr.summary:
             console.print(summary_table(tr.name, tr.summary))
+            for r in tr.summary.get("recovery", []):
+                when = f"recovered {r['seconds']:.1f} s into {r['phase']}" if r["recovered"] else f"did not recover during {r['phase']}"
+                console.print(f"after {r['spike']}: rolling p99 (2 s windows) vs {r['threshold'] * 1e3:g} ms: {when}")
     _print_verdict(console, result)
     sys.exit(result.exit_code)
 
 
 def _print_verdict(console: Console, result) -> None:
-    style = {"passed": "bold green", "failed": "bold red", "invalid": "bold yellow"}[result.verdict]
-    console.print(f"verdict: {result.verdict.upper()}", style=style)
-    for r in result.reasons:
-        console.print(f"  - {r}", highlight=False)
+    _print_reasons(console, result.verdict, result.reasons)
     console.print(f"RunDir: {result.rundir.path}", highlight=False)
+
+
+def _print_reasons(console: Console, verdict: str, reasons: list[str]) -> None:
+    style = {"passed": "bold green", "failed": "bold red", "invalid": "bold yellow"}[verdict]
+    console.print(f"verdict: {verdict.upper()}", style=style)
+    for r in reasons:
+        console.print(f"  - {r}", highlight=False)
+
+
+def _fraction_option(text: str, name: str) -> float:
+    try:
+        t = text.strip()
+        v = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    except ValueError:
+        raise click.BadParameter(f"expected a percentage such as 10%, got {text!r}", param_hint=name) from None
+    if not 0 <= v < 100:
+        raise click.BadParameter(f"expected a percentage between 0% and 10000%, got {text!r}", param_hint=name)
+    return v
+
+
+@main.command(help="The verdict of an existing RunDir, optionally against a baseline RunDir. Sends nothing.\n\n" + EXIT_CODES)
+@click.argument("rundir", type=click.Path(exists=True, file_okay=False))
+@click.option("--baseline", metavar="RUNDIR", type=click.Path(exists=True, file_okay=False))
+@click.option("--max-regression", default="10%", show_default=True, metavar="PCT")
+def gate(rundir: str, baseline: str | None, max_regression: str) -> None:
+    from loadgen.runner import gate_rundir
+
+    if not (Path(rundir) / "meta.json").is_file():
+        raise click.BadParameter(f"{rundir} is not a RunDir (no meta.json)", param_hint="RUNDIR")
+    try:
+        code, verdict, reasons = gate_rundir(rundir, baseline, _fraction_option(max_regression, "--max-regression"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    _print_reasons(_console(), verdict, reasons)
+    sys.exit(code)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},

@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from loadgen.failfast import FailFast
 from loadgen.live import LiveStats
 from loadgen.protocol import ApiProtocol
 from loadgen.records import Outcome, RecordBuffer, RecordWriter
@@ -64,6 +65,7 @@ class EngineSettings:
     burstiness: float = 1.0
     grace: float = 5.0
     worker: int = 0
+    failfast: "FailFast | None" = None  # stop as soon as an objective can no longer be met
 
 
 @dataclass
@@ -75,6 +77,7 @@ class EngineResult:
     interrupted: bool
     cpu_seconds: float  # process CPU time used during the run
     notes: list[str] = field(default_factory=list)
+    failed_fast: str | None = None  # the objective that stopped the run early (--fail-fast)
 
 
 class NativeEngine:
@@ -116,7 +119,12 @@ class NativeEngine:
     def _record(self, seq: int, plan: PhasePlan, sched: float, out: Outcome) -> None:
         self.buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
         done = out.done - self.t0
-        self.live.add(done, done - sched, not out.error)
+        ok = not out.error
+        self.live.add(done, done - sched, ok)
+        ff = self.s.failfast
+        if ff is not None and not self._stopping and ff.observe(
+                plan.index, plan.recorded, ok, done - sched, out.first_token - self.t0 - sched, out.done - out.sent):
+            self._stopping = True  # not an interruption: the verdict is already known
         if len(self.buffer) >= FLUSH_ROWS:
             self._flush_now.set()
 
@@ -253,4 +261,7 @@ class NativeEngine:
             end = self.now()
             self.writer.write(self.buffer.drain())
             self.writer.close()
-        return EngineResult(self.t0, wall0, end, self._seq, self.interrupted, time.process_time() - cpu0, notes)
+        ff = self.s.failfast.breached if self.s.failfast else None
+        if ff:
+            notes.append(f"stopped early (--fail-fast): {ff} can no longer be met")
+        return EngineResult(self.t0, wall0, end, self._seq, self.interrupted, time.process_time() - cpu0, notes, ff)

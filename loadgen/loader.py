@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from loadgen.scenario import Scenario
 
+_ITEM = re.compile(r"^(slo)\[(\d+)\] ")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: Where ${ENV} is expanded. Everything else is taken literally.
 _ENV_FIELDS = ("url", "metrics_url", "headers")
@@ -190,8 +191,12 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
     except ValidationError as exc:
         for err in exc.errors():
             loc = tuple(err["loc"])
-            node = _key_node(root, loc) if err["type"] == "extra_forbidden" else _locate(root, loc)
-            errors.append(f"{fname}:{_mark(node)}: {_path(loc)}: {_message(err)}")
+            msg = _message(err)
+            for part in msg.split("\n") if _ITEM.match(msg) else [msg]:
+                m = _ITEM.match(part)  # a model-level check that names the list item it is about
+                ploc = (m.group(1), int(m.group(2))) if m else loc
+                node = _key_node(root, ploc) if err["type"] == "extra_forbidden" else _locate(root, ploc)
+                errors.append(f"{fname}:{_mark(node)}: {_path(ploc)}: {part[m.end():] if m else part}")
     if errors:
         raise ScenarioError(errors)
     return LoadedScenario(scenario=scenario, path=path, raw=raw, secrets=[s for s in secrets if s])

@@ -112,6 +112,40 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     }
 
 
+RECOVERY_WINDOW_S = 2.0
+
+
+def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[dict]:
+    """After each spike (an open-loop phase whose rate is above the next one's), how long until the
+    rolling p99 latency (2 s windows by scheduled time, failed requests as infinitely slow) is back under
+    the latency.p99 objective of the phase after it, and stays there. ``seconds`` None: did not recover."""
+    out = []
+    for cur, nxt in zip(plans, plans[1:]):
+        if cur.closed or nxt.closed or 0.5 * (cur.rate_start + cur.rate_end) <= 0.5 * (nxt.rate_start + nxt.rate_end):
+            continue
+        limits = [s.threshold for s in slos if s.metric == "latency" and s.stat == "p99" and s.op in ("<", "<=")
+                  and s.scope_parts()[1] in (None, nxt.name)]
+        if not limits:
+            continue
+        limit = min(limits)
+        sel = df[(df["scheduled"] >= nxt.start) & (df["scheduled"] < nxt.end)]
+        lat = np.where(sel["ok"], sel["latency"], np.inf)
+        sched = sel["scheduled"].to_numpy()
+        ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, 0.5)
+        good = []
+        for e in ends:
+            w = lat[(sched >= e - RECOVERY_WINDOW_S) & (sched < e)]
+            good.append(w.size == 0 or np.sort(w)[max(1, math.ceil(0.99 * w.size)) - 1] < limit)
+        seconds = None
+        for i in range(len(good)):
+            if all(good[i:]):
+                seconds = float(ends[i] - RECOVERY_WINDOW_S - nxt.start)  # the first good window's start
+                break
+        out.append({"spike": cur.name, "phase": nxt.name, "threshold": limit, "window_s": RECOVERY_WINDOW_S,
+                    "seconds": seconds, "recovered": seconds is not None})
+    return out
+
+
 def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: float = 1.0) -> dict:
     """Per-second series over the whole run (all phases, recorded or not)."""
     nb = max(1, int(math.ceil(duration / step)))
@@ -199,6 +233,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
         "overall": overall,
         "phases": phases,
         "timeseries": timeseries(df, plans, duration),
+        "recovery": recovery(df, plans, slos),
     }
     summary["slo"] = evaluate_slos(summary, slos, target)
     summary["passed"] = all(r["passed"] for r in summary["slo"] if r["applies"])

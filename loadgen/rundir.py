@@ -29,6 +29,7 @@ REQUESTS = "requests.parquet"
 SUMMARY = "summary.json"
 SERVER_METRICS = "server_metrics.csv"
 META = "meta.json"
+REGRESSION = "regression.json"
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 

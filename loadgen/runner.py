@@ -26,7 +26,9 @@ from loadgen.loader import LoadedScenario
 from loadgen.metrics import summarize
 from loadgen.prompts import make_prompt_source
 from loadgen.records import RecordWriter, read_records
-from loadgen.rundir import REQUESTS, SUMMARY, RunDir, safe_name, scrub, write_json
+from loadgen.failfast import FailFast
+from loadgen.regression import compare_runs, describe_regressions
+from loadgen.rundir import META, REGRESSION, REQUESTS, SUMMARY, RunDir, safe_name, scrub, write_json
 from loadgen.scenario import Target
 from loadgen.schedule import plan_phases
 from loadgen.targets import ManagedServer, TargetStartError, start_command, start_reference
@@ -46,6 +48,7 @@ class TargetRun:
     summary: dict | None = None
     server: dict = field(default_factory=dict)
     error: str | None = None
+    failed_fast: str | None = None
 
 
 @dataclass
@@ -79,13 +82,15 @@ def make_transport(target: Target):
 
 
 async def _run_target(loaded: LoadedScenario, target: Target, url: str, model: str, tdir: Path,
-                      on_engine: Callable[[NativeEngine], None] | None) -> tuple:
+                      on_engine: Callable[[NativeEngine], None] | None, fail_fast: bool = False) -> tuple:
     sc = loaded.scenario
     plans = plan_phases(sc.load)
+    failfast = FailFast(sc.slo, plans, target.name) if fail_fast else None
     protocol = make_protocol(target.model_copy(update={"url": url}), sc.workload, model)
     prompts = make_prompt_source(sc.workload, sc.load.seed, loaded.path.parent)
     settings = EngineSettings(plans, timeout=target.timeout, max_in_flight=sc.load.max_in_flight,
-                              seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace)
+                              seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace,
+                              failfast=failfast)
     transport = make_transport(target)
     await transport.start()
     engine = NativeEngine(settings, protocol, prompts, transport, RecordWriter(tdir / REQUESTS))
@@ -99,12 +104,17 @@ async def _run_target(loaded: LoadedScenario, target: Target, url: str, model: s
 
 
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
-                 on_engine: Callable[[NativeEngine], None] | None = None, exact_out: bool = False) -> RunResult:
+                 on_engine: Callable[[NativeEngine], None] | None = None, exact_out: bool = False,
+                 fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10) -> RunResult:
     """Run every target of a scenario, write the RunDir, and return the verdict.
 
     ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
     ``on_engine`` is called with each engine before it starts (the CLI attaches its display there).
+    ``fail_fast`` stops a target as soon as an objective can no longer be met. ``baseline`` names a
+    RunDir to check for regressions beyond ``max_regression`` (a fraction).
     """
+    if baseline is not None and not (Path(baseline) / META).is_file():
+        raise ValueError(f"--baseline {baseline}: not a RunDir (no {META})")
     sc = loaded.scenario
     rd = RunDir.create(out, sc.name, exact=exact_out)
     rd.write_scenario(loaded.redacted())
@@ -147,32 +157,40 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
             tr.server = {**server.config, "listen_s": server.listen_s, "ready_s": server.ready_s}
         try:
             model = _resolve_model(target, url, server)
-            plans, res = run_async(_run_target(loaded, target, url, model, tdir, on_engine))
+            plans, res = run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast))
         finally:
             if server:
                 server.stop()
         interrupted = interrupted or res.interrupted
         table = read_records(tdir / REQUESTS)
+        tr.failed_fast = res.failed_fast
         tr.summary = summarize(table, plans, sc.slo, res.duration, target=target.name, scenario=sc.name,
-                               complete=not res.interrupted, notes=res.notes,
+                               complete=not (res.interrupted or res.failed_fast), notes=res.notes,
                                send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds)
         tr.summary["model"] = model
         write_json(tdir / SUMMARY, tr.summary, secrets)
         meta["targets"][i].update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
                                   duration_s=res.duration, requests=res.requests)
         rd.write_meta(meta, secrets)
-        if res.interrupted:
+        if res.interrupted or (res.failed_fast and fail_fast):
             break
-    code, verdict, reasons = verdict_of(runs, interrupted, len(targets))
+    regression = None
+    if baseline is not None and not interrupted:
+        regression = compare_runs(rd, RunDir(baseline), max_regression)
+        write_json(rd.path / REGRESSION, regression)
+    code, verdict, reasons = verdict_of(runs, interrupted, len(targets), regression)
     meta.update(complete=not interrupted and len(runs) == len(targets) and all(r.summary for r in runs),
                 exit_code=code, verdict=verdict, reasons=reasons)
     rd.write_meta(meta, secrets)
     return RunResult(rd, runs, interrupted, code, verdict, reasons)
 
 
-def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int) -> tuple[int, str, list[str]]:
+def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int,
+               regression: dict | None = None) -> tuple[int, str, list[str]]:
     """Exit code, one-word verdict and reasons. Invalid runs (3) outrank SLO failures (1)."""
     invalid, failed = [], []
+    if regression is not None:
+        failed += describe_regressions(regression)
     if interrupted:
         invalid.append("the run was interrupted: its numbers are incomplete")
     for r in runs:
@@ -191,10 +209,12 @@ def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int) -> tupl
             invalid.append(f"{r.name}: generator-limited (send lag p99 {lag * 1e3:.1f} ms > {g['send_lag_threshold'] * 1e3:g} ms"
                            + (", generator CPU saturated" if g["cpu_saturated"] else "") + ")"
                            if lag is not None and not math.isnan(lag) else f"{r.name}: generator-limited")
+        if r.failed_fast:
+            failed.append(f"{r.name}: stopped early by --fail-fast: {r.failed_fast} can no longer be met")
         for slo in s["slo"]:
             if slo["applies"] and not slo["passed"]:
                 failed.append(f"{r.name}: {slo['expr']} (measured {_fmt(slo)})")
-    if len(runs) < n_targets and not interrupted:
+    if len(runs) < n_targets and not interrupted and not any(r.failed_fast for r in runs):
         invalid.append(f"only {len(runs)} of {n_targets} targets ran")
     if invalid:
         return EXIT_INVALID, "invalid", invalid + failed
@@ -240,3 +260,28 @@ def _call(loop, fn):
         loop.call_soon_threadsafe(fn)
     else:
         fn()
+
+
+def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 0.10) -> tuple[int, str, list[str]]:
+    """The verdict of an existing RunDir (its SLOs as recorded), optionally against a baseline."""
+    rd = RunDir(path)
+    meta = rd.meta()
+    runs = []
+    for t in meta.get("targets", []):
+        f = rd.path / t["dir"] / SUMMARY
+        tr = TargetRun(t["name"], t["dir"], t.get("url", ""))
+        if f.is_file():
+            tr.summary = json.loads(f.read_text())
+            if any("--fail-fast" in n for n in tr.summary.get("notes", [])):
+                tr.failed_fast = next(n for n in tr.summary["notes"] if "--fail-fast" in n)
+        else:
+            tr.error = "no summary.json: the run did not finish this target"
+        runs.append(tr)
+    interrupted = not meta.get("complete", False) and not any(r.failed_fast for r in runs)
+    regression = None
+    if baseline is not None:
+        if not (Path(baseline) / META).is_file():
+            raise ValueError(f"--baseline {baseline}: not a RunDir (no {META})")
+        regression = compare_runs(rd, RunDir(baseline), max_regression)
+        write_json(rd.path / REGRESSION, regression)
+    return verdict_of(runs, interrupted, len(runs), regression)

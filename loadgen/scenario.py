@@ -212,6 +212,23 @@ class Scenario(Strict):
                 raise ValueError("targets: names must be unique")
         return self
 
+    @model_validator(mode="after")
+    def _slo_scopes(self):
+        phases = {p.name for p in self.load.phases}
+        targets = {t.name for t in (self.targets or [])} | ({self.target.name} if self.target and self.target.name else set())
+        bad = []
+        for i, s in enumerate(self.slo):
+            tgt, name = s.scope_parts()
+            if tgt is not None and (tgt not in targets or name not in phases):
+                bad.append(f"slo[{i}] {s.expr!r}: scope {s.scope!r} must be target/phase with a target among "
+                           f"{sorted(targets) or 'none'} and a phase among {sorted(phases)}")
+            elif tgt is None and name is not None and name not in phases | targets:
+                bad.append(f"slo[{i}] {s.expr!r}: unknown scope {name!r}, expected a phase ({', '.join(sorted(phases))})"
+                           + (f" or a target ({', '.join(sorted(targets))})" if targets else ""))
+        if bad:
+            raise ValueError("\n".join(bad))
+        return self
+
     def target_list(self) -> list[Target]:
         if self.targets is not None:
             return self.targets

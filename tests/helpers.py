@@ -11,6 +11,7 @@ from loadgen.runner import run_scenario
 
 
 def write_scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     p = tmp_path / name
     p.write_text(textwrap.dedent(text))
     return p

@@ -23,7 +23,7 @@ load:
     - {name: closed, duration: 10s, concurrency: 8}
 slo:
   - latency.p99 < 300ms
-  - "burst: error_rate < 0.1%"
+  - "baseline: error_rate < 0.1%"
 """
 
 
@@ -73,6 +73,14 @@ def test_each_kind_of_mistake_says_what_was_expected(tmp_path, change, expected)
         load_scenario(write_scenario(tmp_path, text.replace(*change)), env={"TEST_API_KEY": "x"})
     assert expected in str(e.value)
     assert str(e.value).startswith(str(tmp_path / "s.yaml") + ":")
+
+
+def test_slo_scopes_must_name_a_phase_or_target(tmp_path):
+    text = GOOD.replace('"baseline: error_rate < 0.1%"', '"basline: error_rate < 0.1%"')
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write_scenario(tmp_path, text), env={"TEST_API_KEY": "x"})
+    (err,) = e.value.errors
+    assert ":14:5: slo[1]:" in err and "unknown scope 'basline'" in err and "baseline, closed, ramp, warmup" in err
 
 
 def test_missing_environment_variable_is_named(tmp_path):
