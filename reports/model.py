@@ -182,8 +182,9 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
         headline = "no objectives defined"
     if state == "invalid":
         headline += ", but the run is not valid: see the warnings below"
-    extra = [r for r in (run.meta.get("reasons") or [] if use_meta else [])
-             if r not in failed and "generator-limited" not in r and not r.startswith("the run was interrupted")]
+    slo_reasons = tuple(f"{td.name}: {r.get('expr')} (" for td in run.targets for r in (td.summary or {}).get("slo") or [])
+    extra = [r for r in (run.meta.get("reasons") or [] if use_meta else [])  # the runner's other reasons, once
+             if not r.startswith(slo_reasons) and "generator-limited" not in r and not r.startswith("the run was interrupted")]
     return {"state": state, "word": state.upper(), "headline": headline, "failed": failed,
             "warnings": warnings + extra, "incomplete": incomplete}
 

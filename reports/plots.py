@@ -126,7 +126,8 @@ def timeseries_plot(summary: dict) -> str | None:
         a = ax[0, 0]
         a.plot(mid, f("latency_p50") * 1e3, color=PALETTE[0], lw=1.3, label="p50")
         a.plot(mid, f("latency_p99") * 1e3, color=PALETTE[1], lw=1.3, label="p99")
-        a.set_ylabel("latency (ms)"), a.set_ylim(bottom=0), a.legend(loc="upper left", ncols=2)
+        a.legend(loc="upper left", ncols=2)
+        latency_axis(a, np.concatenate([f("latency_p50"), f("latency_p99")]) * 1e3, "latency")
         q = ax[1, 0]
         q.plot(mid, f("target_qps"), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
         q.plot(mid, f("sent") / step, color=PALETTE[4], lw=1.0, alpha=0.8, label="sent")
@@ -166,6 +167,15 @@ def ms_log_axis(axis) -> None:
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def latency_axis(ax, ms_values: np.ndarray, label: str) -> None:
+    """A linear y axis from 0, or a log one when the values span more than 20x (a spike over a low floor)."""
+    v = ms_values[np.isfinite(ms_values) & (ms_values > 0)]
+    if v.size and v.max() > 20 * v.min():
+        ax.set_yscale("log"), ms_log_axis(ax.yaxis), ax.set_ylabel(f"{label} (ms, log)")
+    else:
+        ax.set_ylim(bottom=0), ax.set_ylabel(f"{label} (ms)")
 
 
 def _log_bins(values: np.ndarray, n: int = 60) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from reports.plots import PALETTE, _shade_only, figure, phase_windows, shade_phases, to_uri, _style
+from reports.plots import PALETTE, _shade_only, _style, figure, latency_axis, phase_windows, shade_phases, to_uri
 
 PREFIXES = ("refserver_", "vllm_")
 
@@ -47,7 +47,7 @@ def _delta(s: pd.Series) -> pd.Series:
 def hist_mean(df: pd.DataFrame, base: str) -> pd.Series:
     """Per-interval mean of a Prometheus histogram: delta _sum / delta _count (NaN where nothing was observed)."""
     ds, dc = _delta(total(df, base + "_sum")), _delta(total(df, base + "_count"))
-    return (ds / dc.where(dc > 0)).dropna()
+    return (ds / dc.where(dc > 0)).iloc[1:]  # NaN kept: a gap in the line, not a straight line across it
 
 
 def counter_rate(df: pd.DataFrame, name: str) -> pd.Series:
@@ -60,7 +60,7 @@ def counter_rate(df: pd.DataFrame, name: str) -> pd.Series:
 def _ratio(df, a: str, b: str, share: bool) -> pd.Series:
     da, db = _delta(total(df, a)), _delta(total(df, b))
     den = db if share else da + db
-    return (100.0 * da / den.where(den > 0)).dropna()
+    return (100.0 * da / den.where(den > 0)).iloc[1:]
 
 
 def panel_series(df: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
@@ -92,7 +92,7 @@ def server_plot(summary: dict, df: pd.DataFrame | None) -> tuple[str | None, lis
     """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles)."""
     if df is None or df.empty:
         return None, []
-    panels = [p for p in panel_series(df) if len(p[2])]
+    panels = [p for p in panel_series(df) if p[2].notna().any()]
     if not panels:
         return None, []
     ts = summary.get("timeseries") or {}
@@ -105,12 +105,12 @@ def server_plot(summary: dict, df: pd.DataFrame | None) -> tuple[str | None, lis
         a = ax[0, 0]
         if t.size:
             a.plot(t + step / 2, p99 * 1e3, color=PALETTE[1], lw=1.3, label="client p99")
-        a.set_ylabel("client p99 (ms)"), a.set_ylim(bottom=0)
+        latency_axis(a, p99 * 1e3, "client p99")
         shade_phases(a, phases)
         for i, (title, unit, s) in enumerate(panels, start=1):
             b = ax[i, 0]
             b.plot(s.index.to_numpy(), s.to_numpy(), color=PALETTE[(i + 1) % len(PALETTE)], lw=1.3, marker=".", ms=3)
-            b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(bottom=0)
+            b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(0, None if np.nanmax(s.to_numpy()) > 0 else 1)
             _shade_only(b, phases)
         ax[-1, 0].set_xlabel("time since start (s)")
         end = max([t[-1] + step if t.size else 0] + [p["end"] for p in phases] + [float(df["time"].max())])
