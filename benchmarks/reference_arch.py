@@ -97,10 +97,13 @@ async def closed_loop(url, model, concurrency, duration_s, max_requests, max_tok
             "p50": pct(lat, 50), "p99": pct(lat, 99), "ttft50": pct(ttfts, 50)}
 
 
-async def cold_first_request(url, model, max_tokens) -> float:
+async def first_requests(url, model, max_tokens) -> tuple[float, float]:
+    """End-to-end seconds of the first request after /health is 200 (cold) and of the second (warm)."""
     async with aiohttp.ClientSession() as session:
         await wait_health(session, url)
-        return (await one_request(session, url, model, "cold start", max_tokens))[0]
+        cold = (await one_request(session, url, model, "cold start", max_tokens))[0]
+        warm = (await one_request(session, url, model, "warm start", max_tokens))[0]
+        return cold, warm
 
 
 def bench_archs(backend, model, cache_dir, concurrencies, duration_s, max_tokens) -> list[dict]:
@@ -108,8 +111,7 @@ def bench_archs(backend, model, cache_dir, concurrencies, duration_s, max_tokens
     for arch in ("naive", "optimized"):
         proc, url = start_server(arch, backend, model, cache_dir)
         try:
-            cold = asyncio.run(cold_first_request(url, model, max_tokens))
-            warm = asyncio.run(closed_loop(url, model, 1, 0, 1, max_tokens, "warm"))["p50"]
+            cold, warm = asyncio.run(first_requests(url, model, max_tokens))
             for c in concurrencies:
                 r = asyncio.run(closed_loop(url, model, c, duration_s, 2000, max_tokens, f"{arch}{c}"))
                 rows.append(dict(r, backend=backend, arch=arch, concurrency=c, cold=cold, warm=warm))

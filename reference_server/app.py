@@ -138,7 +138,7 @@ async def start(config: ServerConfig, *, announce: TextIO | None = None) -> Runn
     port = runner.addresses[0][1]
     host = f"[{config.host}]" if ":" in config.host else config.host
     url = f"http://{host}:{port}"
-    resolved_config = dict(config.to_dict(), port=port, model=resolved.spec.name, served_model_name=state.served_model,
+    resolved_config = dict(config.to_dict(), port=port, backend_requested=config.backend, model=resolved.spec.name, served_model_name=state.served_model,
                            parameter_count=resolved.spec.parameter_count(), cache_dir=str(resolved.cache_dir),
                            **resolved.to_dict())
     if announce is not None:

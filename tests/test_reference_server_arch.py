@@ -133,8 +133,9 @@ def test_faults_at_configured_rates(weights_dir):
     assert abs(len(errors) / n - 0.2) < 0.08
     cut = sum(1 for r in ok if r[1] == "cut")
     assert abs(cut / len(ok) - 0.3) < 0.1
-    slow = sum(1 for r in ok if r[2] >= 0.25)
-    assert abs(slow / len(ok) - 0.2) < 0.1
+    assert abs(kinds["slow"] / len(ok) - 0.2) < 0.1
+    # every delayed request was really slow (under a loaded machine, some others may be slow too)
+    assert sum(1 for r in ok if r[2] >= 0.25) >= kinds["slow"]
     assert kinds["error"] == len(errors) and kinds["cut_stream"] == cut
 
 
