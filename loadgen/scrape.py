@@ -53,6 +53,10 @@ class MetricsScraper:
     ``await start(url, csv_path, t0)`` returns at once; ``await stop()`` ends the polling, closes the
     file and is safe to call at any time (also when start never found metrics). ``note`` says why
     scraping stopped early, if it did.
+
+    ``t0`` is the run's start on ``time.perf_counter``, or a callable returning it (``lambda: engine.t0``),
+    read at every scrape, so the scraper may start before the engine fixes its t0: while the callable
+    returns 0 or None, scrapes are not stored.
     """
 
     def __init__(self, interval: float = INTERVAL, timeout: float = 2.0):
@@ -65,7 +69,7 @@ class MetricsScraper:
         self._file = None
         self._writer = None
 
-    async def start(self, url: str, csv_path: Path, t0: float) -> None:
+    async def start(self, url: str, csv_path: Path, t0) -> None:
         self.url, self.csv_path, self.t0 = url, Path(csv_path), t0
         try:
             import aiohttp
@@ -127,7 +131,10 @@ class MetricsScraper:
             if resp.status != 200:
                 return f"HTTP {resp.status}"
             text = await resp.text()
-        t = time.perf_counter() - self.t0  # when the answer arrived, on the records' clock
+        t0 = self.t0() if callable(self.t0) else self.t0
+        if not t0:
+            return True  # the run has not started its clock yet
+        t = time.perf_counter() - t0  # when the answer arrived, on the records' clock
         try:
             samples = parse_samples(text)
         except Exception as exc:

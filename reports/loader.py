@@ -184,4 +184,5 @@ def _span(table: pa.Table) -> float:
     import pyarrow.compute as pc
 
     hi = [pc.max(table.column(c)).as_py() for c in ("done", "scheduled")]
-    return float(max(v for v in hi if v is not None and not math.isnan(v)) if any(v is not None for v in hi) else 0.0)
+    hi = [v for v in hi if v is not None and not math.isnan(v)]
+    return float(max(hi)) if hi else 0.0

@@ -23,6 +23,7 @@ ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728
 BREAKDOWN = (("send lag", "#bcbd22"), ("connect", "#9467bd"), ("TLS", "#e377c2"),
              ("first byte", "#1f77b4"), ("first token", "#ff7f0e"), ("generation / transfer", "#2ca02c"))
 CDF_POINTS = 1500
+OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), "fontsize": 8}  # legends beside time series, never over them
 
 
 @contextmanager
@@ -126,13 +127,13 @@ def timeseries_plot(summary: dict) -> str | None:
         a = ax[0, 0]
         a.plot(mid, f("latency_p50") * 1e3, color=PALETTE[0], lw=1.3, label="p50")
         a.plot(mid, f("latency_p99") * 1e3, color=PALETTE[1], lw=1.3, label="p99")
-        a.legend(loc="upper left", ncols=2)
+        a.legend(**OUTSIDE)
         latency_axis(a, np.concatenate([f("latency_p50"), f("latency_p99")]) * 1e3, "latency")
         q = ax[1, 0]
         q.plot(mid, f("target_qps"), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
         q.plot(mid, f("sent") / step, color=PALETTE[4], lw=1.0, alpha=0.8, label="sent")
         q.plot(mid, f("ok") / step, color=PALETTE[2], lw=1.3, label="achieved (ok)")
-        q.set_ylabel("req/s"), q.set_ylim(bottom=0), q.legend(loc="upper left", ncols=3)
+        q.set_ylabel("req/s"), q.set_ylim(bottom=0), q.legend(**OUTSIDE)
         e = ax[2, 0]
         bottom = np.zeros(t.size)
         for cls, counts in sorted((ts.get("errors") or {}).items()):
@@ -141,7 +142,7 @@ def timeseries_plot(summary: dict) -> str | None:
             bottom += y
         e.set_ylabel("errors/s")
         if bottom.any():
-            e.legend(loc="upper left", ncols=6)
+            e.legend(**OUTSIDE)
         else:
             e.text(0.5, 0.5, "no errors", transform=e.transAxes, ha="center", va="center", color="#2ca02c")
         n = ax[3, 0]
@@ -276,7 +277,8 @@ def overlay_timeseries_plot(series: list[tuple[str, dict]]) -> str | None:
             c = PALETTE[i % len(PALETTE)]
             ax[0, 0].plot(mid[: p99.size], p99 * 1e3, color=c, lw=1.3, label=label)
             ax[1, 0].plot(mid, np.asarray(ts.get("ok") or [], dtype=float) / step, color=c, lw=1.3, label=label)
-        ax[0, 0].set_ylabel("latency p99 (ms)"), ax[0, 0].set_ylim(bottom=0), ax[0, 0].legend(loc="upper left", ncols=4)
+        ax[0, 0].legend(**OUTSIDE)
+        latency_axis(ax[0, 0], np.concatenate([np.asarray([np.nan if v is None else v for v in (s["timeseries"].get("latency_p99") or [])], dtype=float) for _, s in series]) * 1e3, "latency p99")
         ax[1, 0].set_ylabel("achieved req/s"), ax[1, 0].set_ylim(bottom=0), ax[1, 0].set_xlabel("time since start (s)")
         shade_phases(ax[0, 0], phase_windows(series[0][1]))
         end = max(float(s["timeseries"]["t"][-1]) + float(s["timeseries"].get("step_s") or 1.0) for _, s in series)

@@ -129,3 +129,23 @@ def test_parse_and_canonical_labels():
     text = '# TYPE x counter\nx_total{k="v"} 2\n# TYPE h histogram\nh_bucket{le="+Inf"} 1\nh_count 1\nh_sum 0.5\n'
     assert parse_samples(text) == [("x_total", 'k="v"', 2.0), ("h_bucket", 'le="+Inf"', 1.0), ("h_count", "", 1.0),
                                    ("h_sum", "", 0.5)]
+
+
+def test_t0_may_be_read_from_the_engine_once_it_starts(tmp_path):
+    path = tmp_path / "m.csv"
+    clock = {"t0": None}
+
+    async def go():
+        async with PromServer() as srv:
+            s = MetricsScraper(interval=0.1)
+            await s.start(srv.url, path, lambda: clock["t0"])
+            await asyncio.sleep(0.35)
+            assert not path.exists()
+            clock["t0"] = time.perf_counter()
+            await asyncio.sleep(0.35)
+            await s.stop()
+            return s
+
+    s = asyncio.run(go())
+    times = sorted(set(pd.read_csv(path)["time"]))
+    assert s.scrapes == len(times) >= 2 and 0 <= times[0] < 0.2
