@@ -329,3 +329,42 @@ def test_lean_writes_the_request_it_was_given(servers):
     assert head.startswith("POST /a/b?q=1 HTTP/1.1\r\n") and head.endswith("\r\n\r\nabc")
     assert "\r\nX-K: v\r\n" in head and "\r\nContent-Length: 3\r\n" in head and "Content-Length: 9" not in head
     assert "\r\nUser-Agent: latbench\r\n" in head and "\r\nHost: 127.0.0.1:" in head
+
+
+# --- the multi-process engine ----------------------------------------------------------------------------
+
+
+def test_two_processes_send_every_arrival_of_the_schedule_exactly_once(servers, tmp_path):
+    """Process k takes arrivals k, k+2, ... of the seeded schedule; the merge has each seq once."""
+    import numpy as np
+
+    from loadgen.loader import load_scenario
+    from loadgen.multiproc import run_target_processes
+    from loadgen.records import read_records
+    from loadgen.runner import _run_target
+
+    path = tmp_path / "s.yaml"
+    path.write_text(f"""
+name: mp
+target: {{url: "{servers[0]}/v1", stream: false}}
+workload: {{prompts: {{input_tokens: 8, output_tokens: 4, distinct: 10}}}}
+load:
+  arrival: poisson
+  seed: 7
+  phases:
+    - {{name: a, duration: 0.6s, qps: 150, record: false}}
+    - {{name: b, duration: 0.6s, qps: 250}}
+""")
+    loaded = load_scenario(path)
+    target = loaded.scenario.target_list()[0]
+    _, single = run_async(_run_target(loaded, target, target.url, "m", tmp_path / "one", None))
+    _, multi = run_async(run_target_processes(loaded, target, target.url, "m", tmp_path / "two", None, processes=2))
+    one = read_records(tmp_path / "one" / "requests.parquet").to_pandas()
+    two = read_records(tmp_path / "two" / "requests.parquet").to_pandas()
+    assert multi.requests == single.requests == len(one) == len(two) > 150
+    assert (two["seq"].to_numpy() == np.arange(len(two))).all()  # sorted, every seq exactly once
+    assert set(two["worker"]) == {0, 1} and abs((two["worker"] == 0).sum() - len(two) / 2) <= 2
+    assert np.allclose(two["scheduled"].to_numpy(), one.sort_values("seq")["scheduled"].to_numpy())  # the same schedule
+    assert (two["phase"].to_numpy() == one.sort_values("seq")["phase"].to_numpy()).all()
+    assert (two["error"] == "").all() and multi.cpu_seconds > 0 and not multi.interrupted
+    assert not list((tmp_path / "two").glob("*.part*"))  # the parts are merged away

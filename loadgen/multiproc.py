@@ -1,0 +1,405 @@
+"""The multi-process native engine: one seeded schedule split between P processes, records merged exactly.
+
+Process k of P sends arrivals k, k+P, k+2P, ... of every open-loop phase (the same seeded schedule
+the single-process engine follows) and runs its share of every closed-loop phase's workers and
+``max_requests``. Each process has its own event loop, transport and :class:`RecordWriter` (a part
+file); all of them measure from one shared ``t0``, an absolute ``perf_counter`` value chosen by the
+parent once every child is ready (CLOCK_MONOTONIC is one clock for all processes of a Linux host).
+
+The parts are merged into one ``requests.parquet`` sorted by (phase, key) and numbered 0..N-1, so
+every ``seq`` appears exactly once. For open-loop phases the key is the arrival's index in the
+schedule, so a complete open-loop run has the very ``seq`` values (and prompts) of a single-process
+run; closed-loop requests are numbered by (phase, request k of process p -> k*P + p). ``max_in_flight``
+is split between the processes, as are closed-loop concurrency and budgets.
+
+Control: children ignore SIGINT; the parent's handler (``runner.install_signal_handlers`` given the
+:class:`ProcessGroup` through ``on_engine``) tells every child "stop" or "abort" over its pipe, and
+a child's fail-fast verdict is relayed to the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loadgen.engine import EngineResult, EngineSettings, NativeEngine, run_async
+from loadgen.live import RING, LiveStats
+from loadgen.records import SCHEMA, RecordWriter, read_records
+from loadgen.schedule import PhasePlan, arrivals
+
+__all__ = ["ProcessGroup", "ShardEngine", "merge_parts", "run_target_processes", "share"]
+
+clock = time.perf_counter
+START_MARGIN = 0.05  # seconds between "all ready" and the shared t0: time to deliver t0 to every child
+LIVE_EVERY = 0.5  # seconds between a child's live snapshots
+LIVE_SAMPLE = 1024  # latest completions per snapshot, for the display's p50/p99
+
+
+def share(n: int, parts: int, k: int) -> int:
+    """Part k of n split as evenly as possible into ``parts`` (the first ``n % parts`` get one more)."""
+    return n // parts + (1 if k < n % parts else 0)
+
+
+def phase_offsets(plans: list[PhasePlan], seed: int, burstiness: float) -> list[int]:
+    """Per phase, the arrivals of the open-loop phases before it (closed-loop phases count 0)."""
+    offsets, total = [], 0
+    for plan in plans:
+        offsets.append(total)
+        total += sum(len(t) for t in arrivals(plan, seed, burstiness))
+    return offsets
+
+
+class ShardEngine(NativeEngine):
+    """A :class:`NativeEngine` that sends only share ``shard`` of ``shards``, timed from a shared ``t0``."""
+
+    # The base class sets ``self.t0 = clock()`` at the start of run(); a shard keeps the shared one.
+    t0 = property(lambda self: self._shared_t0, lambda self, value: None)
+
+    def __init__(self, settings: EngineSettings, protocol, prompts, transport, writer: RecordWriter,
+                 shard: int, shards: int, t0: float):
+        self._shared_t0 = t0
+        super().__init__(settings, protocol, prompts, transport, writer)
+        self.shard, self.shards = shard, shards
+        self.count = 0  # requests this process recorded
+        self._offsets = phase_offsets(settings.plans, settings.seed, settings.burstiness)
+
+    async def _open_phase(self, plan: PhasePlan) -> None:
+        k, p = self.shard, self.shards
+        base = self._offsets[plan.index]  # global arrival index of this chunk's first arrival
+        for times in arrivals(plan, self.s.seed, self.s.burstiness):
+            first = (k - base) % p
+            mine = times[first::p]
+            n, i = len(mine), 0
+            while i < n:
+                if not await self._sleep_until(mine[i]):
+                    return
+                now = self.now()
+                j = i + 1
+                while j < n and mine[j] <= now:
+                    j += 1
+                for m in range(i, j):
+                    self._seq = base + first + m * p  # _launch numbers the request with self._seq
+                    self._launch(plan, float(mine[m]))
+                self.count += j - i
+                i = j
+            base += len(times)
+        await self._sleep_until(plan.end)
+
+    async def _closed_phase(self, plan: PhasePlan) -> None:
+        if not await self._sleep_until(plan.start):
+            return
+        k, p = self.shard, self.shards
+        budget = [share(plan.max_requests, p, k) if plan.max_requests else math.inf]
+        local = [0]
+        base = self._offsets[plan.index]
+
+        async def worker() -> None:
+            while not self._stopping and self.now() < plan.end and budget[0] > 0:
+                budget[0] -= 1
+                seq = base + local[0] * p + k
+                local[0] += 1
+                self.count += 1
+                self.live.in_flight += 1
+                await self._one(seq, plan, self.now())
+
+        for _ in range(share(plan.concurrency, p, k)):
+            w = asyncio.ensure_future(worker())
+            self._tasks.add(w)
+            w.add_done_callback(self._tasks.discard)
+        await self._sleep_until(plan.end)
+
+    def stop_sending(self) -> None:
+        """Send no more, without marking the run interrupted (another process's fail-fast verdict)."""
+        self._stopping = True
+
+    async def run(self) -> EngineResult:
+        result = await super().run()
+        result.requests = self.count
+        return result
+
+
+# --- the child ---------------------------------------------------------------------------------------
+
+
+def _live_snapshot(live: LiveStats, last: int) -> tuple[dict, int]:
+    i = live._i
+    new = min(i - last, LIVE_SAMPLE, RING)
+    idx = np.arange(i - new, i) & (RING - 1)
+    snap = {"sent": live.sent, "completed": live.completed, "errors": live.errors, "in_flight": live.in_flight,
+            "phase": live.phase, "target_rate": live.target_rate,
+            "t": live._t[idx].copy(), "lat": live._lat[idx].copy(), "ok": live._ok[idx].copy()}
+    return snap, i
+
+
+def _on_message(conn, handler) -> None:
+    """Call ``handler(message)`` for each message from the parent (EOF: ``handler(None)``), on the loop."""
+    def readable() -> None:
+        try:
+            while conn.poll():
+                handler(conn.recv())
+        except (EOFError, OSError):
+            asyncio.get_running_loop().remove_reader(conn.fileno())
+            handler(None)
+
+    asyncio.get_running_loop().add_reader(conn.fileno(), readable)
+
+
+async def _child_main(k: int, p: int, loaded, target, url: str, model: str, part: str, conn, factory,
+                      fail_fast: bool) -> None:
+    from loadgen.apis import make_protocol
+    from loadgen.prompts import make_prompt_source
+    from loadgen.schedule import plan_phases
+
+    if factory is None:
+        from loadgen.runner import make_transport as factory  # lazily: the runner may import this module
+    sc = loaded.scenario
+    plans = plan_phases(sc.load)
+    failfast = None
+    if fail_fast:  # this process's breaches alone exceed what the whole run may have: sound, if later
+        from loadgen.failfast import FailFast
+
+        failfast = FailFast(sc.slo, plans, target.name)
+    target = target.model_copy(update={"url": url})
+    protocol = make_protocol(target, sc.workload, model)
+    prompts = make_prompt_source(sc.workload, sc.load.seed, loaded.path.parent)
+    settings = EngineSettings(plans, timeout=target.timeout, max_in_flight=max(1, share(sc.load.max_in_flight, p, k)),
+                              seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace, worker=k,
+                              failfast=failfast)
+    transport = factory(target)
+    await transport.start()
+    loop = asyncio.get_running_loop()
+    got_t0: asyncio.Future = loop.create_future()
+    engine: ShardEngine | None = None
+
+    def command(msg) -> None:
+        if not got_t0.done():
+            got_t0.set_result(msg)
+        elif msg == "stop" or msg is None:
+            engine.request_stop()
+        elif msg == "abort":
+            engine.abort()
+        elif msg == "failfast":
+            engine.stop_sending()
+
+    try:
+        _on_message(conn, command)
+        conn.send(("ready", None))
+        t0 = await got_t0
+        if t0 is None:
+            return
+        engine = ShardEngine(settings, protocol, prompts, transport, RecordWriter(part), k, p, t0)
+        loop.add_signal_handler(signal.SIGTERM, engine.request_stop)
+
+        async def report() -> None:
+            last, told = 0, False
+            while True:
+                await asyncio.sleep(LIVE_EVERY)
+                snap, last = _live_snapshot(engine.live, last)
+                conn.send(("live", snap))
+                if failfast is not None and failfast.breached and not told:
+                    told = True
+                    conn.send(("breached", failfast.breached))
+
+        reporter = asyncio.ensure_future(report())
+        try:
+            result = await engine.run()
+        finally:
+            reporter.cancel()
+    finally:
+        loop.remove_reader(conn.fileno())
+        await transport.close()
+    conn.send(("done", dataclasses.asdict(result)))
+
+
+def _child(k, p, loaded, target, url, model, part, conn, factory, fail_fast) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides, and tells every process
+    try:
+        run_async(_child_main(k, p, loaded, target, url, model, part, conn, factory, fail_fast))
+    except BaseException as exc:
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        except OSError:
+            pass
+        raise
+
+
+# --- the parent --------------------------------------------------------------------------------------
+
+
+class _GroupLive(LiveStats):
+    """The children's live counters summed; the window from their sampled latest completions."""
+
+    def __init__(self, total: float, processes: int):
+        super().__init__(total)
+        self._snaps: list[dict | None] = [None] * processes
+        self._done_at: list[tuple[float, int]] = []  # (latest completion time, completions then)
+
+    def update(self, k: int, snap: dict) -> None:
+        self._snaps[k] = snap
+        snaps = [s for s in self._snaps if s]
+        for name in ("sent", "completed", "errors", "in_flight"):
+            setattr(self, name, sum(s[name] for s in snaps))
+        self.phase, self.target_rate = snap["phase"], sum(s["target_rate"] for s in snaps)
+        n = len(snap["t"])
+        i = (self._i + np.arange(n)) & (RING - 1)
+        self._t[i], self._lat[i], self._ok[i] = snap["t"], snap["lat"], snap["ok"]
+        self._i += n
+        self._done_at = self._done_at[-256:] + [(float(snap["t"].max()) if n else -math.inf, self.completed)]
+
+    def window(self, now: float, span: float = 5.0) -> dict:
+        out = super().window(now, span)
+        hist = [c for t, c in self._done_at if t > now - span]
+        eff = min(span, max(now, 1e-9))
+        out["qps"] = (self.completed - min(hist)) / eff if hist else 0.0  # counts, not the sample
+        return out
+
+
+class ProcessGroup:
+    """What ``on_engine`` receives for a multi-process run: the engine's control surface, for P processes."""
+
+    def __init__(self, pipes: list, t0: float, total: float):
+        self.pipes, self.t0 = pipes, t0
+        self.live = _GroupLive(total, len(pipes))
+        self.interrupted = False
+        self.failed_fast: str | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def now(self) -> float:
+        return clock() - self.t0
+
+    def _tell(self, msg: str, but: int | None = None) -> None:
+        for k, c in enumerate(self.pipes):
+            if k != but:
+                try:
+                    c.send(msg)
+                except OSError:
+                    pass  # that process has already ended
+
+    def request_stop(self) -> None:
+        """Every process stops sending; in-flight requests get the grace period."""
+        self.interrupted = True
+        self._tell("stop")
+
+    def abort(self) -> None:
+        """Every process stops at once; in-flight requests are recorded as ``cancelled``."""
+        self.interrupted = True
+        self._tell("abort")
+
+    def collect(self, k: int) -> asyncio.Future:
+        """A future for process k's result (a dict), or why there is none (a str); live snapshots on the way."""
+        fut = self._loop.create_future()
+        conn = self.pipes[k]
+
+        def handle(msg) -> None:
+            kind, payload = msg if msg is not None else ("error", "the process exited")
+            if kind == "live":
+                self.live.update(k, payload)
+            elif kind == "breached":
+                if self.failed_fast is None:
+                    self.failed_fast = payload
+                    self._tell("failfast", but=k)
+            elif not fut.done():
+                self._loop.remove_reader(conn.fileno())
+                fut.set_result(payload if kind == "done" else str(payload))
+
+        _on_message(conn, handle)
+        return fut
+
+
+def merge_parts(parts: list[Path], dest: Path) -> int:
+    """Merge part files into ``dest`` sorted by (phase, key), ``seq`` renumbered 0..N-1; returns N."""
+    tables = [read_records(p) for p in parts if p.exists() or Path(str(p) + ".partial").exists()]
+    table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    table = table.sort_by([("phase", "ascending"), ("seq", "ascending")])
+    table = table.set_column(table.schema.get_field_index("seq"), "seq", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    pq.write_table(table, dest, compression="zstd")
+    for p in parts:
+        for f in (p, Path(str(p) + ".partial")):
+            if f.exists():
+                f.unlink()
+    return table.num_rows
+
+
+async def run_target_processes(loaded, target, url: str, model: str, tdir: Path,
+                               on_engine: Callable | None, fail_fast: bool = False, *, processes: int,
+                               transport_factory: Callable | None = None) -> tuple:
+    """Run one target on ``processes`` engine processes; returns (plans, EngineResult) like ``_run_target``.
+
+    ``on_engine`` gets a :class:`ProcessGroup` (``live``, ``now()``, ``request_stop()``, ``abort()``).
+    ``transport_factory(target)`` (a picklable, module-level callable; default
+    ``loadgen.runner.make_transport``) makes each child's transport; the target it gets has ``url`` set.
+    The result's ``cpu_seconds`` is the children's CPU time summed, ``requests`` their sum, ``duration``
+    the longest; records are merged into ``tdir/requests.parquet``.
+    """
+    from loadgen.rundir import REQUESTS
+    from loadgen.schedule import plan_phases
+
+    plans = plan_phases(loaded.scenario.load)
+    tdir = Path(tdir)
+    tdir.mkdir(parents=True, exist_ok=True)
+    ctx = mp.get_context("spawn")  # not fork: the parent has a running loop and threads
+    parts = [tdir / f"{REQUESTS}.part{k}" for k in range(processes)]
+    pipes, procs = [], []
+    loop = asyncio.get_running_loop()
+    try:
+        for k in range(processes):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_child, name=f"latbench-engine-{k}", daemon=True,
+                               args=(k, processes, loaded, target, url, model, str(parts[k]), theirs,
+                                     transport_factory, fail_fast))
+            proc.start()
+            theirs.close()
+            pipes.append(mine)
+            procs.append(proc)
+        for k, c in enumerate(pipes):
+            kind, detail = await loop.run_in_executor(None, _recv, c)
+            if kind != "ready":
+                raise RuntimeError(f"engine process {k} did not start: {detail}")
+        t0 = clock() + START_MARGIN
+        wall0 = time.time() + START_MARGIN
+        for c in pipes:
+            c.send(t0)
+        group = ProcessGroup(pipes, t0, max((p.end for p in plans), default=0.0))
+        if on_engine:
+            on_engine(group)
+        results = await asyncio.gather(*(group.collect(k) for k in range(processes)))
+    finally:
+        for c in pipes:
+            try:
+                c.send("abort")  # only matters when we got here by an exception
+            except OSError:
+                pass
+        for proc in procs:
+            await loop.run_in_executor(None, proc.join, 10)
+            if proc.is_alive():
+                proc.kill()
+        for c in pipes:
+            c.close()
+    merge_parts(parts, tdir / REQUESTS)
+    notes = [f"process {k}: {n}" for k, r in enumerate(results) if isinstance(r, dict) for n in r["notes"]]
+    notes += [f"engine process {k} ended without a result ({r}); its records up to its last flush are kept"
+              for k, r in enumerate(results) if isinstance(r, str)]
+    done = [r for r in results if isinstance(r, dict)]
+    failed_fast = group.failed_fast or next((r["failed_fast"] for r in done if r.get("failed_fast")), None)
+    result = EngineResult(t0, wall0, max((r["duration"] for r in done), default=0.0), sum(r["requests"] for r in done),
+                          group.interrupted or any(r["interrupted"] for r in done) or len(done) < len(results),
+                          sum(r["cpu_seconds"] for r in done), notes, failed_fast)
+    return plans, result
+
+
+def _recv(conn):
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return ("error", "the process exited")
