@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         interrupted = True
         notes.append(f"only {len(workers)} of {n_expected} Locust workers joined within {a.connect_timeout:g} s; nothing was sent")
     else:
-        order = list(workers)[:n_expected]
+        order = sorted(workers, key=lambda cid: workers[cid]["label"])[:n_expected]  # k by name, reproducibly
         n = len(order)
         t0_wall = time.time() + START_LEAD_S + 0.01 * n
         t0 = time.perf_counter() + (t0_wall - time.time())
