@@ -104,6 +104,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
                               baseline=baseline, max_regression=allowance)
     finally:
         display.close()
+    _write_reports(console, result.rundir.path)
     for tr in result.targets:
         if tr.summary:
             console.print(summary_table(tr.name, tr.summary))
@@ -114,9 +115,20 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     sys.exit(result.exit_code)
 
 
+def _write_reports(console: Console, rundir: Path) -> None:
+    """report.html, summary.md and junit.xml; a report that fails to render never loses the run."""
+    from reports import write_outputs
+
+    try:
+        write_outputs(rundir)
+    except Exception as exc:  # the records and summaries are already on disk
+        logging.getLogger("latbench").exception("the report could not be rendered")
+        console.print(f"report not rendered: {type(exc).__name__}: {exc} (re-render with: latbench report {rundir})")
+
+
 def _print_verdict(console: Console, result) -> None:
     _print_reasons(console, result.verdict, result.reasons)
-    console.print(f"RunDir: {result.rundir.path}", highlight=False)
+    console.print(f"RunDir: {result.rundir.path}   report: {result.rundir.path / 'report.html'}", highlight=False)
 
 
 def _print_reasons(console: Console, verdict: str, reasons: list[str]) -> None:
@@ -162,6 +174,15 @@ def serve(ctx) -> None:
 
     sys.exit(server_main(list(ctx.args)))
 
+
+def _register() -> None:
+    from reports.cli import compare, report
+
+    main.add_command(report)
+    main.add_command(compare)
+
+
+_register()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -59,7 +59,7 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
-def _itl(df: pd.DataFrame) -> np.ndarray:
+def itl_samples(df: pd.DataFrame) -> np.ndarray:
     tt = df["token_times"]
     parts = [np.diff(np.asarray(a, dtype=np.float64)) for a in tt if a is not None and len(a) > 1]
     return np.concatenate(parts) if parts else np.empty(0)
@@ -85,7 +85,7 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     pcts = tuple(sorted(set(PERCENTILES) | set(extra_pcts)))
     for m in DISTRIBUTIONS:
         if m == "itl":
-            metrics[m] = describe(_itl(ok), pcts)
+            metrics[m] = describe(itl_samples(ok), pcts)
         elif m == "send_lag":
             metrics[m] = describe(df["send_lag"].to_numpy(), pcts)
         else:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.metrics import records_frame
+from loadgen.metrics import itl_samples, records_frame
 from loadgen.records import read_records
 from loadgen.rundir import REQUESTS, RunDir
 
@@ -29,8 +29,7 @@ MAX_SAMPLE = 4_000  # larger samples are subsampled for the bootstrap (the point
 def _samples(frame, metric: str) -> np.ndarray:
     ok = frame[frame["ok"] & frame["recorded"]]
     if metric == "itl":
-        parts = [np.diff(np.asarray(t, dtype=np.float64)) for t in ok["token_times"] if t is not None and len(t) > 1]
-        return np.concatenate(parts) if parts else np.empty(0)
+        return itl_samples(ok)
     x = ok[metric].to_numpy(dtype=np.float64)
     return x[~np.isnan(x)]
 

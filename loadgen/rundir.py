@@ -30,6 +30,7 @@ SUMMARY = "summary.json"
 SERVER_METRICS = "server_metrics.csv"
 META = "meta.json"
 REGRESSION = "regression.json"
+COLD_START = "cold_start.json"
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 

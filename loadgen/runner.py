@@ -15,6 +15,8 @@ import socket
 import sys
 import time
 import urllib.request
+
+import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,13 +25,14 @@ from loadgen import __version__
 from loadgen.apis import make_protocol
 from loadgen.engine import EngineSettings, NativeEngine, run_async
 from loadgen.loader import LoadedScenario
-from loadgen.metrics import summarize
+from loadgen.metrics import records_frame, summarize
 from loadgen.prompts import make_prompt_source
 from loadgen.records import RecordWriter, read_records
 from loadgen.failfast import FailFast
 from loadgen.regression import compare_runs, describe_regressions
-from loadgen.rundir import META, REGRESSION, REQUESTS, SUMMARY, RunDir, safe_name, scrub, write_json
+from loadgen.rundir import COLD_START, META, REGRESSION, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, safe_name, scrub, write_json
 from loadgen.scenario import Target
+from loadgen.scrape import MetricsScraper
 from loadgen.schedule import plan_phases
 from loadgen.targets import ManagedServer, TargetStartError, start_command, start_reference
 from loadgen.transport_aiohttp import AiohttpTransport
@@ -49,6 +52,7 @@ class TargetRun:
     server: dict = field(default_factory=dict)
     error: str | None = None
     failed_fast: str | None = None
+    interrupted: bool = False
 
 
 @dataclass
@@ -82,7 +86,8 @@ def make_transport(target: Target):
 
 
 async def _run_target(loaded: LoadedScenario, target: Target, url: str, model: str, tdir: Path,
-                      on_engine: Callable[[NativeEngine], None] | None, fail_fast: bool = False) -> tuple:
+                      on_engine: Callable[[NativeEngine], None] | None, fail_fast: bool = False,
+                      metrics_url: str | None = None) -> tuple:
     sc = loaded.scenario
     plans = plan_phases(sc.load)
     failfast = FailFast(sc.slo, plans, target.name) if fail_fast else None
@@ -96,10 +101,18 @@ async def _run_target(loaded: LoadedScenario, target: Target, url: str, model: s
     engine = NativeEngine(settings, protocol, prompts, transport, RecordWriter(tdir / REQUESTS))
     if on_engine:
         on_engine(engine)
+    scraper = None
+    if metrics_url:
+        scraper = MetricsScraper()
+        await scraper.start(metrics_url, tdir / SERVER_METRICS, lambda: engine.t0)
     try:
         result = await engine.run()
     finally:
+        if scraper is not None:
+            await scraper.stop()
         await transport.close()
+    if scraper is not None and scraper.note:
+        result.notes.append(scraper.note)
     return plans, result
 
 
@@ -131,58 +144,115 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
         "python": sys.version.split()[0],
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "scenario": sc.name,
-        "targets": [{"name": t.name, "dir": safe_name(t.name)} for t in targets],
+        "targets": [],
         "complete": False,
     }
     rd.write_meta(meta, secrets)
     runs: list[TargetRun] = []
     interrupted = False
-    for i, target in enumerate(targets):
-        tr = TargetRun(target.name, safe_name(target.name), target.url or "")
-        runs.append(tr)
-        tdir = rd.target_dir(target.name)
-        server = None
-        try:
-            if target.reference is not None:
-                server = start_reference(target.reference)
-            elif target.command is not None:
-                server = start_command(target.command)
-        except TargetStartError as exc:
-            tr.error = scrub(str(exc), secrets)
-            log.error("target %s did not start: %s", target.name, tr.error)
+    for target in targets:
+        starts = sc.load.starts if (target.reference or target.command) else 1
+        for k in range(1, starts + 1):
+            name = target.name if starts == 1 else f"{target.name}-start{k}"
+            tr = _run_one(loaded, target, name, rd, meta, on_engine, fail_fast)
+            if starts > 1:
+                meta["targets"][-1].update(group=target.name, start=k)
+                rd.write_meta(meta, secrets)
+            runs.append(tr)
+            if tr.error or tr.interrupted or (tr.failed_fast and fail_fast):
+                break
+        if runs and (runs[-1].error or runs[-1].interrupted or (runs[-1].failed_fast and fail_fast)):
+            interrupted = runs[-1].interrupted
             break
-        url = server.url if server else target.url
-        tr.url = url
-        if server:
-            tr.server = {**server.config, "listen_s": server.listen_s, "ready_s": server.ready_s}
-        try:
-            model = _resolve_model(target, url, server)
-            plans, res = run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast))
-        finally:
-            if server:
-                server.stop()
-        interrupted = interrupted or res.interrupted
-        table = read_records(tdir / REQUESTS)
-        tr.failed_fast = res.failed_fast
-        tr.summary = summarize(table, plans, sc.slo, res.duration, target=target.name, scenario=sc.name,
-                               complete=not (res.interrupted or res.failed_fast), notes=res.notes,
-                               send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds)
-        tr.summary["model"] = model
-        write_json(tdir / SUMMARY, tr.summary, secrets)
-        meta["targets"][i].update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
-                                  duration_s=res.duration, requests=res.requests)
-        rd.write_meta(meta, secrets)
-        if res.interrupted or (res.failed_fast and fail_fast):
-            break
+    if sc.load.starts > 1:
+        write_json(rd.path / COLD_START, cold_start_summary(runs, meta, rd.path), secrets)
     regression = None
     if baseline is not None and not interrupted:
         regression = compare_runs(rd, RunDir(baseline), max_regression)
         write_json(rd.path / REGRESSION, regression)
-    code, verdict, reasons = verdict_of(runs, interrupted, len(targets), regression)
-    meta.update(complete=not interrupted and len(runs) == len(targets) and all(r.summary for r in runs),
+    expected = sum(sc.load.starts if (t.reference or t.command) else 1 for t in targets)
+    code, verdict, reasons = verdict_of(runs, interrupted, expected, regression)
+    meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
                 exit_code=code, verdict=verdict, reasons=reasons)
     rd.write_meta(meta, secrets)
     return RunResult(rd, runs, interrupted, code, verdict, reasons)
+
+
+def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: dict,
+             on_engine, fail_fast: bool) -> TargetRun:
+    """Start the target if latbench manages it, run the phases against it, summarize, stop it."""
+    sc, secrets = loaded.scenario, loaded.secrets
+    tr = TargetRun(name, safe_name(name), target.url or "")
+    entry = {"name": name, "dir": tr.dir}
+    meta["targets"].append(entry)
+    rd.write_meta(meta, secrets)
+    tdir = rd.target_dir(name)
+    server = None
+    try:
+        if target.reference is not None:
+            server = start_reference(target.reference)
+        elif target.command is not None:
+            server = start_command(target.command)
+    except TargetStartError as exc:
+        tr.error = scrub(str(exc), secrets)
+        log.error("target %s did not start: %s", name, tr.error)
+        return tr
+    url = server.url if server else target.url
+    tr.url = url
+    if server:
+        tr.server = {**server.config, "listen_s": server.listen_s, "ready_s": server.ready_s}
+    try:
+        model = _resolve_model(target, url, server)
+        metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
+        plans, res = run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast, metrics_url))
+    finally:
+        if server:
+            server.stop()
+    tr.interrupted = res.interrupted
+    tr.failed_fast = res.failed_fast
+    table = read_records(tdir / REQUESTS)
+    tr.summary = summarize(table, plans, sc.slo, res.duration, target=target.name, scenario=sc.name,
+                           complete=not (res.interrupted or res.failed_fast), notes=res.notes,
+                           send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds)
+    tr.summary["model"] = model
+    tr.summary["run_name"] = name  # differs from "target" for the fresh starts of a cold-start study
+    write_json(tdir / SUMMARY, tr.summary, secrets)
+    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
+                 duration_s=res.duration, requests=res.requests)
+    rd.write_meta(meta, secrets)
+    return tr
+
+
+def cold_start_summary(runs: list[TargetRun], meta: dict, root: Path) -> dict:
+    """Per target over its fresh starts: time to listen, to ready, first-request latency and TTFT, and
+    the warm-up curve (median latency of request 1..N across starts)."""
+    groups: dict[str, list[TargetRun]] = {}
+    for tr, entry in zip(runs, meta["targets"]):
+        groups.setdefault(entry.get("group", tr.name), []).append(tr)
+    out = {}
+    for group, trs in groups.items():
+        curves, first_lat, first_ttft = [], [], []
+        for tr in trs:
+            if tr.summary is None:
+                continue
+            df = records_frame(read_records(root / tr.dir / REQUESTS)).sort_values("scheduled")
+            lat = np.where(df["ok"], df["latency"], np.inf)
+            curves.append(lat)
+            if len(df):
+                first_lat.append(float(lat[0]))
+                first_ttft.append(float(df["ttft"].iloc[0]))
+        n = max((len(c) for c in curves), default=0)
+        curve = [float(np.median([c[i] for c in curves if len(c) > i])) for i in range(n)]
+        out[group] = {
+            "starts": len(trs),
+            "listen_s": [tr.server.get("listen_s") for tr in trs],
+            "ready_s": [tr.server.get("ready_s") for tr in trs],
+            "first_latency_s": first_lat,
+            "first_ttft_s": first_ttft,
+            "warmup_curve_s": curve,
+            "steady_latency_s": float(np.median(curve[len(curve) // 2:])) if curve else None,
+        }
+    return out
 
 
 def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int,

@@ -170,6 +170,7 @@ class Load(Strict):
     max_in_flight: int = Field(10_000, ge=1, le=1_000_000)
     send_lag_threshold: Duration = Field(0.005, description="p99 send lag above this marks the run generator-limited")
     grace: Duration = Field(5.0, description="after the last phase, how long in-flight requests may finish")
+    starts: int = Field(1, ge=1, le=100, description="cold-start studies: run the phases this many times, each against a freshly started target (reference or command targets)")
 
 
 def _slo_line(v: Any) -> SLO:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadgen.metrics import _itl  # the one definition of inter-token latency
+from loadgen.metrics import itl_samples  # the one definition of inter-token latency
 from reports import plots
 from reports.loader import TargetData
 
@@ -34,7 +34,7 @@ def itl_sample(td: TargetData, ok: pd.DataFrame) -> np.ndarray:
     if idx.size > ITL_SAMPLE:
         idx = np.sort(np.random.default_rng(1).choice(idx, ITL_SAMPLE, replace=False))
     tt = td.table().column("token_times").take(idx).to_pandas()
-    return _itl(pd.DataFrame({"token_times": tt}))
+    return itl_samples(pd.DataFrame({"token_times": tt}))
 
 
 def latency_samples(targets: list[tuple[str, TargetData]]) -> list[tuple[str, np.ndarray]]:

@@ -6,7 +6,7 @@ Message types (Locust custom messages, ``runner.send_message`` / ``runner.regist
 type           direction       data
 =============  ==============  =====================================================================
 lb_hello       worker->master  ``{label, host, pid}``, once, right after the worker connected
-lb_start       master->worker  the run (:func:`run_config`) plus ``k``, ``n`` and ``t0_wall``
+lb_start       master->worker  the run (``master.run_config``) plus ``k``, ``n`` and ``t0_wall``
 lb_records     worker->master  ``{k, rows, data, sent, in_flight, errors}``: one Arrow IPC batch
 lb_done        worker->master  ``{k, requests, rows, cpu, end, notes, interrupted}``, once, last
 lb_stop        master->worker  stop sending; in-flight requests get the grace period
