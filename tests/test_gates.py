@@ -25,7 +25,7 @@ def scenario(url, duration="3s", qps=40, slo="[]", stream="false"):
 
 
 def test_same_server_twice_is_not_a_regression_slower_server_is(tmp_path, known_server):
-    fast, slow = known_server(delay=0.03), known_server(delay=0.045)
+    fast, slow = known_server(delay=0.1), known_server(delay=0.15)
     r1, _, _ = run(tmp_path / "a", scenario(fast.url))
     r2, _, _ = run(tmp_path / "b", scenario(fast.url), baseline=str(r1.rundir.path), max_regression=0.10)
     assert r2.exit_code == 0, r2.reasons
