@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                 stop["sent"] = stop["count"]
                 interrupted = True
                 runner.send_message("lb_stop" if stop["count"] == 1 else "lb_abort")
+                notes.append(f"stopped at {now - t0:.1f} s: " + ("no new requests after it" if stop["count"] == 1
+                                                                 else "requests in flight were cancelled"))
             if now >= hard_end:
                 interrupted = True
                 notes.append("some workers did not finish 30 s after the run's end; their later records are missing")
