@@ -5,7 +5,8 @@ Every run starts with a 2 s warm-up phase at the same rate (``record: false``: l
 1. One open-loop streaming scenario run by both engines against one target: achieved QPS, send lag
    (p50/p99 of ``sent - scheduled``), latency and TTFT p50/p99, and the ratio locust/native.
 2. The highest open-loop rate ONE Locust worker holds on this machine: rising rates, each a short run;
-   a rate is held when the achieved QPS is within 5% of it and the send lag p99 is under 5 ms.
+   a rate is held when the achieved QPS is within 5% of it and the send lag p99 is under 5 ms. Every
+   rate is tried (a shared machine is noisy: one rate can miss while a higher one holds).
 
 Target: the known-latency server of ``tests/servers.py`` (streams: TTFT 20 ms, 10 tokens 5 ms apart),
 so differences are the generators'; ``--reference`` uses the reference server (tiny, optimized).
@@ -161,7 +162,7 @@ def main() -> None:
                 best = max(best, rate) if held else best
                 print(f"| {rate:g} | {r['qps']:.1f} | {ms(r['lag50'])} / {ms(r['lag99'])} | {ms(r['lat50'])} / "
                       f"{ms(r['lat99'])} | {r['cpu']:.0%} | {'yes' if held else 'no'} |")
-                if not held:
+                if r["qps"] < 0.9 * rate:  # far behind: higher rates will not be held either
                     break
             print(f"\nhighest rate one Locust worker held: {best:g} QPS")
     finally:
