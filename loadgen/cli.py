@@ -75,10 +75,16 @@ def schema() -> None:
 @click.option("--fail-fast", is_flag=True, help="stop as soon as an SLO can no longer be met (exit 1)")
 @click.option("--baseline", metavar="RUNDIR", type=click.Path(file_okay=False), help="fail on a significant regression against this run")
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT", help="allowed worsening of a percentile before it counts")
+@click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
+              help="native: one asyncio process; locust: Locust's master/worker runners (scales past one machine)")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="locust: local worker processes")
+@click.option("--expect-workers", default=0, show_default=True, type=click.IntRange(0, 10000),
+              help="locust: also wait for this many workers from other hosts (`latbench worker --master HOST:PORT`)")
+@click.option("--master-bind", default="127.0.0.1", show_default=True, metavar="HOST[:PORT]", help="locust: where the master listens")
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
-        baseline: str | None, max_regression: str) -> None:
+        baseline: str | None, max_regression: str, engine: str, workers: int, expect_workers: int, master_bind: str) -> None:
     from loadgen.display import StatusDisplay, summary_table
-    from loadgen.runner import install_signal_handlers, run_scenario
+    from loadgen.runner import EngineOptions, install_signal_handlers, run_scenario
 
     console = _console()
     allowance = _fraction_option(max_regression, "--max-regression")
@@ -92,6 +98,18 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
         sys.exit(2)
     display = StatusDisplay(console)
     current = {}
+    if engine == "locust" and fail_fast:
+        raise click.UsageError("--fail-fast is only available with the native engine")
+
+    last = [-10.0]
+
+    def on_progress(p: dict) -> None:
+        if not quiet and p.get("t", 0) - last[0] >= 5.0:
+            last[0] = p.get("t", 0)
+            console.print(f"{p.get('t', 0):6.1f}s  sent {p.get('sent', 0)}  records {p.get('records', 0)}  in-flight "
+                          f"{p.get('in_flight', 0)}  errors {p.get('errors', 0)}  workers {p.get('workers', 0)}/{p.get('of', 0)}")
+
+    opts = EngineOptions(engine, workers, expect_workers or None, master_bind, on_progress)
 
     def on_engine(engine) -> None:
         current["engine"] = engine
@@ -101,7 +119,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     install_signal_handlers(lambda: current.get("engine"), display.say)
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
-                              baseline=baseline, max_regression=allowance)
+                              baseline=baseline, max_regression=allowance, opts=opts)
     finally:
         display.close()
     _write_reports(console, result.rundir.path)
@@ -166,6 +184,91 @@ def gate(rundir: str, baseline: str | None, max_regression: str) -> None:
     sys.exit(code)
 
 
+@main.command(help="Find the highest QPS the scenario's target sustains under the SLOs (stepping, then bisecting).\n\n"
+                   "Exit 0 when a rate passed (and, with expected_qps, the headroom is not negative), 1 otherwise, 2 on usage errors.")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--slo", "slos", multiple=True, metavar="EXPR", help="objective(s) each step must meet; default: the scenario's slo")
+@click.option("--min", "qps_min", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="first rate tried (req/s)")
+@click.option("--max", "qps_max", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="highest rate tried (req/s); default 2000 for loopback targets, required for any other")
+@click.option("--step-duration", default="10s", show_default=True, help="measured length of each step")
+@click.option("--warmup", default="2s", show_default=True, help="unrecorded warm-up before each step")
+@click.option("--tolerance", default="10%", show_default=True, help="stop bisecting when the bracket is this narrow")
+@click.option("--target", "target_url", metavar="URL", help="search this base URL instead of the scenario's target")
+@click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
+def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance, target_url, out) -> None:
+    from loadgen.capacity import headline
+    from loadgen.runner import run_capacity
+    from loadgen.slo import parse_slo
+    from loadgen.units import parse_duration
+
+    console = _console()
+    try:
+        loaded = load_scenario(scenario)
+    except ScenarioError as exc:
+        for line in exc.errors:
+            click.echo(line, err=True)
+        sys.exit(2)
+    try:
+        objectives = [parse_slo(s) for s in slos] if slos else list(loaded.scenario.slo)
+        durations = parse_duration(step_duration), parse_duration(warmup)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if not objectives:
+        raise click.UsageError("no objectives: give --slo or an slo list in the scenario")
+    target = loaded.scenario.target_list()[0]
+    url = target_url or target.url
+    if qps_max is None:
+        if url and not _is_loopback(url):
+            raise click.UsageError(f"{url} is not on this machine: state the highest rate to aim at it with --max")
+        qps_max = 2000.0
+    if qps_min > qps_max:
+        raise click.UsageError(f"--min {qps_min:g} is above --max {qps_max:g}")
+    console.print(f"searching {qps_min:g}..{qps_max:g} req/s, {step_duration} steps, objectives: "
+                  + "; ".join(o.expr for o in objectives))
+    display_engine = {}
+    install_signal_handlers_for_capacity(display_engine)
+
+    def on_step(st) -> None:
+        mark = "pass" if st.passed else "FAIL"
+        p99 = f"{st.latency_p99 * 1e3:.1f} ms" if st.latency_p99 is not None else "-"
+        console.print(f"  {st.qps:8.4g} req/s  {mark}  achieved {st.achieved_qps:7.1f}  p99 {p99}"
+                      + (f"  ({'; '.join(st.reasons)})" if st.reasons else ""), highlight=False)
+
+    rd, result = run_capacity(loaded, objectives, qps_min, qps_max, durations[0], durations[1],
+                              _fraction_option(tolerance, "--tolerance"), out, target_url,
+                              on_engine=lambda e: display_engine.update(engine=e), on_step=on_step)
+    from reports import write_capacity_report
+
+    try:
+        write_capacity_report(rd.path)
+    except Exception as exc:
+        console.print(f"report not rendered: {type(exc).__name__}: {exc}")
+    console.print(f"capacity: {headline(result)}", style="bold")
+    console.print(f"RunDir: {rd.path}   report: {rd.path / 'report.html'}", highlight=False)
+    ok = result["max_sustainable_qps"] is not None and (result["headroom"] is None or result["headroom"] >= 0)
+    sys.exit(0 if ok and result["complete"] else 1)
+
+
+def _is_loopback(url: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def install_signal_handlers_for_capacity(holder: dict) -> None:
+    from loadgen.runner import install_signal_handlers
+
+    install_signal_handlers(lambda: holder.get("engine"), lambda msg: click.echo(msg, err=True))
+
+
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
               help="Start the bundled reference inference server (all flags: latbench serve --help).")
 @click.pass_context
@@ -176,10 +279,12 @@ def serve(ctx) -> None:
 
 
 def _register() -> None:
+    from loadgen.locust_engine.cli import worker
     from reports.cli import compare, report
 
     main.add_command(report)
     main.add_command(compare)
+    main.add_command(worker)
 
 
 _register()

@@ -116,9 +116,21 @@ async def _run_target(loaded: LoadedScenario, target: Target, url: str, model: s
     return plans, result
 
 
+@dataclass
+class EngineOptions:
+    """Which engine sends the load: the native asyncio engine, or Locust's master/worker runners."""
+
+    engine: str = "native"  # native | locust
+    workers: int = 1  # locust: local worker processes
+    expect_workers: int | None = None  # locust: workers joining from other hosts
+    master_bind: str = "127.0.0.1"
+    on_progress: Callable[[dict], None] | None = None  # locust: about once a second
+
+
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
                  on_engine: Callable[[NativeEngine], None] | None = None, exact_out: bool = False,
-                 fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10) -> RunResult:
+                 fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10,
+                 opts: EngineOptions = EngineOptions()) -> RunResult:
     """Run every target of a scenario, write the RunDir, and return the verdict.
 
     ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
@@ -138,7 +150,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     secrets = loaded.secrets
     meta = {
         "latbench_version": __version__,
-        "engine": "native",
+        "engine": opts.engine,
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
@@ -150,11 +162,11 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     rd.write_meta(meta, secrets)
     runs: list[TargetRun] = []
     interrupted = False
-    for target in targets:
+    for index, target in enumerate(targets):
         starts = sc.load.starts if (target.reference or target.command) else 1
         for k in range(1, starts + 1):
             name = target.name if starts == 1 else f"{target.name}-start{k}"
-            tr = _run_one(loaded, target, name, rd, meta, on_engine, fail_fast)
+            tr = _run_one(loaded, target, name, rd, meta, on_engine, fail_fast, index, opts)
             if starts > 1:
                 meta["targets"][-1].update(group=target.name, start=k)
                 rd.write_meta(meta, secrets)
@@ -179,7 +191,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
 
 
 def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: dict,
-             on_engine, fail_fast: bool) -> TargetRun:
+             on_engine, fail_fast: bool, index: int = 0, opts: EngineOptions = EngineOptions()) -> TargetRun:
     """Start the target if latbench manages it, run the phases against it, summarize, stop it."""
     sc, secrets = loaded.scenario, loaded.secrets
     tr = TargetRun(name, safe_name(name), target.url or "")
@@ -204,7 +216,14 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     try:
         model = _resolve_model(target, url, server)
         metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
-        plans, res = run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast, metrics_url))
+        if opts.engine == "locust":
+            from loadgen.locust_engine import run_target_locust
+
+            plans, res = run_target_locust(loaded.path, index, url, model, tdir, workers=opts.workers,
+                                           expect_workers=opts.expect_workers, master_bind=opts.master_bind,
+                                           on_progress=opts.on_progress)
+        else:
+            plans, res = run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast, metrics_url))
     finally:
         if server:
             server.stop()
@@ -213,8 +232,10 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     table = read_records(tdir / REQUESTS)
     tr.summary = summarize(table, plans, sc.slo, res.duration, target=target.name, scenario=sc.name,
                            complete=not (res.interrupted or res.failed_fast), notes=res.notes,
-                           send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds)
+                           send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds,
+                           processes=getattr(res, "processes", 1))
     tr.summary["model"] = model
+    tr.summary["engine"] = opts.engine
     tr.summary["run_name"] = name  # differs from "target" for the fresh starts of a cold-start study
     write_json(tdir / SUMMARY, tr.summary, secrets)
     entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
@@ -355,3 +376,49 @@ def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 
         regression = compare_runs(rd, RunDir(baseline), max_regression)
         write_json(rd.path / REGRESSION, regression)
     return verdict_of(runs, interrupted, len(runs), regression)
+
+
+def run_capacity(loaded: LoadedScenario, slos, qps_min: float, qps_max: float, step_duration: float, warmup: float,
+                 tolerance: float = 0.1, out: str | None = None, target_url: str | None = None,
+                 on_engine=None, on_step=None) -> tuple[RunDir, dict]:
+    """Start the scenario's (first) target once, search its capacity step by step, write the RunDir."""
+    from loadgen.capacity import CAPACITY, find_capacity, run_step_with
+
+    sc = loaded.scenario
+    target = sc.target_list()[0]
+    if target_url:
+        target = target.model_copy(update={"url": target_url, "reference": None, "command": None})
+    rd = RunDir.create(out, f"capacity_{sc.name}")
+    rd.write_scenario(loaded.redacted())
+    rd.write_metric_definitions()
+    meta = {"latbench_version": __version__, "engine": "native", "kind": "capacity", "host": socket.gethostname(),
+            "platform": platform.platform(), "python": sys.version.split()[0],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scenario": sc.name, "targets": [], "complete": False}
+    rd.write_meta(meta, loaded.secrets)
+    server = None
+    if target.reference is not None:
+        server = start_reference(target.reference)
+    elif target.command is not None:
+        server = start_command(target.command)
+    try:
+        url = server.url if server else target.url
+        model = _resolve_model(target, url, server)
+        run_step = run_step_with(target, url, model, on_engine)
+
+        def step_done(st) -> None:
+            meta["targets"].append({"name": st.dir, "dir": st.dir, "url": url, "model": model, "qps": st.qps,
+                                    "server": dict(server.config) if server else {}})
+            rd.write_meta(meta, loaded.secrets)
+            if on_step:
+                on_step(st)
+
+        result = find_capacity(loaded, run_step, rd, slos, qps_min, qps_max, step_duration, warmup, tolerance,
+                               on_step=step_done)
+    finally:
+        if server:
+            server.stop()
+    result["target"] = {"name": target.name, "url": url, "model": model, "server": dict(server.config) if server else {}}
+    write_json(rd.path / CAPACITY, result, loaded.secrets)
+    meta.update(complete=result["complete"], capacity=result["bracket"])
+    rd.write_meta(meta, loaded.secrets)
+    return rd, result

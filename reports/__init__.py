@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["write_outputs", "load_rundir", "render_report", "RunDirError"]
+__all__ = ["write_outputs", "write_capacity_report", "load_rundir", "render_report", "RunDirError"]
+
+
+def write_capacity_report(rundir_path) -> Path:
+    """report.html of a ``latbench capacity`` RunDir: the curve, the bracket, the knee, the headroom."""
+    from reports.capacity import write_capacity_report as _write
+
+    return _write(rundir_path)
 
 
 def load_rundir(path):

@@ -1,0 +1,178 @@
+"""Capacity planning: the highest arrival rate a target sustains while meeting its SLOs.
+
+Search: steady open-loop steps, doubling from ``qps_min`` until a step fails (or ``qps_max`` passes),
+then geometric bisection between the last passing and the first failing rate until they are within
+``tolerance`` of each other. Each step is a short warm-up (not recorded) and a measured stretch; a
+step stops early, with --fail-fast's rule, once one of its objectives can no longer be met. A step
+passes when every SLO passes, the generator kept up, and the target completed at least 90% of the
+offered rate within the step (a server that queues without bound fails even before its latency does).
+
+The answer is a bracket: the target holds ``max_sustainable_qps`` (the last passing rate) and fails at
+``first_failing_qps``; the truth lies between. Headroom compares the held rate with ``expected_qps``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from loadgen.engine import run_async
+from loadgen.loader import LoadedScenario
+from loadgen.metrics import summarize
+from loadgen.records import read_records
+from loadgen.rundir import REQUESTS, SUMMARY, RunDir, write_json
+from loadgen.scenario import Load, Phase
+from loadgen.slo import SLO
+from loadgen.stats import stat_value
+
+CAPACITY = "capacity.json"
+KEEP_UP = 0.9  # a step must complete at least this share of its offered rate
+
+
+@dataclass
+class Step:
+    qps: float
+    passed: bool
+    achieved_qps: float
+    latency_p50: float | None
+    latency_p99: float | None
+    ttft_p99: float | None
+    error_rate: float | None
+    stopped_early: bool
+    reasons: list[str] = field(default_factory=list)
+    dir: str = ""
+
+
+def step_load(base: Load, qps: float, duration: float, warmup: float) -> Load:
+    """A steady load at ``qps``: a warm-up that is not recorded, then the measured step."""
+    phases = [Phase(name="warmup", duration=warmup, qps=qps, record=False)] if warmup > 0 else []
+    phases.append(Phase(name="step", duration=duration, qps=qps))
+    return base.model_copy(update={"phases": phases, "starts": 1})
+
+
+def judge(summary: dict, qps: float) -> tuple[bool, list[str]]:
+    """Whether a step held: its SLOs, the generator, and the completed rate."""
+    reasons = [f"{r['expr']} (measured {r['value']})" for r in summary["slo"] if r["applies"] and not r["passed"]]
+    if summary["generator_limited"]:
+        reasons.append("generator-limited")
+    step = summary["phases"]["step"]
+    if step["achieved_qps"] < KEEP_UP * qps:
+        reasons.append(f"completed {step['achieved_qps']:.1f} req/s of {qps:g} offered")
+    if any("--fail-fast" in n for n in summary["notes"]):
+        reasons.append("stopped early: an objective could no longer be met")
+    return not reasons, reasons
+
+
+def knee(steps: list[Step]) -> float | None:
+    """The rate where p99 latency starts to climb: the point farthest below the chord (Kneedle)."""
+    pts = sorted((s.qps, s.latency_p99) for s in steps if s.latency_p99 is not None)
+    if len(pts) < 3:
+        return None
+    xs = [p[0] for p in pts]
+    ys = [math.log(p[1]) for p in pts]  # latency grows multiplicatively past the knee
+    x0, x1, y0, y1 = xs[0], xs[-1], min(ys), max(ys)
+    if x1 == x0 or y1 - y0 < math.log(2.0):
+        return None  # p99 did not even double over the range: no knee, only noise
+    gaps = [(x - x0) / (x1 - x0) - (y - y0) / (y1 - y0) for x, y in zip(xs, ys)]
+    best = max(range(len(pts)), key=lambda i: gaps[i])
+    return xs[best] if gaps[best] > 0.05 else None
+
+
+def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO], qps_min: float, qps_max: float,
+                  step_duration: float, warmup: float, tolerance: float = 0.1, max_steps: int = 12,
+                  on_step=None) -> dict:
+    """Search for the highest sustainable rate. ``run_step(loaded_for_step, tdir) -> (plans, EngineResult)``
+    sends one step's load (the caller owns the target's lifetime). Returns capacity.json's content."""
+    sc = loaded.scenario
+    steps: list[Step] = []
+
+    def run_at(qps: float) -> Step:
+        load = step_load(sc.load, qps, step_duration, warmup)
+        step_sc = sc.model_copy(update={"load": load, "slo": slos})
+        name = f"qps-{qps:.4g}"
+        tdir = rd.target_dir(name)
+        plans, res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.secrets), tdir)
+        summary = summarize(read_records(tdir / REQUESTS), plans, slos, res.duration, target=name, scenario=sc.name,
+                            complete=not res.interrupted, notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
+                            cpu_seconds=res.cpu_seconds)
+        write_json(tdir / SUMMARY, summary, loaded.secrets)
+        ok, reasons = judge(summary, qps)
+        m = summary["phases"]["step"]["metrics"]
+        st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
+                  stat_value(m["latency"], "p50"), stat_value(m["latency"], "p99"), stat_value(m["ttft"], "p99"),
+                  summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name)
+        steps.append(st)
+        if on_step:
+            on_step(st)
+        if res.interrupted:
+            raise KeyboardInterrupt
+        return st
+
+    t_start = time.perf_counter()
+    lo, hi = None, None  # last passing, first failing
+    qps = qps_min
+    interrupted = False
+    try:
+        while qps <= qps_max * (1 + 1e-9) and len(steps) < max_steps:
+            if run_at(qps).passed:
+                lo = qps
+                if qps >= qps_max:
+                    break
+                qps = min(qps * 2, qps_max)
+            else:
+                hi = qps
+                break
+        while lo is not None and hi is not None and hi / lo > 1 + tolerance and len(steps) < max_steps:
+            mid = math.sqrt(lo * hi)
+            if run_at(mid).passed:
+                lo = mid
+            else:
+                hi = mid
+    except KeyboardInterrupt:
+        interrupted = True
+    expected = sc.load.expected_qps
+    failing = next((st for st in steps if hi is not None and st.qps == hi), None)
+    return {
+        "limited_by_generator": bool(failing and failing.reasons == ["generator-limited"]),
+        "scenario": sc.name,
+        "slo": [s.expr for s in slos],
+        "search": {"qps_min": qps_min, "qps_max": qps_max, "step_duration_s": step_duration, "warmup_s": warmup,
+                   "tolerance": tolerance, "seconds": time.perf_counter() - t_start},
+        "max_sustainable_qps": lo,
+        "first_failing_qps": hi,
+        "bracket": [lo, hi],
+        "knee_qps": knee(steps),
+        "expected_qps": expected,
+        "headroom": (lo / expected - 1.0) if (lo is not None and expected) else None,
+        "complete": not interrupted,
+        "steps": [s.__dict__ for s in steps],
+    }
+
+
+def run_step_with(target, url: str, model: str, on_engine=None):
+    """A ``run_step`` for :func:`find_capacity` that drives an already running target at ``url``."""
+    from loadgen.runner import _run_target
+
+    def run_step(loaded: LoadedScenario, tdir):
+        return run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast=True))
+
+    return run_step
+
+
+def headline(result: dict) -> str:
+    lo, hi = result["max_sustainable_qps"], result["first_failing_qps"]
+    if lo is None:
+        return f"no rate passed: even {result['search']['qps_min']:g} req/s breaks the SLOs"
+    if hi is None:
+        return f"holds at least {lo:.4g} req/s (the --max); no failing rate found"
+    if result.get("limited_by_generator"):
+        return (f"holds {lo:.4g} req/s; at {hi:.4g} req/s the load generator, not the target, fell behind: "
+                "the target's capacity is at least what was measured (run more generator processes or hosts)")
+    text = f"holds {lo:.4g} req/s, fails at {hi:.4g} req/s"
+    if result["headroom"] is not None:
+        text += f"; headroom {result['headroom'] * 100:+.0f}% against the expected {result['expected_qps']:g} req/s"
+    return text
+
+
+__all__ = ["find_capacity", "run_step_with", "headline", "knee", "judge", "CAPACITY"]
