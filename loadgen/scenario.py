@@ -19,14 +19,18 @@ MAX_DURATION = 7 * 24 * 3600.0
 
 
 def _duration(v: Any) -> float:
-    return parse_duration(v)
+    seconds = parse_duration(v)
+    if seconds > MAX_DURATION:  # a timeout or grace of 1e12 s would overflow the event loop's timers
+        raise ValueError(f"expected a duration of at most {MAX_DURATION / 86400:.0f} days, got {v!r}")
+    return seconds
 
 
 Duration = Annotated[float, BeforeValidator(_duration)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # NaN and infinity are never a meaningful rate, size or time (and NaN slips through every `ge=` bound)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class ReferenceTarget(Strict):
@@ -160,16 +164,49 @@ class Phase(Strict):
         return self
 
 
+class Sweep(Strict):
+    """Sugar for a list of steady phases: one per rate (open loop) or per concurrency (closed loop)."""
+
+    qps: Optional[list[Union[float, str]]] = Field(None, description="rates, numbers or percentages of expected_qps")
+    concurrency: Optional[list[int]] = None
+    duration: Duration = Field(description="length of each step")
+    warmup: Duration = Field(0.0, description="an unrecorded warm-up at the first step's load")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.qps is None) == (self.concurrency is None) or not (self.qps or self.concurrency):
+            raise ValueError("expected exactly one non-empty list: qps or concurrency")
+        return self
+
+    def phases(self) -> list[dict]:
+        key, values = ("qps", self.qps) if self.qps is not None else ("concurrency", self.concurrency)
+        out = [{"name": "warmup", "duration": self.warmup, key: values[0], "record": False}] if self.warmup > 0 else []
+        label = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+        return out + [{"name": f"{key}-{label(v)}", "duration": self.duration, key: v} for v in values]
+
+
 class Load(Strict):
     mode: Literal["open", "closed"] = "open"
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
     burstiness: float = Field(1.0, gt=0, le=100, description="gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother")
     expected_qps: Optional[float] = Field(None, gt=0, le=MAX_QPS)
-    phases: list[Phase] = Field(min_length=1)
-    seed: int = 0
+    phases: list[Phase] = Field(min_length=1, description="consecutive phases; or give `sweep` instead")
+    sweep: Optional[Sweep] = Field(None, description="a list of rates or concurrencies, expanded into phases")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of arrivals and prompts (numpy needs it non-negative)")
     max_in_flight: int = Field(10_000, ge=1, le=1_000_000)
     send_lag_threshold: Duration = Field(0.005, description="p99 send lag above this marks the run generator-limited")
     grace: Duration = Field(5.0, description="after the last phase, how long in-flight requests may finish")
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_sweep(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("sweep") is not None and "phases" not in data:
+            try:
+                sweep = Sweep.model_validate(data["sweep"])
+            except Exception:
+                return {**data, "phases": [{"name": "sweep", "duration": 1, "qps": 1}]}  # the sweep's own errors report
+            return {**data, "phases": sweep.phases()}
+        return data
+
     starts: int = Field(1, ge=1, le=100, description="cold-start studies: run the phases this many times, each against a freshly started target (reference or command targets)")
 
 
