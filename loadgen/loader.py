@@ -94,6 +94,9 @@ def _key_node(node: yaml.Node | None, loc: tuple) -> yaml.Node | None:
     return parent
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
 def _path(loc: tuple) -> str:
     out = ""
     for part in loc:
@@ -101,8 +104,8 @@ def _path(loc: tuple) -> str:
             out += f"[{part}]"
         elif part in ("float", "str", "int", "bool", "Ramp", "list[str]") or "[" in str(part) or part.startswith("function"):
             continue
-        else:
-            out += ("." if out else "") + str(part)
+        else:  # a key from the file is quoted unless plain: a newline or escape in it must not break the line
+            out += ("." if out else "") + (part if _PLAIN_KEY.match(part) else repr(part))
     return out or "(top level)"
 
 
@@ -118,6 +121,13 @@ def _message(err: dict) -> str:
     if err["type"] not in ("value_error", "assertion_error") and isinstance(inp, (str, int, float, bool)) and inp is not None:
         msg += f", got {inp!r}"
     return msg
+
+
+def _offset_mark(text, offset: int) -> str:
+    """'line:column' (1-based) of ``offset`` into ``text`` (str or bytes)."""
+    nl = "\n" if isinstance(text, str) else b"\n"
+    before = text[:offset]
+    return f"{before.count(nl) + 1}:{offset - (before.rfind(nl) + 1) + 1}"
 
 
 def _mark(node: yaml.Node | None) -> str:
@@ -165,17 +175,26 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
     fname = str(path)
     env = dict(os.environ) if env is None else env
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError([f"{fname}: cannot read: {exc}"]) from None
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError([f"{fname}: cannot read: {exc.strerror or exc}"]) from None
+    try:
+        text = raw_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError([f"{fname}:{_offset_mark(raw_bytes, exc.start)}: not UTF-8 text: {exc.reason}"]) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"{mark.line + 1}:{mark.column + 1}" if mark else "1:1"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError([f"{fname}:{where}: invalid YAML: {problem}"]) from None
+        if mark is not None:
+            where = f"{mark.line + 1}:{mark.column + 1}"
+        elif isinstance(getattr(exc, "position", None), int):  # a ReaderError: a character YAML forbids
+            where = _offset_mark(text, exc.position)
+        else:
+            where = "1:1"
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
+        raise ScenarioError([f"{fname}:{where}: invalid YAML: {problem.splitlines()[0] if problem.strip() else 'unreadable'}"]) from None
     if not isinstance(data, dict):
         raise ScenarioError([f"{fname}:1:1: (top level): expected a mapping with name, target and load, got {type(data).__name__}"])
     raw = copy.deepcopy(data)

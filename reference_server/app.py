@@ -55,7 +55,10 @@ def _build_app(state: ServerState) -> web.Application:
             resp = _error_response(exc)
         except web.HTTPException as exc:  # 404, 405, 413 from aiohttp: same OpenAI-style body
             kind = "invalid_request_error" if exc.status < 500 else "server_error"
-            resp = _error_response(ApiError(exc.status, exc.reason or str(exc), kind))
+            message = exc.reason or str(exc)
+            if exc.status == 413:  # name the limit, as every other refusal does
+                message = f"request body larger than the limit of {state.config.max_body_bytes} bytes"
+            resp = _error_response(ApiError(exc.status, message, kind))
         except (asyncio.CancelledError, ConnectionResetError):
             raise
         except Exception as exc:  # a bug: answer 500 in the same shape, keep serving

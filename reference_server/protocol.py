@@ -84,6 +84,8 @@ def parse_json(raw: bytes) -> dict:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _bad(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # "[[[[..." within the body-size limit: a client error, not a 500
+        raise _bad("request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise _bad("request body must be a JSON object")
     return body
@@ -159,6 +161,8 @@ def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: in
     if top_p <= 0.0:
         raise _bad("'top_p' must be greater than 0", "top_p")
     seed = _int(body, "seed")
+    if seed is not None and seed < 0:  # numpy seeds are non-negative; a negative one failed the model step (500)
+        raise _bad(f"'seed' must be a non-negative integer, got {seed}", "seed")
     stop = body.get("stop")
     if stop is None:
         stop = []
