@@ -178,6 +178,7 @@ async def _child_main(k: int, p: int, loaded, target, url: str, model: str, part
                               failfast=failfast)
     transport = factory(target)
     await transport.start()
+    pa.array(np.zeros(1))  # pyarrow imports pandas at its first conversion (0.2 s): before t0, not at the first flush
     loop = asyncio.get_running_loop()
     got_t0: asyncio.Future = loop.create_future()
     engine: ShardEngine | None = None

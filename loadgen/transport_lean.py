@@ -2,7 +2,7 @@
 
 What it does, and nothing more: ``http://`` only (no TLS, proxies, redirects or auth flows: those
 are aiohttp's), keep-alive reuse through a per-host idle pool with no connection limit (the engine
-enforces the in-flight cap), request bytes built once from a cached header block, and response bodies
+enforces the in-flight cap) but a bound on connects in progress (:data:`MAX_CONNECTING`), request bytes built once from a cached header block, and response bodies
 (Content-Length, chunked, or read-until-close) handed to ``handler.on_body`` as they arrive, so a
 100 MB answer is counted, never buffered. Failures become the same error classes as the aiohttp
 transport: ``connect``, ``dns``, ``reset``, ``bad_response`` (``timeout`` is the engine's).
@@ -24,6 +24,7 @@ import asyncio
 import ipaddress
 import socket
 import time
+from collections import deque
 from urllib.parse import urlsplit
 
 from httptools import HttpParserCallbackError, HttpParserError, HttpResponseParser
@@ -39,6 +40,12 @@ _HEAD_CACHE_MAX = 4096  # distinct (method, url, headers) header blocks kept; Ht
 _IDEMPOTENT = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"))
 _NO_BODY_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "DELETE"))
 _RETRY = "retry"  # waiter result: a reused connection died before any response byte
+#: Connects in progress per host, at most. Past it a request takes the first connection that becomes free
+#: (a finished request's or a new one's): without a bound, one generator hiccup at 20k req/s launches
+#: thousands of connects at once, the server's accept queue overflows, SYN retries cost a second each,
+#: and every arrival meanwhile opens yet another connection. The wait is part of the request's service
+#: time (``sent`` is taken before it; ``connect_start - sent`` shows it).
+MAX_CONNECTING = 64
 
 
 class UnsupportedURL(ValueError):
@@ -46,9 +53,9 @@ class UnsupportedURL(ValueError):
 
 
 class _Site:
-    """One scheme://host:port: its address cache and its idle keep-alive connections (LIFO)."""
+    """One scheme://host:port: its address cache, idle keep-alive connections (LIFO), connects in progress."""
 
-    __slots__ = ("host", "port", "literal", "addrs", "resolved_at", "idle")
+    __slots__ = ("host", "port", "literal", "addrs", "resolved_at", "idle", "connecting", "waiters")
 
     def __init__(self, host: str, port: int):
         self.host, self.port = host, port
@@ -60,6 +67,19 @@ class _Site:
         self.addrs: list[tuple] = []
         self.resolved_at = -DNS_TTL
         self.idle: list[_Conn] = []
+        self.connecting = 0
+        self.waiters: deque[asyncio.Future] = deque()  # requests waiting for a connection or a connect slot
+
+    def release(self, conn: "_Conn | None") -> None:
+        """A connection is free (or, with None, a connect slot): the first waiter gets it, else the pool."""
+        waiters = self.waiters
+        while waiters:
+            w = waiters.popleft()
+            if not w.done():
+                w.set_result(conn)
+                return
+        if conn is not None:
+            self.idle.append(conn)
 
 
 class _Conn(asyncio.Protocol):
@@ -172,7 +192,7 @@ class _Conn(asyncio.Protocol):
             waiter.set_result(result)
         if self._keep and not self.closed:
             self.reused = True
-            self.site.idle.append(self)
+            self.site.release(self)
         else:
             self._drop()
 
@@ -193,14 +213,16 @@ class _Conn(asyncio.Protocol):
 class LeanTransport:
     """Plain-HTTP/1.1 transport; the same interface as ``AiohttpTransport`` (``start``, ``close``, ``send``).
 
-    ``user_agent`` is sent unless the request's headers carry their own. No ``Accept-Encoding`` is
+    ``user_agent`` is sent unless the request's headers carry their own; ``max_connecting`` bounds the
+    connects in progress per host (see :data:`MAX_CONNECTING`). No ``Accept-Encoding`` is
     sent, so servers answer uncompressed and ``bytes_in`` counts what crossed the wire.
     """
 
     name = "lean"
 
-    def __init__(self, user_agent: str = "latbench"):
+    def __init__(self, user_agent: str = "latbench", max_connecting: int = MAX_CONNECTING):
         self._ua = user_agent
+        self._max_connecting = max_connecting
         self._sites: dict[str, _Site] = {}
         self._heads: dict[tuple, tuple[_Site, bytes]] = {}
         self._conns: set[_Conn] = set()
@@ -290,22 +312,9 @@ class LeanTransport:
         data = self._encode(req, head)
         is_head = req.method == "HEAD"
         for attempt in (0, 1):
-            idle = site.idle
-            conn = None
-            while idle:
-                c = idle.pop()
-                if not c.closed:
-                    conn = c
-                    break
+            conn = await self._acquire(site, out)
             if conn is None:
-                out.connect_start = clock()
-                try:
-                    conn = await self._connect(site)
-                except socket.gaierror as exc:
-                    return self._fail(out, "dns", exc)
-                except OSError as exc:
-                    return self._fail(out, "connect", exc)
-                out.connected = clock()
+                return  # the connect failed: out says why
             waiter = self._loop.create_future()
             conn.begin(handler, out, waiter, is_head)
             conn.transport.write(data)
@@ -327,6 +336,42 @@ class LeanTransport:
                 out.error = result[0]
             out.error_detail = result[1]
             return
+
+    async def _acquire(self, site: _Site, out: Outcome) -> "_Conn | None":
+        """An idle connection, a new one, or (with ``max_connecting`` connects already in progress) the first
+        one that becomes free. None when a connect failed (``out`` has the error)."""
+        while True:
+            idle = site.idle
+            while idle:
+                c = idle.pop()
+                if not c.closed:
+                    return c
+            if site.connecting < self._max_connecting:
+                break
+            waiter = self._loop.create_future()
+            site.waiters.append(waiter)
+            try:
+                conn = await waiter
+            except asyncio.CancelledError:  # handed a connection just as we were cancelled: pass it on
+                if waiter.done() and not waiter.cancelled():
+                    site.release(waiter.result())
+                raise
+            if conn is not None and not conn.closed:
+                return conn
+        site.connecting += 1
+        out.connect_start = clock()
+        try:
+            conn = await self._connect(site)
+        except socket.gaierror as exc:
+            return self._fail(out, "dns", exc)
+        except OSError as exc:
+            return self._fail(out, "connect", exc)
+        finally:
+            site.connecting -= 1
+            if site.waiters:
+                site.release(None)  # a connect slot is free
+        out.connected = clock()
+        return conn
 
     @staticmethod
     def _fail(out: Outcome, error: str, exc: BaseException) -> None:

@@ -368,3 +368,27 @@ load:
     assert (two["phase"].to_numpy() == one.sort_values("seq")["phase"].to_numpy()).all()
     assert (two["error"] == "").all() and multi.cpu_seconds > 0 and not multi.interrupted
     assert not list((tmp_path / "two").glob("*.part*"))  # the parts are merged away
+
+
+def test_lean_bounds_connects_in_progress_without_losing_requests(servers):
+    """A burst of 100 on max_connecting=3: every request answered, on at most 100 connections; refused too."""
+    from loadgen.transport_lean import LeanTransport
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+
+    async def go():
+        t = LeanTransport(max_connecting=3)
+        await t.start()
+        outs = [Outcome() for _ in range(140)]
+        reqs = [get(servers[0] + "/sized?n=7")] * 100 + [get(f"http://127.0.0.1:{dead}/")] * 40
+        await asyncio.gather(*(t.send(r, ResponseHandler(), o) for r, o in zip(reqs, outs)))
+        conns = len(t._conns)
+        await t.close()
+        return outs, conns
+
+    outs, conns = run_async(go())
+    assert [(o.status, o.error, o.bytes_in) for o in outs[:100]] == [(200, "", 7)] * 100
+    assert {o.error for o in outs[100:]} == {"connect"}
+    assert 1 <= conns <= 100 and sum(not math.isnan(o.connect_start) for o in outs[:100]) == conns
