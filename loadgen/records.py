@@ -203,6 +203,10 @@ class RecordBuffer:
         return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
 
+class RunDirWriteError(OSError):
+    """The RunDir could not be written (disk full, no permission). Records written before it are kept."""
+
+
 class RecordWriter:
     """Appends record batches to ``requests.parquet`` as row groups, so a killed run keeps its data.
 
@@ -215,28 +219,50 @@ class RecordWriter:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         self.partial_path = self.path + ".partial"
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        self._pq = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
-        self._sink = pa.OSFile(self.partial_path, "wb")
-        self._stream = pa.ipc.new_stream(self._sink, SCHEMA)
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self._pq = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+            self._sink = pa.OSFile(self.partial_path, "wb")
+            self._stream = pa.ipc.new_stream(self._sink, SCHEMA)
+        except OSError as exc:
+            raise RunDirWriteError(exc.errno, f"cannot write records to {self.path}: {exc.strerror or exc}") from exc
         self.rows = 0
         self.closed = False
+        #: the first write failure; after it nothing more is appended (a torn batch must stay the last one)
+        self.error: RunDirWriteError | None = None
         self._lock = threading.Lock()  # the engine writes from a worker thread, and once more at the end
 
     def write(self, batch: pa.RecordBatch | None) -> None:
+        """Append a batch to both files. Raises :class:`RunDirWriteError` on a write failure, and again on
+        every later call; rows already written stay readable through :func:`read_records`."""
         if batch is None or batch.num_rows == 0:
             return
         with self._lock:
-            self._pq.write_batch(batch)
-            self._stream.write_batch(batch)
-            self._sink.flush()
+            if self.error is not None:
+                raise self.error
+            try:
+                self._stream.write_batch(batch)  # the partial stream first: it is what survives a failure
+                self._sink.flush()
+                self._pq.write_batch(batch)
+            except OSError as exc:  # ENOSPC, EFBIG, EIO...: say which file, keep what is there
+                self.error = RunDirWriteError(exc.errno, f"cannot write records to {self.path}: {exc.strerror or exc}")
+                raise self.error from exc
             self.rows += batch.num_rows
 
     def close(self) -> None:
+        """Finish the parquet file and drop the partial stream; after a write failure, keep the partial
+        stream (the parquet file has no footer) and close quietly."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
+            if self.error is not None:
+                for f in (self._stream.close, self._sink.close, self._pq.close):
+                    try:
+                        f()
+                    except (OSError, pa.ArrowException):
+                        pass
+                return
             self._pq.close()
             self._stream.close()
             self._sink.close()

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from loadgen.metrics import METRIC_DEFINITIONS, SCHEMA_VERSION
+from loadgen.records import RunDirWriteError
 
 REQUESTS = "requests.parquet"
 SUMMARY = "summary.json"
@@ -75,8 +76,13 @@ def write_json(path: str | os.PathLike, obj: Any, secrets: list[str] | None = No
     """Write JSON atomically (a temp file renamed over the target), NaN as null."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(scrub(obj, secrets or [])), indent=1, allow_nan=False))
-    os.replace(tmp, path)
+    text = json.dumps(_jsonable(scrub(obj, secrets or [])), indent=1, allow_nan=False)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)  # the old file stays whole until the new one is
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise RunDirWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 class RunDir:
@@ -106,7 +112,11 @@ class RunDir:
         return d
 
     def write_scenario(self, data: dict) -> None:
-        (self.path / "scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        path = self.path / "scenario.yaml"
+        try:
+            path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        except OSError as exc:
+            raise RunDirWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
 
     def write_meta(self, meta: dict, secrets: list[str]) -> None:
         write_json(self.path / META, meta, secrets)

@@ -27,6 +27,7 @@ from pathlib import Path
 BIG_BYTES = 100 * 1024 * 1024  # the 100 MB body of mode `big`
 DRIP_GAP = 0.004  # seconds between the 8-byte pieces of mode `drip`
 SLOW_DRIP_GAP = 0.05  # seconds between the 8-byte pieces of mode `slowdrip` (meant to outlast the request timeout)
+SLOW_S = 1.0  # mode `slow` answers after this long
 STALL_S = 30.0  # mode `stall` sends headers, then nothing for this long
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
 
@@ -240,6 +241,12 @@ async def ok(req, w):
         w.write(_full(200, good_json()))
 
 
+async def slow(req, w):
+    """A valid answer after SLOW_S seconds."""
+    await asyncio.sleep(SLOW_S)
+    await ok(req, w)
+
+
 async def close(req, w):
     """Read the request, close without a byte of answer."""
     w.close()
@@ -365,7 +372,7 @@ async def metrics(req, w):
 
 
 MODES = {
-    "ok": ok, "close": close, "reset": reset, "stall": stall,
+    "ok": ok, "slow": slow, "close": close, "reset": reset, "stall": stall,
     "s500body": _status(500, b'{"error": {"message": "boom", "type": "server_error"}}'),
     "s500empty": _status(500, None), "s503close": s503close, "s500cut": s500cut,
     "s429body": _status(429, b'{"error": {"message": "slow down", "type": "rate_limit_error"}}'),
