@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import ValidationError
@@ -24,7 +25,24 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_FIELDS = ("url", "metrics_url", "headers")
 #: Header names whose values are secrets even when written literally.
 SECRET_HEADERS = ("authorization", "proxy-authorization", "api-key", "x-api-key", "cookie")
+#: ... and any header whose name says it carries a credential (X-Goog-Api-Key, X-Auth-Token, Ocp-Apim-Subscription-Key).
+_SECRET_NAME = re.compile(r"auth|key|token|secret|cookie|passw|credential|session|signature", re.I)
 REDACTED = "***"
+
+
+def is_secret_header(name: str) -> bool:
+    """Whether a header's value must never be written out, even when the scenario writes it literally."""
+    return name.lower() in SECRET_HEADERS or bool(_SECRET_NAME.search(name))
+
+
+def _url_password(url) -> str | None:
+    """The password of a ``scheme://user:password@host`` URL, if it has one."""
+    if not isinstance(url, str) or "@" not in url:
+        return None
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
 
 
 class ScenarioError(Exception):
@@ -49,8 +67,12 @@ class LoadedScenario:
             headers = t.get("headers")
             if isinstance(headers, dict):
                 for k, v in headers.items():
-                    if k.lower() in SECRET_HEADERS and isinstance(v, str) and not _ENV.search(v):
+                    if isinstance(k, str) and is_secret_header(k) and isinstance(v, str) and not _ENV.search(v):
                         headers[k] = REDACTED
+            for key in ("url", "metrics_url"):
+                password = _url_password(t.get(key))
+                if password and not _ENV.search(password):
+                    t[key] = t[key].replace(":" + password + "@", ":" + REDACTED + "@")
         return data
 
 
@@ -143,17 +165,23 @@ def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str
             if name not in env:
                 errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: environment variable {name} is not set")
                 return ""
-            if loc[-2:-1] == ("headers",) or len(loc) >= 2 and loc[-2] == "headers":
-                secrets.append(env[name])
+            secrets.append(env[name])  # every expanded value, in a header or a URL, is never written out
             return env[name]
 
         return _ENV.sub(repl, value)
 
     for prefix, t in _target_locs(data):
+        headers = t.get("headers")
+        if isinstance(headers, dict):  # literal credentials are scrubbed wherever they might resurface
+            secrets += [v for k, v in headers.items() if isinstance(k, str) and is_secret_header(k) and isinstance(v, str)
+                        and not _ENV.search(v)]
         for key in _ENV_FIELDS:
             v = t.get(key)
             if isinstance(v, str):
                 t[key] = sub(v, prefix + (key,))
+                password = _url_password(t[key])
+                if password:
+                    secrets.append(password)
             elif isinstance(v, dict):
                 for hk, hv in v.items():
                     if isinstance(hv, str):
@@ -218,7 +246,7 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
                 errors.append(f"{fname}:{_mark(node)}: {_path(ploc)}: {part[m.end():] if m else part}")
     if errors:
         raise ScenarioError(errors)
-    return LoadedScenario(scenario=scenario, path=path, raw=raw, secrets=[s for s in secrets if s])
+    return LoadedScenario(scenario=scenario, path=path, raw=raw, secrets=list(dict.fromkeys(s for s in secrets if s)))
 
 
 def scenario_schema() -> dict:

@@ -45,7 +45,7 @@ def scrub(obj: Any, secrets: list[str]) -> Any:
     if not secrets:
         return obj
     if isinstance(obj, str):
-        for s in secrets:
+        for s in sorted(secrets, key=len, reverse=True):  # a token inside a longer secret (a URL) must not leave the rest
             if s:
                 obj = obj.replace(s, "***")
         return obj
