@@ -86,7 +86,7 @@ class _Conn(asyncio.Protocol):
     """One TCP connection; at most one request on it at a time (no pipelining)."""
 
     __slots__ = ("transport", "parser", "site", "owner", "handler", "out", "waiter", "closed", "reused",
-                 "_now", "_got", "_headers_done", "_framed", "_keep", "_interim", "_head")
+                 "_now", "_got", "_headers_done", "_framed", "_keep", "_interim", "_head", "_raw")
 
     def __init__(self, site: _Site, owner: "LeanTransport"):
         self.site, self.owner = site, owner
@@ -112,6 +112,8 @@ class _Conn(asyncio.Protocol):
         if not self._got:
             self._got = True
             out.first_byte = now
+        if not self._headers_done:
+            self._raw.append(data)  # the header bytes, read only for a response that is not kept alive
         try:
             self.parser.feed_data(data)
         except HttpParserCallbackError as exc:  # a handler raised: a bug, recorded as 'other'
@@ -140,13 +142,6 @@ class _Conn(asyncio.Protocol):
         self._finish(("reset", detail))
 
     # -- httptools callbacks -------------------------------------------------------------------
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if len(name) == 14 and name.lower() == b"content-length":
-            self._framed = True
-
-    def on_chunk_header(self) -> None:
-        self._framed = True
-
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
@@ -154,10 +149,18 @@ class _Conn(asyncio.Protocol):
             return
         self._headers_done = True
         self._keep = self.parser.should_keep_alive()
+        # llhttp keeps alive only a framed body; otherwise look at the headers once (no per-header callback)
+        self._framed = self._keep or self._has_framing()
         self.handler.on_status(status, self.out)
         if self._head:  # a HEAD response has no body whatever its Content-Length says
             self._keep = False
             self._complete()
+
+    def _has_framing(self) -> bool:
+        """Whether the response's headers give its length (Content-Length or chunked), else EOF ends it."""
+        raw = b"".join(self._raw).lower()
+        head = raw[: raw.find(b"\r\n\r\n")]
+        return b"\ncontent-length:" in head or b"\ntransfer-encoding:" in head
 
     def on_body(self, body: bytes) -> None:
         if self.out is not None:
@@ -166,7 +169,7 @@ class _Conn(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._interim:
             self._interim = False
-            self._framed = False
+            self._raw = []
             return
         if self.out is not None:
             self._complete()
@@ -175,6 +178,7 @@ class _Conn(asyncio.Protocol):
     def begin(self, handler: ResponseHandler, out: Outcome, waiter: asyncio.Future, head: bool) -> None:
         self.handler, self.out, self.waiter = handler, out, waiter
         self._got = self._headers_done = self._framed = self._interim = False
+        self._raw = []
         self._keep = True
         self._head = head
 

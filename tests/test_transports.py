@@ -392,3 +392,30 @@ def test_lean_bounds_connects_in_progress_without_losing_requests(servers):
     assert [(o.status, o.error, o.bytes_in) for o in outs[:100]] == [(200, "", 7)] * 100
     assert {o.error for o in outs[100:]} == {"connect"}
     assert 1 <= conns <= 100 and sum(not math.isnan(o.connect_start) for o in outs[:100]) == conns
+
+
+def test_connection_close_with_a_length_cut_short_is_reset_not_success(transport):
+    """'Connection: close' + Content-Length, closed early: a reset; with no length, the end is the body's end."""
+
+    async def go():
+        async def handle(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 100\r\n\r\nshort")
+            await writer.drain()
+            writer.close()
+
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        return srv, srv.sockets[0].getsockname()[1]
+
+    async def both():
+        srv, port = await go()
+        t = _make(transport)
+        await t.start()
+        out = Outcome()
+        await t.send(get(f"http://127.0.0.1:{port}/"), ResponseHandler(), out)
+        await t.close()
+        srv.close()
+        return out
+
+    out = run_async(both())
+    assert (out.status, out.error, out.bytes_in) == (200, "reset", 5)
