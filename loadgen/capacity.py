@@ -6,6 +6,9 @@ then geometric bisection between the last passing and the first failing rate unt
 step stops early, with --fail-fast's rule, once one of its objectives can no longer be met. A step
 passes when every SLO passes, the generator kept up, and the target completed at least 90% of the
 offered rate within the step (a server that queues without bound fails even before its latency does).
+An objective on a percentile counts as met only when the upper bound of its 95% confidence interval
+meets it: the found rate is one the target holds with confidence, not by the luck of one short step.
+Longer steps (``--step-duration``) give narrower intervals and so a higher, still honest, answer.
 
 The answer is a bracket: the target holds ``max_sustainable_qps`` (the last passing rate) and fails at
 ``first_failing_qps``; the truth lies between. Headroom compares the held rate with ``expected_qps``.
@@ -51,9 +54,28 @@ def step_load(base: Load, qps: float, duration: float, warmup: float) -> Load:
     return base.model_copy(update={"phases": phases, "starts": 1})
 
 
+def _confidently_met(r: dict) -> bool:
+    """An objective on a percentile holds only if its whole 95% interval does: a step that passes by the
+    luck of a short sample would put the answer above what the target holds."""
+    if not r["passed"]:
+        return False
+    ci = r.get("ci")
+    if not ci or ci[1] is None or r.get("op") not in ("<", "<="):
+        return True
+    hi = float("inf") if ci[1] == "inf" else float(ci[1])
+    return hi < r["threshold"] if r["op"] == "<" else hi <= r["threshold"]
+
+
 def judge(summary: dict, qps: float) -> tuple[bool, list[str]]:
-    """Whether a step held: its SLOs, the generator, and the completed rate."""
-    reasons = [f"{r['expr']} (measured {r['value']})" for r in summary["slo"] if r["applies"] and not r["passed"]]
+    """Whether a step held: its SLOs (with confidence), the generator, and the completed rate."""
+    reasons = []
+    for r in summary["slo"]:
+        if not r["applies"]:
+            continue
+        if not r["passed"]:
+            reasons.append(f"{r['expr']} (measured {_show(r['value'], r)})")
+        elif not _confidently_met(r):
+            reasons.append(f"{r['expr']}: met ({_show(r['value'], r)}) but its 95% interval reaches {_show(r['ci'][1], r)}")
     if summary["generator_limited"]:
         reasons.append("generator-limited")
     step = summary["phases"]["step"]
@@ -62,6 +84,14 @@ def judge(summary: dict, qps: float) -> tuple[bool, list[str]]:
     if any("--fail-fast" in n for n in summary["notes"]):
         reasons.append("stopped early: an objective could no longer be met")
     return not reasons, reasons
+
+
+def _show(v, r: dict) -> str:
+    if v is None:
+        return "no value"
+    if v == "inf":
+        return "inf"
+    return f"{float(v) * 1e3:.1f} ms" if r.get("stat") else f"{float(v):.4g}"
 
 
 def knee(steps: list[Step]) -> float | None:

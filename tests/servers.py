@@ -49,8 +49,10 @@ class KnownServer:
     until the stall ends (a server that stops answering for a moment).
     """
 
-    def __init__(self, delay=0.05, ttft=0.08, gap=0.01, tokens=20, stall_at=None, stall_for=0.0, status=200):
+    def __init__(self, delay=0.05, ttft=0.08, gap=0.01, tokens=20, stall_at=None, stall_for=0.0, status=200, slots=0):
         self.delay, self.ttft, self.gap, self.tokens = delay, ttft, gap, tokens
+        self.slots = slots  # > 0: at most this many requests served at once, the rest queue (a known capacity)
+        self._sem = None
         self.stall_at, self.stall_for, self.status = stall_at, stall_for, status
         self.requests = 0
         self.t0 = None
@@ -72,7 +74,13 @@ class KnownServer:
         if self.status != 200:
             return web.json_response({"error": {"message": "nope", "type": "server_error"}}, status=self.status)
         if not body.get("stream"):
-            await sleep_until(arrived + self.delay)
+            if self.slots:
+                if self._sem is None:
+                    self._sem = asyncio.Semaphore(self.slots)
+                async with self._sem:  # capacity = slots / delay requests per second
+                    await sleep_until(time.perf_counter() + self.delay)
+            else:
+                await sleep_until(arrived + self.delay)
             return web.json_response(_chat_body(self.tokens))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -139,6 +147,7 @@ def main(argv=None) -> None:
         ap.add_argument("--" + name.replace("_", "-"), type=float, default=None)
     ap.add_argument("--tokens", type=int, default=20)
     ap.add_argument("--status", type=int, default=200)
+    ap.add_argument("--slots", type=int, default=0)
     a = ap.parse_args(argv)
     kw = {k: v for k, v in vars(a).items() if v is not None}
     srv = KnownServer(**kw).start()
