@@ -285,9 +285,16 @@ def latbench_worker(spec: dict) -> dict:
 
 
 def bench_latbench(spec: dict, dur: float) -> dict:
-    out = subprocess.run([sys.executable, __file__, "_latbench", json.dumps(spec)], stdout=subprocess.PIPE,
-                         text=True, timeout=dur + 90, cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """One latbench run in a subprocess; a run that does not end in time counts as nothing achieved."""
+    try:
+        out = subprocess.run([sys.executable, __file__, "_latbench", json.dumps(spec)], stdout=subprocess.PIPE,
+                             text=True, timeout=dur + 90, cwd=ROOT)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, IndexError, ValueError) as exc:
+        print(f"  latbench run {spec} failed: {type(exc).__name__}", flush=True)
+        nan = float("nan")
+        return {"rps": 0.0, "sent_rate": 0.0, "requests": 0, "errors": 0, "cpu": nan, "p50": nan, "p99": nan,
+                "lag50": nan, "lag99": nan, "lagmax": nan}
 
 
 # --- the tables --------------------------------------------------------------------------------------
