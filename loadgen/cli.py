@@ -55,6 +55,16 @@ def validate(files) -> None:
     sys.exit(2 if bad else 0)
 
 
+def _load_or_exit(path: str):
+    """The scenario, or every mistake in it on stderr and exit 2 (nothing was sent)."""
+    try:
+        return load_scenario(path)
+    except ScenarioError as exc:
+        for line in exc.errors:
+            click.echo(line, err=True)
+        sys.exit(2)
+
+
 def _env_for_validation() -> dict:
     """Validation checks ${ENV} references against the real environment."""
     import os
@@ -90,12 +100,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     allowance = _fraction_option(max_regression, "--max-regression")
     if baseline is not None and not (Path(baseline) / "meta.json").is_file():
         raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
-    try:
-        loaded = load_scenario(scenario)
-    except ScenarioError as exc:
-        for line in exc.errors:
-            click.echo(line, err=True)
-        sys.exit(2)
+    loaded = _load_or_exit(scenario)
     display = StatusDisplay(console)
     current = {}
     if engine == "locust" and fail_fast:
@@ -203,12 +208,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     from loadgen.units import parse_duration
 
     console = _console()
-    try:
-        loaded = load_scenario(scenario)
-    except ScenarioError as exc:
-        for line in exc.errors:
-            click.echo(line, err=True)
-        sys.exit(2)
+    loaded = _load_or_exit(scenario)
     try:
         objectives = [parse_slo(s) for s in slos] if slos else list(loaded.scenario.slo)
         durations = parse_duration(step_duration), parse_duration(warmup)

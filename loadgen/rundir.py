@@ -56,7 +56,8 @@ def scrub(obj: Any, secrets: list[str]) -> Any:
     return obj
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """What ``obj`` reads like after a round trip through JSON: NaN as None, infinities as 'inf', no numpy."""
     if isinstance(obj, float):
         if math.isnan(obj):
             return None
@@ -64,11 +65,11 @@ def _jsonable(obj: Any) -> Any:
             return "inf" if obj > 0 else "-inf"
         return obj
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if hasattr(obj, "item"):  # numpy scalars
-        return _jsonable(obj.item())
+        return jsonable(obj.item())
     return obj
 
 
@@ -76,7 +77,7 @@ def write_json(path: str | os.PathLike, obj: Any, secrets: list[str] | None = No
     """Write JSON atomically (a temp file renamed over the target), NaN as null."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    text = json.dumps(_jsonable(scrub(obj, secrets or [])), indent=1, allow_nan=False)
+    text = json.dumps(jsonable(scrub(obj, secrets or [])), indent=1, allow_nan=False)
     try:
         tmp.write_text(text)
         os.replace(tmp, path)  # the old file stays whole until the new one is

@@ -18,7 +18,7 @@ import yaml
 
 from loadgen.metrics import records_frame, summarize
 from loadgen.records import read_records
-from loadgen.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY
+from loadgen.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
 
 #: Record columns the plots read (token times are read separately, for a sample only).
 PLOT_COLUMNS = ("phase", "recorded", "scheduled", "sent", "connect_start", "connected", "tls",
@@ -159,23 +159,7 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
     s = summarize(table, plans, slos, float(duration or 1e-3), target=td.name, scenario=run.name,
                   complete=False, notes=[note])
-    return _plain(s)
-
-
-def _plain(obj):
-    """What the summary would read like after a round trip through summary.json (NaN as None, no numpy)."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "item"):
-        obj = obj.item()
-    if isinstance(obj, float):
-        if math.isnan(obj):
-            return None
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-    return obj
+    return jsonable(s)
 
 
 def _span(table: pa.Table) -> float:
