@@ -161,8 +161,10 @@ def test_target_process_dying_mid_run_keeps_records_and_later_requests_fail_conn
     os.kill(server[0], signal.SIGKILL)
     out, _ = p.communicate(timeout=60)
     assert "Traceback" not in out, out
-    assert p.returncode == 1, out  # the error-rate objective failed; the run itself completed
+    # the error-rate objective failed (1); on a busy machine the run may also be generator-limited (3)
+    assert p.returncode in (1, 3) and "error_rate" in out, out
     rd = _rundir(runs)
+    assert json.loads((rd / "meta.json").read_text())["complete"] is True  # the run itself went to its end
     table = _records(rd).sort_values("scheduled")
     assert sorted(table["seq"]) == list(range(40))  # every scheduled request, exactly once
     ok = table["error"] == ""
