@@ -155,3 +155,31 @@ def test_worker_command_is_a_click_command():
 
     out = CliRunner().invoke(worker, ["--help"])
     assert out.exit_code == 0 and "--master" in out.output
+
+
+def test_a_worker_joining_from_another_process_over_the_master_port(tmp_path, known_server):
+    """The remote path, on loopback: `latbench run --expect-workers 1 --master-bind HOST:PORT` and a
+    separate `latbench worker --master HOST:PORT` process that joins it, as on another host."""
+    import socket
+
+    srv = known_server(delay=0.01)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = scenario(tmp_path, srv.url, qps=20, duration=3, stream=False)
+    latbench = [sys.executable, "-m", "loadgen.cli"]
+    master = subprocess.Popen(latbench + ["run", str(path), "--engine", "locust", "--workers", "1", "--expect-workers", "1",
+                                          "--master-bind", f"127.0.0.1:{port}", "--out", str(tmp_path / "runs"), "--quiet"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    threading.Event().wait(2.0)
+    worker = subprocess.Popen(latbench + ["worker", "--master", f"127.0.0.1:{port}", "--label", "remote-a"], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out, _ = master.communicate(timeout=90)
+    finally:
+        worker.kill()
+    assert master.returncode == 0, out
+    (rd,) = list((tmp_path / "runs").iterdir())
+    assert json.loads((rd / "meta.json").read_text())["engine"] == "locust"
+    df = records_frame(read_records(rd / "target" / "requests.parquet"))
+    assert len(df) == 60 and df["seq"].is_unique and set(df["worker"]) == {0, 1}  # both workers sent their share
