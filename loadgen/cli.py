@@ -16,6 +16,7 @@ from rich.console import Console
 
 from loadgen import __version__
 from loadgen.loader import ScenarioError, load_scenario, scenario_schema
+from loadgen.records import RunDirWriteError
 
 EXIT_CODES = """\b
 Exit codes:
@@ -101,6 +102,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     if baseline is not None and not (Path(baseline) / "meta.json").is_file():
         raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
     loaded = _load_or_exit(scenario)
+    _scrub_logs(loaded.secrets)
     display = StatusDisplay(console)
     current = {}
     if engine == "locust" and fail_fast:
@@ -125,6 +127,11 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
                               baseline=baseline, max_regression=allowance, opts=opts)
+    except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
+        display.close()
+        click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "
+                   "(latbench report RUNDIR renders them once there is space)", err=True)
+        sys.exit(3)
     finally:
         display.close()
     _write_reports(console, result.rundir.path)
@@ -136,6 +143,22 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
                 console.print(f"after {r['spike']}: rolling p99 (2 s windows) vs {r['threshold'] * 1e3:g} ms: {when}")
     _print_verdict(console, result)
     sys.exit(result.exit_code)
+
+
+def _scrub_logs(secrets: list[str]) -> None:
+    """Every log line goes through the scenario's secrets scrubber (a URL or a server message may hold one)."""
+    from loadgen.rundir import scrub
+
+    class _Scrub(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            record.msg, record.args = scrub(record.getMessage(), secrets), None
+            if record.exc_info:  # a traceback may quote a URL: render it now, scrubbed
+                record.exc_text = scrub(logging.Formatter().formatException(record.exc_info), secrets)
+                record.exc_info = None
+            return True
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_Scrub())
 
 
 def _write_reports(console: Console, rundir: Path) -> None:
@@ -209,6 +232,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
 
     console = _console()
     loaded = _load_or_exit(scenario)
+    _scrub_logs(loaded.secrets)
     try:
         objectives = [parse_slo(s) for s in slos] if slos else list(loaded.scenario.slo)
         durations = parse_duration(step_duration), parse_duration(warmup)
@@ -217,7 +241,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     if not objectives:
         raise click.UsageError("no objectives: give --slo or an slo list in the scenario")
     target = loaded.scenario.target_list()[0]
-    url = target_url or target.url
+    url = target_url or target.url or (target.command.url if target.command else None)
     if qps_max is None:
         if url and not _is_loopback(url):
             raise click.UsageError(f"{url} is not on this machine: state the highest rate to aim at it with --max")

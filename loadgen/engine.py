@@ -98,6 +98,7 @@ class NativeEngine:
         self._stopping = False
         self._flush_now = asyncio.Event()
         self.interrupted = False
+        self.write_error: OSError | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- control -------------------------------------------------------------------------------
@@ -137,7 +138,12 @@ class NativeEngine:
             self._flush_now.clear()
             batch = self.buffer.drain()
             if batch is not None:
-                await asyncio.to_thread(self.writer.write, batch)
+                try:
+                    await asyncio.to_thread(self.writer.write, batch)
+                except OSError as exc:  # RunDirWriteError (disk full): stop sending what can no longer be recorded
+                    self.write_error = exc
+                    self.request_stop()
+                    return
 
     # -- requests ------------------------------------------------------------------------------
     async def _one(self, seq: int, plan: PhasePlan, sched: float) -> None:
@@ -259,8 +265,13 @@ class NativeEngine:
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
             end = self.now()
-            self.writer.write(self.buffer.drain())
+            try:
+                self.writer.write(self.buffer.drain())
+            except OSError as exc:
+                self.write_error = self.write_error or exc
             self.writer.close()
+        if self.write_error is not None:
+            raise self.write_error
         ff = self.s.failfast.breached if self.s.failfast else None
         if ff:
             notes.append(f"stopped early (--fail-fast): {ff} can no longer be met")
