@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="warm up before /health is 200")
     k.add_argument("--max-batch-size", type=int, default=None, help="running batch bound; 1 = one request at a time")
     k.add_argument("--max-queue-delay-ms", type=float, default=None, help="max wait for the oldest request when idle")
+    k.add_argument("--max-step-tokens", type=int, default=None,
+                   help="tokens per forward pass: every decode plus prompt chunks up to this (default 256)")
     k.add_argument("--cache-size", type=int, default=None, help="LRU result cache entries; 0 = off")
     k.add_argument("--precision", choices=PRECISIONS, default=None)
     k.add_argument("--threads", type=int, default=None, help="CPU compute threads (default 1)")

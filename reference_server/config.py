@@ -30,6 +30,7 @@ class ServerConfig:
     warmup: bool = False  # run passes at each batch-size bucket before /health says ready
     max_batch_size: int = 1  # 1 = one request at a time
     max_queue_delay_s: float = 0.0  # Triton-style: wait at most this for the oldest request when idle
+    max_step_tokens: int = 256  # tokens per forward pass (decodes + prompt chunks); bounds the inter-token gap
     cache_size: int = 0  # LRU result cache entries; 0 = off
     precision: str = "fp32"
     threads: int = 1  # CPU compute threads (torch intra-op; BLAS when set before numpy loads)
@@ -85,7 +86,7 @@ class ServerConfig:
             raise ValueError(f"precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if not (self.backend in ("auto", "numpy", "torch") or self.backend.startswith("sim:")):
             raise ValueError(f"backend: {self.backend!r} is not auto, numpy, torch or sim:<profile>")
-        for name in ("max_batch_size", "max_queue_size", "default_max_tokens", "max_body_bytes", "threads"):
+        for name in ("max_batch_size", "max_queue_size", "default_max_tokens", "max_body_bytes", "threads", "max_step_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         for name in ("max_queue_delay_s", "request_timeout_s", "slow_s", "stall_s", "stall_every_s"):

@@ -1,15 +1,25 @@
 """The engine: one worker thread that owns the model and schedules every forward pass.
 
-Requests wait in a FIFO queue. At each step boundary the worker admits waiting requests into the running
-batch (up to ``max_batch_size``), prefills each newcomer on its own (its first token comes out of the
-prefill), then runs one decode step for the whole running batch: continuous batching. With
-``max_batch_size=1`` this is one request at a time, a lock around the model. When nothing is running and
-fewer than ``max_batch_size`` requests wait, the worker waits at most ``max_queue_delay_s`` after the oldest
-one's arrival before starting (Triton's dynamic batcher); a full batch starts at once, and requests arriving
-while a batch runs join at the next step boundary without waiting.
+Requests wait in a FIFO queue. Each scheduler iteration is one forward pass (:meth:`Engine._iterate`)
+built like vLLM's chunked-prefill scheduler:
+
+1. every running (decoding) sequence gets its next token: decode is never starved by queued prefills;
+2. the rest of the step's token budget (``max_step_tokens``) goes to prompts, oldest first: the one
+   still being prefilled, then newly admitted requests while the running set is below
+   ``max_batch_size``; a prompt longer than what is left is cut into chunks over several steps (when the
+   model supports chunked prefill), so one long prompt cannot stall every stream;
+3. all of it runs as *one* pass (``model.step``): decode tokens and prompt chunks packed into one matrix
+   for every weight matmul, attention per sequence. A sequence whose prompt completes gets its first
+   token from that pass.
+
+With ``max_batch_size=1`` this is one request at a time, a lock around the model (whole prompts, no
+chunking). When nothing is running and fewer than ``max_batch_size`` requests wait, the worker waits at
+most ``max_queue_delay_s`` after the oldest one's arrival before starting (Triton's dynamic batcher); a
+full batch starts at once, and requests arriving while a batch runs join at the next step boundary
+without waiting.
 
 The HTTP side never blocks on the model: it submits a :class:`GenRequest` and reads events from the
-request's asyncio queue, which the worker fills through ``call_soon_threadsafe`` once per step.
+request's :class:`EventChannel`, which the worker fills through one ``call_soon_threadsafe`` per step.
 """
 
 from __future__ import annotations
@@ -39,9 +49,49 @@ class EngineFailed(Exception):
     """The model could not be loaded; the engine refuses work."""
 
 
+class EventChannel:
+    """A one-reader event buffer on the event loop, lighter than ``asyncio.Queue``.
+
+    The worker's events of one step arrive in one loop callback; the reader takes everything buffered at
+    once (:meth:`get_all`), so a stream that fell behind writes several tokens in one go.
+    """
+
+    __slots__ = ("items", "_waiter", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.items: deque = deque()
+        self._waiter: asyncio.Future | None = None
+        self._loop = loop
+
+    def put_nowait(self, event: tuple) -> None:
+        """Add ``event`` (call on the loop) and wake the reader."""
+        self.items.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get_all(self) -> list[tuple]:
+        """Every buffered event (at least one), oldest first."""
+        while not self.items:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        out = list(self.items)
+        self.items.clear()
+        return out
+
+    async def get(self) -> tuple:
+        """The oldest buffered event."""
+        if not self.items:
+            self.items.extend(await self.get_all())
+        return self.items.popleft()
+
+
 @dataclass(eq=False)
 class GenRequest:
-    """One generation. Events on ``events``: ("text", str), ("done", finish_reason, n_tokens), ("error", str)."""
+    """One generation. Events: ("text", str), ("done", finish_reason, n_tokens), ("error", str)."""
 
     prompt_ids: list[int]
     max_tokens: int
@@ -50,9 +100,10 @@ class GenRequest:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     arrival: float = field(default_factory=time.perf_counter)
-    events: asyncio.Queue | None = None
+    events: EventChannel | None = None
     aborted: bool = False
     n_generated: int = 0
+    prefilled: int = 0  # prompt tokens already in the cache (chunked prefill)
     last_token: int = 0
     last_time: float = 0.0
     cache: object = None
@@ -71,7 +122,8 @@ class Engine:
         self.error: str | None = None
         self._cv = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
-        self._running: list[GenRequest] = []
+        self._prefilling: list[GenRequest] = []  # admitted, prompt not (fully) in the cache yet
+        self._running: list[GenRequest] = []  # decoding
         self._outbox: list[tuple[GenRequest, tuple]] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -107,13 +159,13 @@ class Engine:
                 raise EngineFailed(self.error or "model failed to load")
             if len(self._waiting) >= self.config.max_queue_size:
                 raise QueueFull()
-            req.events = asyncio.Queue()
+            req.events = EventChannel(asyncio.get_running_loop())
             self._waiting.append(req)
             self.metrics.waiting.set(len(self._waiting))
             self._cv.notify()
 
     def abort(self, req: GenRequest) -> None:
-        """Drop ``req`` wherever it is; a running request leaves the batch at the next step boundary."""
+        """Drop ``req`` wherever it is; an admitted request leaves the batch at the next step boundary."""
         with self._cv:
             req.aborted = True
             try:
@@ -132,20 +184,14 @@ class Engine:
         if self.config.preload:
             self._load_and_warm()
         while True:
-            admitted = self._admit()
-            if admitted is None:
+            if not self._wait_for_work():
                 return
             self._stall()
             if self.model is None and not self._load_and_warm():
-                self._fail_all(admitted)
+                self._fail_all()
                 continue
-            self._running = [r for r in self._running if not r.aborted]
-            decoding = list(self._running)  # a snapshot: finishing requests leave self._running mid-step
-            for req in admitted:
-                self._guarded(self._prefill, [req])
-            if decoding:
-                self._guarded(self._decode, decoding)
-            self.metrics.running.set(len(self._running))
+            self._guarded(self._iterate)
+            self.metrics.running.set(len(self._running) + len(self._prefilling))
             self._flush()
 
     def _load_and_warm(self) -> bool:
@@ -170,36 +216,53 @@ class Engine:
             return False
 
     def _warmup(self, passes: int = 2) -> None:
-        """A few prefill + decode passes at each batch-size bucket (powers of two up to the max)."""
-        buckets = sorted({1 << i for i in range(16) if (1 << i) <= self.config.max_batch_size} | {self.config.max_batch_size})
+        """A few passes at each batch-size bucket (powers of two up to the max) and at the step budget:
+        the shapes the scheduler will run, so BLAS buffers and the allocator are warm."""
+        cfg, step = self.config, model_step(self.model)
+        buckets = sorted({1 << i for i in range(16) if (1 << i) <= cfg.max_batch_size} | {cfg.max_batch_size})
+        prompt = [72, 105, 33, 32, 104, 101, 108, 108]
         for batch in buckets:
             for _ in range(passes):
-                caches = [self.model.new_cache(16) for _ in range(batch)]
-                for c in caches:
-                    self.model.prefill([72, 105, 33, 32, 104, 101, 108, 108], c)
-                for step in range(3):
-                    self.model.decode([32 + step] * batch, caches)
+                caches = [self.model.new_cache(len(prompt) + 3) for _ in range(batch)]
+                step([(prompt, c) for c in caches])
+                for i in range(3):
+                    step([([32 + i], c) for c in caches])
+        if cfg.max_batch_size > 1 and getattr(self.model, "chunked_prefill", False):
+            for _ in range(passes):
+                step([(prompt * (cfg.max_step_tokens // len(prompt) + 1), self.model.new_cache(cfg.max_step_tokens + 8))])
 
-    def _admit(self) -> list[GenRequest] | None:
-        """Block until there is work; return the requests to admit now (possibly []), None to stop."""
+    def _wait_for_work(self) -> bool:
+        """Block until there is work (admitting what may start now); False to stop."""
         cfg = self.config
         with self._cv:
             while True:
                 if self._stopping:
-                    return None
-                free = cfg.max_batch_size - len(self._running)
+                    return False
+                self._drop_aborted()
+                free = cfg.max_batch_size - len(self._running) - len(self._prefilling)
+                busy = self._running or self._prefilling
                 if self._waiting and free > 0:
-                    if not self._running and len(self._waiting) < cfg.max_batch_size and cfg.max_queue_delay_s > 0:
+                    if not busy and len(self._waiting) < cfg.max_batch_size and cfg.max_queue_delay_s > 0:
                         remaining = self._waiting[0].arrival + cfg.max_queue_delay_s - time.perf_counter()
                         if remaining > 0:
                             self._cv.wait(remaining)
                             continue
-                    admitted = [self._waiting.popleft() for _ in range(min(free, len(self._waiting)))]
+                    self._prefilling.extend(self._waiting.popleft() for _ in range(min(free, len(self._waiting))))
                     self.metrics.waiting.set(len(self._waiting))
-                    return admitted
-                if self._running:
-                    return []
+                    return True
+                if busy:
+                    return True
                 self._cv.wait()
+
+    def _drop_aborted(self) -> None:
+        if any(r.aborted for r in self._running):
+            for req in [r for r in self._running if r.aborted]:
+                self._running.remove(req)
+                req.cache = None
+        if any(r.aborted for r in self._prefilling):
+            for req in [r for r in self._prefilling if r.aborted]:
+                self._prefilling.remove(req)
+                req.cache = None
 
     def _stall(self) -> None:
         remaining = self.faults.stall_remaining(time.perf_counter() - self._started)
@@ -207,48 +270,72 @@ class Engine:
             self.metrics.fault("stall")
             time.sleep(remaining)
 
-    def _guarded(self, step, reqs: list[GenRequest]) -> None:
+    def _guarded(self, step) -> None:
         try:
-            step(reqs)
+            step()
         except Exception as exc:  # a bug or OOM in one step fails its requests, not the server
             self.log.exception("model step failed")
-            for req in reqs:
+            for req in list(self._running) + list(self._prefilling):
                 self._finish(req, None, error=f"model step failed: {exc}")
         overrun = getattr(self.model, "overrun_s", 0.0)
         if overrun > self._overrun:
             self.metrics.sim_overrun.inc(overrun - self._overrun)
             self._overrun = overrun
 
-    def _prefill(self, reqs: list[GenRequest]) -> None:
-        req = reqs[0]
-        start = time.perf_counter()
-        self.metrics.queue_time.observe(start - req.arrival)
-        self._counter += 1
-        seed = req.seed if req.seed is not None else (self.config.seed, self._counter)
-        req.rng = np.random.default_rng(seed)
-        req.stopper = StopMatcher(req.stop)
-        req.cache = self.model.new_cache(len(req.prompt_ids) + req.max_tokens)
-        logits = self.model.prefill(req.prompt_ids, req.cache)
-        now = time.perf_counter()
-        self.metrics.prefill_step.observe(now - start)
-        self.metrics.prompt_tokens.inc(len(req.prompt_ids))
-        self.metrics.ttft.observe(now - req.arrival)
-        req.last_time = now
-        self._running.append(req)
-        self._emit(req, sample(logits, req.temperature, req.top_p, req.rng))
+    def _plan(self) -> list[tuple[GenRequest, int]]:
+        """The prompt work of this step: (request, tokens to prefill now), oldest request first."""
+        cfg = self.config
+        chunked = cfg.max_batch_size > 1 and getattr(self.model, "chunked_prefill", False)
+        budget = max(cfg.max_step_tokens - len(self._running), MIN_PREFILL_CHUNK)
+        plan = []
+        for req in self._prefilling:
+            left = len(req.prompt_ids) - req.prefilled
+            take = min(left, budget) if chunked else left
+            if take <= 0 or (not chunked and plan and take > budget):
+                break
+            plan.append((req, take))
+            budget -= take
+        return plan
 
-    def _decode(self, reqs: list[GenRequest]) -> None:
+    def _iterate(self) -> None:
+        """One scheduler iteration: every decode, plus as much prompt work as the budget allows, in one pass."""
+        decoding = list(self._running)  # a snapshot: finishing requests leave self._running mid-step
+        plan = self._plan()
         start = time.perf_counter()
-        logits = self.model.decode([r.last_token for r in reqs], [r.cache for r in reqs])
+        segments = [([r.last_token], r.cache) for r in decoding]
+        for req, take in plan:
+            if req.cache is None:  # first chunk: the request starts now
+                self.metrics.queue_time.observe(start - req.arrival)
+                self._counter += 1
+                req.rng = np.random.default_rng(req.seed if req.seed is not None else (self.config.seed, self._counter))
+                req.stopper = StopMatcher(req.stop)
+                req.cache = self.model.new_cache(len(req.prompt_ids) + req.max_tokens)
+            segments.append((req.prompt_ids[req.prefilled : req.prefilled + take], req.cache))
+        if not segments:
+            return
+        logits = model_step(self.model)(segments)
         now = time.perf_counter()
-        self.metrics.decode_step.observe(now - start)
-        self.metrics.batch_size.observe(len(reqs))
-        for req, row in zip(reqs, logits):
+        phase = "decode" if not plan else ("prefill" if not decoding else "mixed")
+        self.metrics.step(phase).observe(now - start)
+        if decoding:
+            self.metrics.batch_size.observe(len(decoding))
+        for req, row in zip(decoding, logits):
             self.metrics.itl.observe(now - req.last_time)
             req.last_time = now
-            self._emit(req, sample(row, req.temperature, req.top_p, req.rng))
+            self._emit(req, row)
+        for (req, take), row in zip(plan, logits[len(decoding):]):
+            req.prefilled += take
+            self.metrics.prompt_tokens.inc(take)
+            if req.prefilled < len(req.prompt_ids):
+                continue
+            self._prefilling.remove(req)
+            self.metrics.ttft.observe(now - req.arrival)
+            req.last_time = now
+            self._running.append(req)
+            self._emit(req, row)
 
-    def _emit(self, req: GenRequest, token: int) -> None:
+    def _emit(self, req: GenRequest, logits: np.ndarray) -> None:
+        token = sample(logits, req.temperature, req.top_p, req.rng)
         req.last_token = token
         req.n_generated += 1
         self.metrics.generation_tokens.inc()
@@ -264,14 +351,16 @@ class Engine:
             self._finish(req, "length")
 
     def _finish(self, req: GenRequest, reason: str | None, error: str | None = None) -> None:
-        if req in self._running:
-            self._running.remove(req)
+        for group in (self._running, self._prefilling):
+            if req in group:
+                group.remove(req)
         req.cache = None
         self._outbox.append((req, ("error", error) if error else ("done", reason, req.n_generated)))
 
-    def _fail_all(self, reqs: list[GenRequest]) -> None:
-        for req in reqs:
+    def _fail_all(self) -> None:
+        for req in self._prefilling:
             self._outbox.append((req, ("error", self.error or "model failed to load")))
+        self._prefilling.clear()
         with self._cv:
             while self._waiting:
                 self._outbox.append((self._waiting.popleft(), ("error", self.error or "model failed")))
@@ -285,3 +374,28 @@ class Engine:
             self._loop.call_soon_threadsafe(self._deliver, items)
         except RuntimeError:  # the loop is closed: the server is shutting down
             pass
+
+
+MIN_PREFILL_CHUNK = 16  # prompt tokens a step takes even when decodes alone fill the budget
+
+
+def model_step(model):
+    """``model.step`` (one pass over (tokens, cache) segments), or the same built from the model's
+    ``prefill`` and ``decode`` for models without one (whole prompts only, then one decode batch)."""
+    step = getattr(model, "step", None)
+    if step is not None:
+        return step
+
+    def fallback(segments):
+        decode = [(i, t[0], c) for i, (t, c) in enumerate(segments) if c.length > 0]
+        out: list = [None] * len(segments)
+        for i, (tokens, cache) in enumerate(segments):
+            if cache.length == 0:
+                out[i] = model.prefill(tokens, cache)
+        if decode:
+            rows = model.decode([t for _, t, _ in decode], [c for _, _, c in decode])
+            for (i, _, _), row in zip(decode, rows):
+                out[i] = row
+        return np.stack(out)
+
+    return fallback

@@ -15,7 +15,7 @@ from .config import ServerConfig
 from .engine import Engine, EngineFailed, GenRequest, QueueFull
 from .faults import FaultInjector, FaultPlan
 from .metrics import Metrics
-from .protocol import (SSE_DONE, ApiError, ParsedRequest, chunk, full_response, new_id, parse_json,
+from .protocol import (SSE_DONE, ApiError, ChunkTemplate, ParsedRequest, chunk, full_response, new_id, parse_json,
                        parse_request, sse, usage_chunk)
 
 
@@ -46,24 +46,35 @@ async def _stall_gate(state: ServerState) -> None:
 
 
 async def _engine_events(gen: GenRequest, deadline: float | None):
-    while True:
-        if deadline is None:
-            event = await gen.events.get()
-        else:
-            try:
-                event = await asyncio.wait_for(gen.events.get(), max(0.0, deadline - time.perf_counter()))
-            except asyncio.TimeoutError:
-                raise ApiError(504, "request timed out (request_timeout_s)", "timeout_error", code="timeout") from None
-        yield event
-        if event[0] != "text":
-            return
+    """The engine's events for ``gen`` in batches (lists: everything that arrived together), ending with
+    the final one; ApiError 504 at ``deadline`` (a loop timer, not a timeout per event)."""
+    timer = None
+    if deadline is not None:
+        timer = asyncio.get_running_loop().call_later(max(0.0, deadline - time.perf_counter()),
+                                                      gen.events.put_nowait, ("timeout",))
+    try:
+        while True:
+            batch = []
+            for event in await gen.events.get_all():
+                if event[0] == "timeout":
+                    if batch:
+                        yield batch
+                    raise ApiError(504, "request timed out (request_timeout_s)", "timeout_error", code="timeout")
+                batch.append(event)
+                if event[0] != "text":
+                    yield batch
+                    return
+            yield batch
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 async def _replay(state: ServerState, hit: CachedResult):
     for piece in hit.pieces:
         await _stall_gate(state)
-        yield ("text", piece)
-    yield ("done", hit.finish_reason, hit.completion_tokens)
+        yield [("text", piece)]
+    yield [("done", hit.finish_reason, hit.completion_tokens)]
 
 
 async def handle_generation(state: ServerState, request: web.Request, kind: str) -> web.StreamResponse:
@@ -114,50 +125,58 @@ def _remember(state, key, pieces, reason, prompt_tokens, completion_tokens, arri
 
 async def _collect(state, req: ParsedRequest, events, prompt_tokens, key, arrival) -> web.Response:
     pieces: list[str] = []
-    async for event in events:
-        if event[0] == "text":
-            pieces.append(event[1])
-        elif event[0] == "error":
-            raise ApiError(500, event[1], "server_error")
-        else:
-            completion = event[2]
-            _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
-            body = full_response(req, new_id(req.kind), "".join(pieces), event[1], prompt_tokens, completion)
-            return web.json_response(body)
+    async for batch in events:
+        for event in batch:
+            if event[0] == "text":
+                pieces.append(event[1])
+            elif event[0] == "error":
+                raise ApiError(500, event[1], "server_error")
+            else:
+                completion = event[2]
+                _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
+                body = full_response(req, new_id(req.kind), "".join(pieces), event[1], prompt_tokens, completion)
+                return web.json_response(body)
     raise ApiError(500, "generation ended without a result", "server_error")
 
 
 async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, plan: FaultPlan, key, arrival):
+    """Stream the answer; every batch of events that arrived together goes out in one write."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     rid, created = new_id(req.kind), int(time.time())
+    template = ChunkTemplate(req, rid, created)
     pieces: list[str] = []
-    first_event = True
+    out: list[bytes] = []
+    prepared = False
     try:
-        async for event in events:
-            if first_event:  # headers wait for the first event, so queue errors can still be a 4xx/5xx
+        async for batch in events:
+            if not prepared:  # headers wait for the first event, so queue errors can still be a 4xx/5xx
                 await resp.prepare(request)
-                first_event = False
-            if event[0] == "text":
-                if plan.cut_after is not None and len(pieces) >= plan.cut_after:
-                    raise _Cut()
-                await resp.write(sse(chunk(req, rid, created, event[1], first=not pieces)))
-                pieces.append(event[1])
-            elif event[0] == "error":
-                await resp.write(sse(ApiError(500, event[1], "server_error").body()) + SSE_DONE)
-                return resp
-            else:
-                if not pieces:
-                    await resp.write(sse(chunk(req, rid, created, "", first=True)))
-                await resp.write(sse(chunk(req, rid, created, None, finish_reason=event[1])))
-                completion = event[2]
-                if req.include_usage:
-                    await resp.write(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
-                await resp.write(SSE_DONE)
-                _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
+                prepared = True
+            for event in batch:
+                if event[0] == "text":
+                    if plan.cut_after is not None and len(pieces) >= plan.cut_after:
+                        if out:
+                            await resp.write(b"".join(out))
+                        raise _Cut()
+                    out.append(template.encode(event[1]) if pieces else sse(chunk(req, rid, created, event[1], first=True)))
+                    pieces.append(event[1])
+                elif event[0] == "error":
+                    out.append(sse(ApiError(500, event[1], "server_error").body()) + SSE_DONE)
+                else:
+                    if not pieces:
+                        out.append(sse(chunk(req, rid, created, "", first=True)))
+                    out.append(sse(chunk(req, rid, created, None, finish_reason=event[1])))
+                    completion = event[2]
+                    if req.include_usage:
+                        out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
+                    out.append(SSE_DONE)
+                    _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
+            await resp.write(b"".join(out))
+            out.clear()
     except ApiError as exc:
-        if first_event:
+        if not prepared:
             raise
-        await resp.write(sse(exc.body()) + SSE_DONE)
+        await resp.write(b"".join(out) + sse(exc.body()) + SSE_DONE)
     except _Cut:
         state.metrics.fault("cut_stream")
         if request.transport is not None:

@@ -39,9 +39,10 @@ class Metrics:
         self.itl = bound(hist("inter_token_latency_seconds", "Gap between consecutive tokens of a request."))
         self.e2e = bound(hist("e2e_request_latency_seconds", "Arrival to last byte of a successful request."))
         self.batch_size = bound(hist("batch_size", "Sequences in each decode step.", BATCH_BUCKETS))
-        self._step = hist("step_duration_seconds", "Model time of one step.", labels=["phase"])
-        self.prefill_step = self._step.labels(backend=backend, phase="prefill")
-        self.decode_step = self._step.labels(backend=backend, phase="decode")
+        self._step = hist("step_duration_seconds", "Model time of one step (phase: prefill only, decode only, "
+                          "or mixed: decodes and prompt chunks in one pass).", labels=["phase"])
+        self._steps = {ph: self._step.labels(backend=backend, phase=ph) for ph in ("prefill", "decode", "mixed")}
+        self.prefill_step, self.decode_step = self._steps["prefill"], self._steps["decode"]
         self.cache_hits = bound(Counter("refserver:cache_hits", "Result cache hits.", lb, registry=r))
         self.cache_misses = bound(Counter("refserver:cache_misses", "Result cache misses.", lb, registry=r))
         self.prompt_tokens = bound(Counter("refserver:prompt_tokens", "Prompt tokens prefilled.", lb, registry=r))
@@ -51,6 +52,10 @@ class Metrics:
         self.warmup = bound(Gauge("refserver:warmup_seconds", "Seconds the warm-up took.", lb, registry=r))
         self.faults = Counter("refserver:injected_faults", "Faults injected, by kind.", lb + ["kind"], registry=r)
         self.sim_overrun = bound(Counter("refserver:sim_overrun_seconds", "Sim steps' compute beyond the modelled time.", lb, registry=r))
+
+    def step(self, phase: str):
+        """The step-duration histogram child of ``phase`` (prefill, decode or mixed)."""
+        return self._steps[phase]
 
     def request_done(self, status: int) -> None:
         """Count one finished API request with HTTP ``status``."""

@@ -1,9 +1,11 @@
 """The decoder-only transformer in numpy, with a per-sequence KV cache.
 
 Pre-norm blocks (RMSNorm, multi-head causal self-attention, GELU MLP), sinusoidal positions and an LM
-head. A decode step runs the weight matmuls once for the whole batch (where
-batching pays: the weights are read once per step, not once per sequence) and attention per sequence
-against that sequence's own cache.
+head. :meth:`NumpyModel.step` is the one forward pass: it packs the
+tokens of several sequences (whole prompts, prompt chunks, single decode tokens, mixed) into one matrix,
+so every weight matmul runs once per step for all of them (the weights are read once per step, not once
+per sequence, and the matmuls are large enough for BLAS to run near peak), and runs attention per
+sequence against that sequence's own cache. ``prefill`` and ``decode`` are the two special cases.
 
 Precision on numpy: ``fp32`` is native; ``bf16`` and ``int8`` are *emulated*: the weights are rounded to
 bfloat16, or quantized to int8 with one scale per output channel and dequantized at load, so the
@@ -56,7 +58,17 @@ def _rmsnorm(x: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * x * x * x)))
+    """tanh-approximated GELU, computed in place in ``x`` (no temporaries the size of ``x`` but one)."""
+    t = x * x
+    t *= np.float32(0.044715)
+    t += np.float32(1.0)
+    t *= x
+    t *= np.float32(0.7978845608)
+    np.tanh(t, out=t)
+    t += np.float32(1.0)
+    x *= t
+    x *= np.float32(0.5)
+    return x
 
 
 def _softmax_inplace(s: np.ndarray) -> np.ndarray:
@@ -70,6 +82,7 @@ class NumpyModel:
     """Forward passes of one model preset on the CPU with numpy (BLAS matmuls)."""
 
     device = "cpu"
+    chunked_prefill = True  # step() takes prompt chunks that continue a partly filled cache
 
     def __init__(self, spec: ModelSpec, weights: dict[str, np.ndarray], precision: str = "fp32"):
         if precision not in PRECISIONS:
@@ -93,6 +106,7 @@ class NumpyModel:
         ]
         self.pos = sinusoidal_positions(spec.max_model_len, spec.d_model)
         self.scale = np.float32(1.0 / np.sqrt(spec.head_dim))
+        self._causal = np.zeros((0, 0), dtype=np.float32)
 
     @property
     def precision_note(self) -> str:
@@ -102,42 +116,61 @@ class NumpyModel:
         """A KV cache for one sequence of at most ``capacity`` tokens."""
         return SeqCache(self.spec, capacity)
 
+    def _mask(self, rows: slice, cols: int) -> np.ndarray:
+        """Causal mask rows ``rows`` (absolute positions) x columns ``[0, cols)``: -inf above the diagonal."""
+        if self._causal.shape[0] < rows.stop:  # grown on demand, up to max_model_len
+            n = min(self.spec.max_model_len, max(rows.stop, 2 * self._causal.shape[0], 256))
+            self._causal = np.triu(np.full((n, n), -np.inf, dtype=np.float32), k=1)
+        return self._causal[rows, :cols]
+
+    def step(self, segments: list[tuple[list[int], SeqCache]]) -> np.ndarray:
+        """One forward pass over several sequences at once; return (len(segments), vocab) logits.
+
+        Segment ``(tokens, cache)`` appends ``tokens`` to ``cache`` at its current length: a whole prompt
+        (prefill), a chunk of one (chunked prefill) or one token (decode). Every segment's rows go
+        through each weight matmul together, packed into one (total tokens, d_model) matrix, so the
+        weights are read once per step and the matmuls stay large; attention runs per segment against
+        that segment's own cache (causal within the segment). Logits are those of each segment's last
+        token.
+        """
+        s = self.spec
+        H, hd, D = s.n_heads, s.head_dim, s.d_model
+        lens = [len(t) for t, _ in segments]
+        starts = [c.length for _, c in segments]
+        offs = np.zeros(len(segments) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        N = int(offs[-1])
+        if N == len(segments):  # decode only: one token each
+            ids = np.fromiter((t[0] for t, _ in segments), dtype=np.int64, count=N)
+            pos = np.asarray(starts, dtype=np.int64)
+        else:
+            ids = np.fromiter((tok for t, _ in segments for tok in t), dtype=np.int64, count=N)
+            pos = np.concatenate([np.arange(st, st + n) for st, n in zip(starts, lens)])
+        x = self.embed[ids] + self.pos[pos]
+        att = np.empty((N, H, hd), dtype=np.float32)
+        spans = [(int(offs[i]), int(offs[i + 1]), starts[i], c) for i, (_, c) in enumerate(segments)]
+        for li, (g1, wqkv, wo, g2, w1, w2) in enumerate(self.layers):
+            qkv = (_rmsnorm(x, g1) @ wqkv).reshape(N, 3, H, hd)
+            q_all = qkv[:, 0] * self.scale  # (N, H, hd), scaled once here rather than every score
+            for a, b, st, c in spans:
+                end = st + b - a
+                kc, vc = c.k[li], c.v[li]
+                kc[:, st:end] = qkv[a:b, 1].transpose(1, 0, 2)
+                vc[:, st:end] = qkv[a:b, 2].transpose(1, 0, 2)
+                sc = q_all[a:b].transpose(1, 0, 2) @ kc[:, :end].transpose(0, 2, 1)  # (H, n, end)
+                if b - a > 1:
+                    sc += self._mask(slice(st, end), end)
+                att[a:b] = (_softmax_inplace(sc) @ vc[:, :end]).transpose(1, 0, 2)
+            x += att.reshape(N, D) @ wo
+            x += _gelu(_rmsnorm(x, g2) @ w1) @ w2
+        for (_, c), n in zip(segments, lens):
+            c.length += n
+        return _rmsnorm(x[offs[1:] - 1], self.norm_f) @ self.lm_head
+
     def prefill(self, tokens: list[int], cache: SeqCache) -> np.ndarray:
         """Run the prompt ``tokens`` through the model into an empty ``cache``; return the last logits."""
-        s = self.spec
-        n, H, hd = len(tokens), s.n_heads, s.head_dim
-        x = self.embed[np.asarray(tokens)] + self.pos[:n]
-        causal = np.triu(np.full((n, n), -np.inf, dtype=np.float32), k=1)
-        for li, (g1, wqkv, wo, g2, w1, w2) in enumerate(self.layers):
-            qkv = (_rmsnorm(x, g1) @ wqkv).reshape(n, 3, H, hd)
-            q = qkv[:, 0].transpose(1, 0, 2)
-            cache.k[li, :, :n] = qkv[:, 1].transpose(1, 0, 2)
-            cache.v[li, :, :n] = qkv[:, 2].transpose(1, 0, 2)
-            scores = (q @ cache.k[li, :, :n].transpose(0, 2, 1)) * self.scale + causal
-            att = _softmax_inplace(scores) @ cache.v[li, :, :n]
-            x = x + att.transpose(1, 0, 2).reshape(n, s.d_model) @ wo
-            x = x + _gelu(_rmsnorm(x, g2) @ w1) @ w2
-        cache.length = n
-        return (_rmsnorm(x[-1:], self.norm_f) @ self.lm_head)[0]
+        return self.step([(tokens, cache)])[0]
 
     def decode(self, tokens: list[int], caches: list[SeqCache]) -> np.ndarray:
         """One decode step: append one token to each sequence; return (batch, vocab) logits."""
-        s = self.spec
-        B, H, hd = len(tokens), s.n_heads, s.head_dim
-        positions = np.fromiter((c.length for c in caches), dtype=np.int64, count=B)
-        x = self.embed[np.asarray(tokens)] + self.pos[positions]
-        att = np.empty((B, H, hd), dtype=np.float32)
-        for li, (g1, wqkv, wo, g2, w1, w2) in enumerate(self.layers):
-            qkv = (_rmsnorm(x, g1) @ wqkv).reshape(B, 3, H, hd)
-            for i, c in enumerate(caches):
-                t = c.length
-                kc, vc = c.k[li], c.v[li]
-                kc[:, t] = qkv[i, 1]
-                vc[:, t] = qkv[i, 2]
-                sc = (qkv[i, 0][:, None, :] @ kc[:, : t + 1].transpose(0, 2, 1)) * self.scale
-                att[i] = (_softmax_inplace(sc) @ vc[:, : t + 1])[:, 0]
-            x = x + att.reshape(B, s.d_model) @ wo
-            x = x + _gelu(_rmsnorm(x, g2) @ w1) @ w2
-        for c in caches:
-            c.length += 1
-        return _rmsnorm(x, self.norm_f) @ self.lm_head
+        return self.step([([t], c) for t, c in zip(tokens, caches)])

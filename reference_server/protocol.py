@@ -226,6 +226,21 @@ def chunk(req: ParsedRequest, rid: str, created: int, text: str | None, *, first
     return out
 
 
+class ChunkTemplate:
+    """Content chunks of one stream, pre-encoded: the same bytes as ``sse(chunk(...))`` for a content
+    chunk after the first, built by splicing the JSON-encoded text between a fixed prefix and suffix
+    instead of building and encoding a dict per token."""
+
+    _MARK = "\x00latbench-text\x00"
+
+    def __init__(self, req: ParsedRequest, rid: str, created: int):
+        whole = sse(chunk(req, rid, created, self._MARK))
+        self.prefix, _, self.suffix = whole.partition(json.dumps(self._MARK).encode())
+
+    def encode(self, text: str) -> bytes:
+        return self.prefix + json.dumps(text).encode() + self.suffix
+
+
 def usage_chunk(req: ParsedRequest, rid: str, created: int, prompt_tokens: int, completion_tokens: int) -> dict:
     """The extra chunk sent before ``[DONE]`` when ``stream_options.include_usage`` is set."""
     obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"

@@ -62,6 +62,14 @@ class SimProfile:
         compute = 2 * self.params * batch / (self.flops * COMPUTE_EFFICIENCY)
         return max(memory, compute) + STEP_OVERHEAD_S
 
+    def step_time(self, decodes: int, context_tokens: int, prompt_tokens: int) -> float:
+        """Seconds for one mixed pass: ``decodes`` decode tokens over ``context_tokens`` of KV cache plus
+        ``prompt_tokens`` prompt tokens. Equals ``decode_time`` without prompt tokens and ``prefill_time``
+        without decodes."""
+        memory = (self.weight_bytes + self.kv_bytes_per_token * context_tokens) / (self.bandwidth * BANDWIDTH_EFFICIENCY)
+        compute = 2 * self.params * (decodes + prompt_tokens) / (self.flops * COMPUTE_EFFICIENCY)
+        return max(memory, compute) + STEP_OVERHEAD_S
+
     def prefill_time(self, tokens: int) -> float:
         """Seconds to prefill a prompt of ``tokens`` tokens."""
         compute = 2 * self.params * tokens / (self.flops * COMPUTE_EFFICIENCY)
@@ -105,6 +113,7 @@ class SimModel:
         self.precision = inner.precision
         self.precision_note = "tokens computed in fp32; step times modelled for bf16"
         self.overrun_s = 0.0
+        self.chunked_prefill = True
 
     def new_cache(self, capacity: int):
         return self.inner.new_cache(capacity)
@@ -127,4 +136,14 @@ class SimModel:
         context = sum(c.length for c in caches)
         logits = self.inner.decode(tokens, caches)
         self._pad(start, self.profile.decode_time(len(tokens), context))
+        return logits
+
+    def step(self, segments):
+        """One mixed pass (see :meth:`NumpyModel.step`), padded to the profile's modelled time."""
+        start = time.perf_counter()
+        decodes = [c for t, c in segments if len(t) == 1 and c.length > 0]
+        prompt = sum(len(t) for t, c in segments) - len(decodes)
+        context = sum(c.length for c in decodes)
+        logits = self.inner.step(segments)
+        self._pad(start, self.profile.step_time(len(decodes), context, prompt))
         return logits
