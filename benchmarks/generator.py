@@ -312,7 +312,7 @@ def print_closed(results: dict[str, list[dict]]) -> None:
     print(f"{'client':<18}{'req/s':>10}{'x':>7}{'req/CPU-s':>12}{'x':>7}{'p50 ms':>9}{'x':>7}{'p99 ms':>9}{'x':>7}")
     for name, rows in results.items():
         rps, p50, p99 = med(rows, "rps"), med(rows, "p50"), med(rows, "p99")
-        per = med([{"v": r["requests"] / r["cpu"]} for r in rows], "v")
+        per = med([{"v": r["requests"] / r["cpu"] if r["cpu"] else float("nan")} for r in rows], "v")
         print(f"{name:<18}{rps:>10.0f}{rps / base['rps']:>7.2f}{per:>12.0f}{per / base['per_cpu']:>7.2f}"
               f"{p50 * 1e3:>9.2f}{p50 / base['p50']:>7.2f}{p99 * 1e3:>9.2f}{p99 / base['p99']:>7.2f}")
 

@@ -25,6 +25,7 @@ import math
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -143,16 +144,27 @@ def _live_snapshot(live: LiveStats, last: int) -> tuple[dict, int]:
 
 
 def _on_message(conn, handler) -> None:
-    """Call ``handler(message)`` for each message from the parent (EOF: ``handler(None)``), on the loop."""
-    def readable() -> None:
-        try:
-            while conn.poll():
-                handler(conn.recv())
-        except (EOFError, OSError):
-            asyncio.get_running_loop().remove_reader(conn.fileno())
-            handler(None)
+    """Call ``handler(message)`` on the running loop for each message on ``conn`` (EOF: ``handler(None)``).
 
-    asyncio.get_running_loop().add_reader(conn.fileno(), readable)
+    A daemon thread does the blocking reads: the loop's own ``add_reader`` would make the pipe
+    non-blocking (libuv does), and a large message read half-arrived then fails.
+    """
+    loop = asyncio.get_running_loop()
+
+    def pump() -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = None
+            try:
+                loop.call_soon_threadsafe(handler, msg)
+            except RuntimeError:  # the loop has closed: nobody is listening any more
+                return
+            if msg is None:
+                return
+
+    threading.Thread(target=pump, name="latbench-pipe", daemon=True).start()
 
 
 async def _child_main(k: int, p: int, loaded, target, url: str, model: str, part: str, conn, factory,
@@ -218,7 +230,6 @@ async def _child_main(k: int, p: int, loaded, target, url: str, model: str, part
         finally:
             reporter.cancel()
     finally:
-        loop.remove_reader(conn.fileno())
         await transport.close()
     conn.send(("done", dataclasses.asdict(result)))
 
@@ -311,7 +322,6 @@ class ProcessGroup:
                     self.failed_fast = payload
                     self._tell("failfast", but=k)
             elif not fut.done():
-                self._loop.remove_reader(conn.fileno())
                 fut.set_result(payload if kind == "done" else str(payload))
 
         _on_message(conn, handle)
