@@ -92,8 +92,11 @@ def schema() -> None:
 @click.option("--expect-workers", default=0, show_default=True, type=click.IntRange(0, 10000),
               help="locust: also wait for this many workers from other hosts (`latbench worker --master HOST:PORT`)")
 @click.option("--master-bind", default="127.0.0.1", show_default=True, metavar="HOST[:PORT]", help="locust: where the master listens")
+@click.option("--processes", default=0, type=click.IntRange(0, 64), metavar="N",
+              help="native: generator processes [default: 1 when the target runs on this machine, else cores - 1]")
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
-        baseline: str | None, max_regression: str, engine: str, workers: int, expect_workers: int, master_bind: str) -> None:
+        baseline: str | None, max_regression: str, engine: str, workers: int, expect_workers: int, master_bind: str,
+        processes: int) -> None:
     from loadgen.display import StatusDisplay, summary_table
     from loadgen.runner import EngineOptions, install_signal_handlers, run_scenario
 
@@ -116,7 +119,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
             console.print(f"{p.get('t', 0):6.1f}s  sent {p.get('sent', 0)}  records {p.get('records', 0)}  in-flight "
                           f"{p.get('in_flight', 0)}  errors {p.get('errors', 0)}  workers {p.get('workers', 0)}/{p.get('of', 0)}")
 
-    opts = EngineOptions(engine, workers, expect_workers or None, master_bind, on_progress)
+    opts = EngineOptions(engine, workers, expect_workers or None, master_bind, on_progress, processes)
 
     def on_engine(engine) -> None:
         current["engine"] = engine
@@ -226,7 +229,7 @@ def gate(rundir: str, baseline: str | None, max_regression: str) -> None:
 @click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
 def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance, target_url, out) -> None:
     from loadgen.capacity import headline
-    from loadgen.runner import run_capacity
+    from loadgen.runner import _on_loopback, run_capacity
     from loadgen.slo import parse_slo
     from loadgen.units import parse_duration
 
@@ -243,7 +246,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     target = loaded.scenario.target_list()[0]
     url = target_url or target.url or (target.command.url if target.command else None)
     if qps_max is None:
-        if url and not _is_loopback(url):
+        if url and not _on_loopback(url):
             raise click.UsageError(f"{url} is not on this machine: state the highest rate to aim at it with --max")
         qps_max = 2000.0
     if qps_min > qps_max:
@@ -272,19 +275,6 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     console.print(f"RunDir: {rd.path}   report: {rd.path / 'report.html'}", highlight=False)
     ok = result["max_sustainable_qps"] is not None and (result["headroom"] is None or result["headroom"] >= 0)
     sys.exit(0 if ok and result["complete"] else 1)
-
-
-def _is_loopback(url: str) -> bool:
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def install_signal_handlers_for_capacity(holder: dict) -> None:

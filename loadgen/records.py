@@ -129,6 +129,7 @@ class RecordBuffer:
         self._tok = np.empty(capacity * 4, dtype=np.float32)
         self._tok_n = 0
         self._tok_offsets = np.zeros(capacity + 1, dtype=np.int32)
+        pa.array(self._tok_offsets[:0])  # pyarrow imports pandas at its first conversion (0.2-1.5 s): not at the first flush
 
     def __len__(self) -> int:
         return self._n

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import platform
 import signal
 import socket
@@ -80,8 +81,35 @@ def _resolve_model(target: Target, url: str, server: ManagedServer | None) -> st
         return "default"
 
 
+def _on_loopback(url: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def make_transport(target: Target):
-    """The transport for a target: aiohttp by default (the lean transport plugs in here)."""
+    """``transport:`` when given; else httpx for ``http2: true``, the lean asyncio transport for plain
+    http://, and aiohttp for TLS (and whatever else the lean path does not do)."""
+    from loadgen.transport_lean import LeanTransport
+
+    choice = target.transport
+    if choice == "auto":
+        choice = "httpx" if target.http2 else "lean" if LeanTransport.supports(target.url or "") else "aiohttp"
+    if choice == "lean":
+        if not LeanTransport.supports(target.url or ""):
+            raise ValueError(f"transport: lean sends to http:// only, not {target.url!r}; use transport: aiohttp")
+        return LeanTransport()
+    if choice == "httpx":
+        from loadgen.transport_httpx import HttpxTransport
+
+        return HttpxTransport(verify=target.verify, http2=target.http2)
     return AiohttpTransport(verify=target.verify)
 
 
@@ -96,7 +124,7 @@ async def _run_target(loaded: LoadedScenario, target: Target, url: str, model: s
     settings = EngineSettings(plans, timeout=target.timeout, max_in_flight=sc.load.max_in_flight,
                               seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace,
                               failfast=failfast)
-    transport = make_transport(target)
+    transport = make_transport(target.model_copy(update={"url": url}))
     await transport.start()
     engine = NativeEngine(settings, protocol, prompts, transport, RecordWriter(tdir / REQUESTS))
     if on_engine:
@@ -125,6 +153,16 @@ class EngineOptions:
     expect_workers: int | None = None  # locust: workers joining from other hosts
     master_bind: str = "127.0.0.1"
     on_progress: Callable[[dict], None] | None = None  # locust: about once a second
+    processes: int = 1  # native: generator processes, each with its own event loop (0: what the machine can spare)
+
+    def processes_for(self, target: Target) -> int:
+        """0 means: one process when the target shares this machine (it needs the other cores), else all
+        cores but one, at most 8."""
+        if self.processes:
+            return self.processes
+        if target.reference is not None or target.command is not None or _on_loopback(target.url or ""):
+            return 1
+        return max(1, min(8, (os.cpu_count() or 2) - 1))
 
 
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
@@ -216,7 +254,13 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     try:
         model = _resolve_model(target, url, server)
         metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
-        if opts.engine == "locust":
+        procs = opts.processes_for(target)
+        if opts.engine == "native" and procs > 1:
+            from loadgen.multiproc import run_target_processes
+
+            plans, res = run_async(run_target_processes(loaded, target, url, model, tdir, on_engine, fail_fast,
+                                                        processes=procs))
+        elif opts.engine == "locust":
             from loadgen.locust_engine import run_target_locust
 
             plans, res = run_target_locust(loaded.path, index, url, model, tdir, workers=opts.workers,
