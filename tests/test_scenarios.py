@@ -71,3 +71,21 @@ def test_cold_start_measures_each_fresh_start(tmp_path):
     # lazy loading: naive is ready at once but its first request pays the load; optimized is the reverse
     assert min(cs["naive"]["first_latency_s"]) > max(cs["optimized"]["first_latency_s"])
     assert min(cs["optimized"]["ready_s"]) > min(cs["naive"]["ready_s"])
+
+
+def test_injected_errors_fail_the_error_rate_gate_with_exit_1(tmp_path):
+    """The reference server's fault injection (error_rate: 0.05) against an `error_rate < 1%` gate."""
+    text = """
+    name: faults
+    target: {reference: {arch: optimized, model: tiny, options: {error_rate: 0.05}}, stream: false}
+    workload: {prompts: {input_tokens: 8, output_tokens: 2, distinct: 100000}}
+    load:
+      arrival: constant
+      phases:
+        - {name: main, duration: 4s, qps: 50}
+    slo: ["error_rate < 1%"]
+    """
+    res, s, df = run(tmp_path, text)
+    assert res.exit_code == 1, res.reasons
+    assert set(df["error"]) == {"", "http_5xx"}
+    assert 0.02 <= s["overall"]["error_rate"] <= 0.09  # 5% of 200 requests, within sampling noise
