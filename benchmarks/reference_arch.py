@@ -3,11 +3,17 @@
 1. naive vs optimized, closed loop at concurrency 1, 4 and 16, per backend: throughput, p50/p99 end-to-end
    latency, p50 TTFT, plus the naive server's cold first request (it pays the model load).
 2. Decode step time at batch 1/4/16/32 per backend, measured in-process on the model itself.
+3. The optimized server's step mix after its closed-loop cells (from its /metrics): passes that were
+   prefill only, decode only, or mixed (decodes and prompt chunks in one pass), with their mean times.
+
+``--prompt-chars`` pads the prompts (the byte-level tokenizer makes one token per character): latbench's
+synthetic prompts of N "tokens" are about 4N characters, so ``--prompt-chars 256 --model tiny
+--max-tokens 16`` is the shape of ``scenarios/burst.yaml``.
 
 The client is aiohttp only (not latbench's loadgen), streaming chat requests with unique prompts (so the
 optimized server's result cache never hits: this measures batching, not caching).
 
-    python benchmarks/reference_arch.py [--model small] [--backends numpy,torch] [--duration-s 8]
+    python benchmarks/reference_arch.py [--model small] [--backends numpy,torch] [--duration-s 8] [--prompt-chars N]
 """
 
 from __future__ import annotations
@@ -71,14 +77,38 @@ async def one_request(session, url: str, model: str, prompt: str, max_tokens: in
     return time.perf_counter() - t0, ttft or 0.0
 
 
-async def closed_loop(url, model, concurrency, duration_s, max_requests, max_tokens, tag) -> dict:
+PAD = "the quick brown fox jumps over a lazy dog and then "
+
+
+async def step_mix(url: str) -> str:
+    """The server's step counts and mean step times by phase, from /metrics."""
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    sums: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if line.startswith("refserver:step_duration_seconds_") and 'phase="' in line:
+            kind = line.split("{")[0].rsplit("_", 1)[1]
+            phase = line.split('phase="')[1].split('"')[0]
+            sums[(phase, kind)] = float(line.rsplit(" ", 1)[1])
+    parts = []
+    for phase in ("prefill", "decode", "mixed"):
+        n = sums.get((phase, "count"), 0.0)
+        if n:
+            parts.append(f"{phase} {n:.0f} steps, mean {sums[(phase, 'sum')] / n * 1e3:.1f} ms")
+    return "; ".join(parts)
+
+
+async def closed_loop(url, model, concurrency, duration_s, max_requests, max_tokens, tag, prompt_chars=0) -> dict:
     counter = 0
     lat, ttfts = [], []
 
     def prompt() -> str:
         nonlocal counter
         counter += 1
-        return f"request {tag}-{counter}: write a short story about the number {counter} and a lighthouse."
+        text = f"request {tag}-{counter}: write a short story about the number {counter} and a lighthouse."
+        if len(text) < prompt_chars:
+            text += " " + (PAD * (prompt_chars // len(PAD) + 1))[: prompt_chars - len(text) - 1]
+        return text
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         await asyncio.gather(*(one_request(session, url, model, prompt(), max_tokens) for _ in range(concurrency)))
@@ -106,17 +136,19 @@ async def first_requests(url, model, max_tokens) -> tuple[float, float]:
         return cold, warm
 
 
-def bench_archs(backend, model, cache_dir, concurrencies, duration_s, max_tokens) -> list[dict]:
+def bench_archs(backend, model, cache_dir, concurrencies, duration_s, max_tokens, prompt_chars=0) -> list[dict]:
     rows = []
     for arch in ("naive", "optimized"):
         proc, url = start_server(arch, backend, model, cache_dir)
         try:
             cold, warm = asyncio.run(first_requests(url, model, max_tokens))
             for c in concurrencies:
-                r = asyncio.run(closed_loop(url, model, c, duration_s, 2000, max_tokens, f"{arch}{c}"))
+                r = asyncio.run(closed_loop(url, model, c, duration_s, 2000, max_tokens, f"{arch}{c}", prompt_chars))
                 rows.append(dict(r, backend=backend, arch=arch, concurrency=c, cold=cold, warm=warm))
                 print(f"  {backend:10s} {arch:9s} c={c:<3d} {r['rps']:7.2f} req/s  p50 {r['p50']*1e3:8.1f} ms  "
                       f"p99 {r['p99']*1e3:8.1f} ms  ttft50 {r['ttft50']*1e3:8.1f} ms  (n={r['n']})", file=sys.stderr)
+            if arch == "optimized":
+                print(f"{backend} optimized step mix: {asyncio.run(step_mix(url))}")
         finally:
             proc.terminate()
             proc.wait(30)
@@ -152,6 +184,7 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--duration-s", type=float, default=8.0, help="seconds per closed-loop cell")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompt-chars", type=int, default=0, help="pad prompts to this many characters (= tokens)")
     ap.add_argument("--step-batches", default="1,4,16,32")
     ap.add_argument("--cache-dir", default=None, help="weights cache (default: a temp dir)")
     ap.add_argument("--skip-archs", action="store_true", help="only the decode step table")
@@ -163,11 +196,12 @@ def main(argv=None) -> int:
     backends = args.backends.split(",") if args.backends else ["numpy"] + (["torch"] if torch_available() else [])
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="latbench-weights-")
     conc = [int(c) for c in args.concurrency.split(",")]
-    print(f"model={args.model} max_tokens={args.max_tokens} cpus={os.cpu_count()} backends={backends}\n")
+    print(f"model={args.model} max_tokens={args.max_tokens} prompt_chars={args.prompt_chars} cpus={os.cpu_count()} "
+          f"backends={backends} load={os.getloadavg()[0]:.2f}\n")
     rows = []
     if not args.skip_archs:
         for backend in backends:
-            rows += bench_archs(backend, args.model, cache_dir, conc, args.duration_s, args.max_tokens)
+            rows += bench_archs(backend, args.model, cache_dir, conc, args.duration_s, args.max_tokens, args.prompt_chars)
         print("| backend | arch | conc | req/s | tok/s | p50 ms | p99 ms | TTFT p50 ms | cold 1st req ms | warm 1st req ms |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:

@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per forward pass: every decode plus prompt chunks up to this (default 256)")
     k.add_argument("--cache-size", type=int, default=None, help="LRU result cache entries; 0 = off")
     k.add_argument("--precision", choices=PRECISIONS, default=None)
-    k.add_argument("--threads", type=int, default=None, help="CPU compute threads (default 1)")
+    k.add_argument("--threads", type=int, default=None, help="torch CPU intra-op threads (default 1)")
+    k.add_argument("--step-threads", type=int, default=None,
+                   help="numpy backend: threads splitting each forward pass by sequence (default 1; 2 for optimized/batching)")
     k.add_argument("--max-queue-size", type=int, default=None, help="waiting requests before 429")
     k.add_argument("--request-timeout-s", type=float, default=None, help="whole-request deadline; 0 = none")
     k.add_argument("--default-max-tokens", type=int, default=None, help="max_tokens when a request omits it")
@@ -74,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reference_server: error: {exc}", file=sys.stderr)
         return 2
     if "numpy" not in sys.modules:  # BLAS reads its thread count once, when numpy first loads
+        # BLAS stays single-threaded: the numpy backend's parallelism is ``step_threads`` (each runs part
+        # of a step's sequences), torch's is ``threads`` (set by the torch backend itself). A
+        # BLAS thread pool spin-waits for cores the load generator needs (measured: 2 BLAS threads on 2
+        # shared cores cut the tiny model's throughput under load from ~16 to ~2 req/s).
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, str(config.threads))
+            os.environ.setdefault(var, "1")
     from .app import run_server
 
     try:

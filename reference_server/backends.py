@@ -89,7 +89,7 @@ def load_model(resolved: ResolvedBackend, config: ServerConfig):
         return TorchModel(resolved.spec, weights, config.precision, resolved.device, config.threads)
     from .numpy_model import NumpyModel
 
-    model = NumpyModel(resolved.spec, weights, config.precision)
+    model = NumpyModel(resolved.spec, weights, config.precision, config.step_threads)
     if resolved.kind == "sim":
         from .sim import SimModel
 

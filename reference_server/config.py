@@ -33,7 +33,8 @@ class ServerConfig:
     max_step_tokens: int = 256  # tokens per forward pass (decodes + prompt chunks); bounds the inter-token gap
     cache_size: int = 0  # LRU result cache entries; 0 = off
     precision: str = "fp32"
-    threads: int = 1  # CPU compute threads (torch intra-op; BLAS when set before numpy loads)
+    threads: int = 1  # torch's CPU intra-op threads (BLAS itself always runs one thread)
+    step_threads: int = 1  # numpy backend: threads that split each forward pass by sequence
     # queue policy
     max_queue_size: int = 512  # waiting (not yet running) requests; beyond -> 429
     request_timeout_s: float = 600.0  # whole-request deadline; 0 = none
@@ -55,14 +56,15 @@ class ServerConfig:
         """The preset ``arch`` with ``overrides`` applied (field names; ``*_ms`` aliases convert).
 
         Presets: ``naive`` (lazy load, no warm-up, one request at a time, no cache), ``optimized``
-        (preload, warm-up, continuous batching up to 32, LRU cache), ``batching`` (batching only:
-        preloaded, no warm-up, no cache) and ``cache`` (cache only, otherwise naive).
+        (preload, warm-up, continuous batching up to 32 with chunked prefill, each step split over 2
+        compute threads on numpy, LRU cache), ``batching`` (batching only: preloaded, no warm-up, no
+        cache) and ``cache`` (cache only, otherwise naive).
         """
         if arch not in ARCHS:
             raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
         base: dict = {"arch": arch}
         if arch in ("optimized", "batching"):
-            base.update(preload=True, max_batch_size=32, max_queue_delay_s=0.002)
+            base.update(preload=True, max_batch_size=32, max_queue_delay_s=0.002, step_threads=2)
         if arch == "optimized":
             base.update(warmup=True, cache_size=1024)
         if arch == "cache":
@@ -86,7 +88,8 @@ class ServerConfig:
             raise ValueError(f"precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if not (self.backend in ("auto", "numpy", "torch") or self.backend.startswith("sim:")):
             raise ValueError(f"backend: {self.backend!r} is not auto, numpy, torch or sim:<profile>")
-        for name in ("max_batch_size", "max_queue_size", "default_max_tokens", "max_body_bytes", "threads", "max_step_tokens"):
+        for name in ("max_batch_size", "max_queue_size", "default_max_tokens", "max_body_bytes", "threads", "max_step_tokens",
+                     "step_threads"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         for name in ("max_queue_delay_s", "request_timeout_s", "slow_s", "stall_s", "stall_every_s"):

@@ -287,10 +287,12 @@ class Engine:
         cfg = self.config
         chunked = cfg.max_batch_size > 1 and getattr(self.model, "chunked_prefill", False)
         budget = max(cfg.max_step_tokens - len(self._running), MIN_PREFILL_CHUNK)
+        # with several compute threads, several prompts share a step (a step splits by sequence)
+        cap = max(budget // cfg.step_threads, MIN_PREFILL_CHUNK) if len(self._prefilling) > 1 else budget
         plan = []
         for req in self._prefilling:
             left = len(req.prompt_ids) - req.prefilled
-            take = min(left, budget) if chunked else left
+            take = min(left, budget, cap) if chunked else left
             if take <= 0 or (not chunked and plan and take > budget):
                 break
             plan.append((req, take))

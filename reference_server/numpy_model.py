@@ -14,12 +14,15 @@ numerics are those of the low precision while compute stays float32 (no speed ch
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from .modelspec import ModelSpec
 from .weights import bf16_bits_to_float32, round_to_bf16
 
 PRECISIONS = ("fp32", "bf16", "int8")
+PARALLEL_MIN_TOKENS = 48  # a step splits across compute threads only with at least this many tokens per thread
 
 
 def quantize_int8_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +87,7 @@ class NumpyModel:
     device = "cpu"
     chunked_prefill = True  # step() takes prompt chunks that continue a partly filled cache
 
-    def __init__(self, spec: ModelSpec, weights: dict[str, np.ndarray], precision: str = "fp32"):
+    def __init__(self, spec: ModelSpec, weights: dict[str, np.ndarray], precision: str = "fp32", threads: int = 1):
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         self.spec = spec
@@ -107,6 +110,8 @@ class NumpyModel:
         self.pos = sinusoidal_positions(spec.max_model_len, spec.d_model)
         self.scale = np.float32(1.0 / np.sqrt(spec.head_dim))
         self._causal = np.zeros((0, 0), dtype=np.float32)
+        self.threads = max(1, int(threads))
+        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def precision_note(self) -> str:
@@ -118,12 +123,42 @@ class NumpyModel:
 
     def _mask(self, rows: slice, cols: int) -> np.ndarray:
         """Causal mask rows ``rows`` (absolute positions) x columns ``[0, cols)``: -inf above the diagonal."""
-        if self._causal.shape[0] < rows.stop:  # grown on demand, up to max_model_len
-            n = min(self.spec.max_model_len, max(rows.stop, 2 * self._causal.shape[0], 256))
-            self._causal = np.triu(np.full((n, n), -np.inf, dtype=np.float32), k=1)
-        return self._causal[rows, :cols]
+        causal = self._causal  # one read: compute threads may grow it concurrently
+        if causal.shape[0] < rows.stop:  # grown on demand, up to max_model_len
+            n = min(self.spec.max_model_len, max(rows.stop, 2 * causal.shape[0], 256))
+            causal = self._causal = np.triu(np.full((n, n), -np.inf, dtype=np.float32), k=1)
+        return causal[rows, :cols]
 
     def step(self, segments: list[tuple[list[int], SeqCache]]) -> np.ndarray:
+        """One forward pass over several sequences; with ``threads`` > 1 the segments are split into
+        groups of about equal token counts, each run through :meth:`_forward` on its own thread (BLAS
+        stays single-threaded: no thread pool spinning against the load generator for the cores)."""
+        groups = self._split(segments)
+        if len(groups) == 1:
+            return self._forward(segments)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="refserver-compute")
+        futures = [self._pool.submit(self._forward, [segments[i] for i in g]) for g in groups[1:]]
+        parts = [self._forward([segments[i] for i in groups[0]])] + [f.result() for f in futures]
+        out = np.empty((len(segments), parts[0].shape[1]), dtype=parts[0].dtype)
+        for g, part in zip(groups, parts):
+            out[g] = part
+        return out
+
+    def _split(self, segments) -> list[list[int]]:
+        """Segment indices in ``threads`` groups of about equal token counts (one group for small steps)."""
+        total = sum(len(t) for t, _ in segments)
+        k = min(self.threads, len(segments), total // PARALLEL_MIN_TOKENS)
+        if k <= 1:
+            return [list(range(len(segments)))]
+        loads, groups = [0] * k, [[] for _ in range(k)]
+        for i in sorted(range(len(segments)), key=lambda i: -len(segments[i][0])):
+            j = loads.index(min(loads))
+            groups[j].append(i)
+            loads[j] += len(segments[i][0])
+        return [g for g in groups if g]
+
+    def _forward(self, segments: list[tuple[list[int], SeqCache]]) -> np.ndarray:
         """One forward pass over several sequences at once; return (len(segments), vocab) logits.
 
         Segment ``(tokens, cache)`` appends ``tokens`` to ``cache`` at its current length: a whole prompt
