@@ -222,6 +222,7 @@ class JsonHandler(ResponseHandler):
 
 class _OpenAI(ApiProtocol):
     endpoint = ""
+    per_request = False  # a request depends on its prompt alone: built once per prompt (loadgen.reqcache)
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
         self.url = _base_url(target, base_url) + self.endpoint
@@ -327,6 +328,8 @@ class HttpProtocol(ApiProtocol):
         self._body = _FIELD.split(body_text) if body_text is not None else None
         base_headers = {"Content-Type": req.content_type} if self._body is not None else {}
         self.headers = _headers(base_headers, target)
+        # with {seq} the request differs per request; else it depends on its prompt alone (loadgen.reqcache)
+        self.per_request = "{seq}" in self._url or (self._body is not None and "{seq}" in self._body)
 
     @staticmethod
     def _body_text(req: HttpRequest | None) -> tuple[str | None, bool]:
@@ -355,7 +358,10 @@ class HttpProtocol(ApiProtocol):
         return Request(self.method, url, _path_of(url), self.headers, body, False)
 
     def handler(self) -> ResponseHandler:
-        return ResponseHandler()
+        return _STATUS_ONLY  # it holds no state: one for every request
+
+
+_STATUS_ONLY = ResponseHandler()
 
 
 _PROTOCOLS = {

@@ -9,15 +9,17 @@ answer is complete. Latency is measured from ``scheduled`` (coordinated omission
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import sys
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from loadgen.failfast import FailFast
+from loadgen.inflight import InFlight, _Closed
 from loadgen.live import LiveStats
 from loadgen.protocol import ApiProtocol
+from loadgen.reqcache import RequestCache
 from loadgen.records import Outcome, RecordBuffer, RecordWriter
 from loadgen.schedule import PhasePlan, arrivals
 
@@ -26,6 +28,7 @@ FLUSH_EVERY_S = 1.0
 FLUSH_ROWS = 10_000
 _MAX_SLEEP = 0.05  # wake at least this often to notice a stop request
 _SPIN = 0.0015  # the last stretch before a due time is spent yielding, not in a timer
+
 
 def run_async(coro):
     """Run a coroutine on a fresh event loop: uvloop's when it is installed."""
@@ -38,12 +41,6 @@ def run_async(coro):
             return runner.run(coro)
     uvloop.install()  # pragma: no cover - Python 3.10
     return asyncio.run(coro)
-
-
-def _uncancel(task) -> None:
-    """Forget a cancellation that was handled (Python 3.11+ counts them; 3.10 does not)."""
-    if hasattr(task, "uncancel"):
-        task.uncancel()
 
 
 @dataclass
@@ -70,8 +67,13 @@ class EngineResult:
     failed_fast: str | None = None  # the objective that stopped the run early (--fail-fast)
 
 
-class NativeEngine:
-    """Runs the phases of one target. ``transport`` is started and closed by the caller."""
+class NativeEngine(InFlight):
+    """Runs the phases of one target. ``transport`` is started and closed by the caller.
+
+    Two request paths, the same records (:mod:`loadgen.inflight`): a transport with ``submit`` (the lean one)
+    is driven by callbacks, no asyncio Task per request; any other transport's ``send`` runs in a Task per
+    request.
+    """
 
     def __init__(self, settings: EngineSettings, protocol: ApiProtocol, prompts, transport, writer: RecordWriter):
         self.s = settings
@@ -84,16 +86,15 @@ class NativeEngine:
         self.live = LiveStats(total)
         self.t0 = 0.0
         self._seq = 0
-        self._tasks: set[asyncio.Task] = set()
+        self.count = 0  # requests recorded or to be: started, or dropped at the in-flight cap
         self._stopping = False
         self._flush_now = asyncio.Event()
         self.interrupted = False
         self.write_error: OSError | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Requests in flight, oldest first: seq -> (deadline, task). One sweeper enforces every timeout;
-        # a timer per request (asyncio.timeout) costs ~5 us of a ~25 us request.
-        self._deadlines: OrderedDict[int, tuple[float, asyncio.Task]] = OrderedDict()
-        self._timed_out: set[int] = set()
+        self._requests = RequestCache(protocol, prompts)
+        self._live_mark = 0  # buffer rows already counted in self.live
+        self._init_in_flight(transport)
 
     # -- control -------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -106,22 +107,41 @@ class NativeEngine:
         self.request_stop()
         for t in list(self._tasks):
             t.cancel()
+        self._cancel_calls()
 
     def now(self) -> float:
         return clock() - self.t0
 
+    def _start_time(self) -> float:
+        """The run's ``t0`` (a subclass may share one between processes)."""
+        return clock()
+
     # -- recording -----------------------------------------------------------------------------
     def _record(self, seq: int, plan: PhasePlan, sched: float, out: Outcome) -> None:
-        self.buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
-        done = out.done - self.t0
-        ok = not out.error
-        self.live.add(done, done - sched, ok)
+        buffer = self.buffer
+        buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
         ff = self.s.failfast
-        if ff is not None and not self._stopping and ff.observe(
-                plan.index, plan.recorded, ok, done - sched, out.first_token - self.t0 - sched, out.done - out.sent):
-            self._stopping = True  # not an interruption: the verdict is already known
-        if len(self.buffer) >= FLUSH_ROWS:
+        if ff is not None and not self._stopping:
+            t0 = self.t0
+            if ff.observe(plan.index, plan.recorded, not out.error, out.done - t0 - sched,
+                          out.first_token - t0 - sched, out.done - out.sent):
+                self._stopping = True  # not an interruption: the verdict is already known
+        if buffer._n >= FLUSH_ROWS:
             self._flush_now.set()
+
+    def _live_tick(self) -> None:
+        """Count the records buffered since the last tick in the live stats (in one go, not per request)."""
+        buffer, mark = self.buffer, self._live_mark
+        n = len(buffer)
+        if n > mark:
+            done = buffer.column("done", mark, n)
+            self.live.add_many(done, done - buffer.column("scheduled", mark, n), buffer.column("error", mark, n) == 0)
+            self._live_mark = n
+
+    def _drain(self):
+        self._live_tick()
+        self._live_mark = 0
+        return self.buffer.drain()
 
     async def _flush_loop(self) -> None:
         while True:
@@ -130,7 +150,7 @@ class NativeEngine:
             except asyncio.TimeoutError:
                 pass
             self._flush_now.clear()
-            batch = self.buffer.drain()
+            batch = self._drain()
             if batch is not None:
                 try:
                     await asyncio.to_thread(self.writer.write, batch)
@@ -139,57 +159,18 @@ class NativeEngine:
                     self.request_stop()
                     return
 
-    async def _timeout_loop(self) -> None:
-        """Cancel every request past its deadline. Deadlines are in send order (one timeout for all),
-        so only the oldest requests are looked at; a timeout fires at most ``tick`` late."""
-        tick = min(0.01, self.s.timeout / 20)
-        pending = self._deadlines
-        while True:
-            await asyncio.sleep(tick)
-            now = clock()
-            while pending:
-                seq, (deadline, task) = next(iter(pending.items()))
-                if deadline > now:
-                    break
-                del pending[seq]
-                self._timed_out.add(seq)
-                task.cancel()
-
-    # -- requests ------------------------------------------------------------------------------
-    async def _one(self, seq: int, plan: PhasePlan, sched: float) -> None:
-        out = Outcome()
-        pending = self._deadlines
-        try:
-            req = self.protocol.build(seq, self.prompts.get(seq))
-            handler = self.protocol.handler()
-            self.live.sent += 1
-            pending[seq] = (clock() + self.s.timeout, asyncio.current_task())
-            await self.transport.send(req, handler, out)
-        except asyncio.CancelledError:
-            if seq in self._timed_out:
-                self._timed_out.discard(seq)
-                out.error, out.done = "timeout", clock()
-                _uncancel(asyncio.current_task())  # a closed-loop worker goes on with its next request
-            else:
-                out.error, out.done = "cancelled", clock()
-        except Exception as exc:  # a bug in a protocol or transport must not lose the record
-            out.error, out.done = "other", clock()
-            out.error_detail = f"{type(exc).__name__}: {exc}"
-        finally:
-            pending.pop(seq, None)
-            self.live.in_flight -= 1
-            if math.isnan(out.done):
-                out.done = clock()
-            self._record(seq, plan, sched, out)
-
-    def _launch(self, plan: PhasePlan, sched: float) -> None:
-        seq = self._seq
-        self._seq += 1
-        if self.live.in_flight >= self.s.max_in_flight:
-            out = Outcome(error="dropped", done=clock())
-            self._record(seq, plan, sched, out)
+    # -- phases --------------------------------------------------------------------------------
+    def _launch(self, plan: PhasePlan, seq: int, sched: float) -> None:
+        """Open loop: send request ``seq`` now (it was due at ``sched``), or record it ``dropped`` at the cap."""
+        self.count += 1
+        live = self.live
+        if live.in_flight >= self.s.max_in_flight:
+            self._record(seq, plan, sched, Outcome(error="dropped", done=clock()))
             return
-        self.live.in_flight += 1
+        live.in_flight += 1
+        if self._submit is not None:
+            self._start(seq, plan, sched, None)
+            return
         task = self._loop.create_task(self._one(seq, plan, sched))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -197,11 +178,12 @@ class NativeEngine:
     async def _sleep_until(self, t: float) -> bool:
         """Sleep until run time ``t``; False when a stop was requested meanwhile.
 
-        Event-loop timers fire up to a millisecond late (epoll's resolution), which would show up as
-        send lag; so the timer is set ``_SPIN`` early and the rest is spent yielding to the loop.
+        Event-loop timers fire up to a millisecond early or late (uvloop counts whole milliseconds), which
+        would show up as send lag; so the timer is set ``_SPIN`` early and the rest is spent yielding to the loop.
         """
+        t0 = self.t0
         while not self._stopping:
-            delay = t - self.now()
+            delay = t - (clock() - t0)
             if delay <= 0:
                 return True
             if delay > _SPIN:
@@ -210,47 +192,91 @@ class NativeEngine:
                 await asyncio.sleep(0)
         return False
 
-    async def _open_phase(self, plan: PhasePlan) -> None:
+    def _schedule(self, plan: PhasePlan):
+        """This engine's arrivals of an open-loop phase: ``(times, first seq, seq stride)`` per chunk."""
         for times in arrivals(plan, self.s.seed, self.s.burstiness):
+            seq = self._seq
+            self._seq += len(times)
+            yield times.tolist(), seq, 1
+
+    async def _open_phase(self, plan: PhasePlan) -> None:
+        launch, t0 = self._launch, self.t0
+        for times, seq0, stride in self._schedule(plan):
             n, i = len(times), 0
             while i < n:
                 if not await self._sleep_until(times[i]):
                     return
-                now = self.now()
+                now = clock() - t0
                 j = i + 1
                 while j < n and times[j] <= now:
                     j += 1
-                for k in range(i, j):
-                    self._launch(plan, float(times[k]))
+                for k in range(i, j):  # every request due by now, in one go
+                    launch(plan, seq0 + k * stride, times[k])
                 i = j
         await self._sleep_until(plan.end)
+
+    def _closed_share(self, plan: PhasePlan) -> tuple[int, float]:
+        """Workers and request budget of a closed-loop phase for this engine."""
+        return plan.concurrency, (plan.max_requests if plan.max_requests else math.inf)
 
     async def _closed_phase(self, plan: PhasePlan) -> None:
         if not await self._sleep_until(plan.start):
             return
-        budget = [plan.max_requests if plan.max_requests else math.inf]
+        workers, budget = self._closed_share(plan)
+        state = _Closed(plan, budget)
+        if self._submit is not None:
+            for _ in range(workers):
+                self._closed_next(state)
+        else:
+            async def worker() -> None:
+                while not self._stopping and self.now() < plan.end and state.budget > 0:
+                    state.budget -= 1
+                    seq = self._closed_seq(state)
+                    state.n += 1
+                    self.count += 1
+                    self.live.in_flight += 1
+                    await self._one(seq, plan, self.now())
 
-        async def worker() -> None:
-            while not self._stopping and self.now() < plan.end and budget[0] > 0:
-                budget[0] -= 1
-                seq = self._seq
-                self._seq += 1
-                self.live.in_flight += 1
-                await self._one(seq, plan, self.now())
-
-        workers = [asyncio.ensure_future(worker()) for _ in range(plan.concurrency)]
-        for w in workers:
-            self._tasks.add(w)
-            w.add_done_callback(self._tasks.discard)
-        await self._sleep_until(plan.end)  # workers still busy finish their last request on their own
+            for _ in range(workers):
+                w = asyncio.ensure_future(worker())
+                self._tasks.add(w)
+                w.add_done_callback(self._tasks.discard)
+        await self._sleep_until(plan.end)  # requests still in flight finish on their own
 
     # -- the run -------------------------------------------------------------------------------
+    async def _finish_in_flight(self, notes: list[str]) -> None:
+        """After the last phase: wait up to the grace period for requests in flight, then cancel the rest."""
+        self._stopping = True  # closed loop: no new requests after the last phase
+        loop = self._loop
+        deadline = loop.time() + self.s.grace
+        left = 0
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=self.s.grace)
+            if pending:
+                left += len(pending)
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        if self.live.in_flight > 0 and self._submit is not None:
+            self._idle = loop.create_future()
+            try:
+                await asyncio.wait_for(self._idle, max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                pass
+            left += self._cancel_calls()
+        if left:
+            notes.append(f"{left} requests still in flight after the {self.s.grace:g} s grace were cancelled")
+
     async def run(self) -> EngineResult:
         self._loop = asyncio.get_running_loop()
         await asyncio.sleep(0)
+        # A full collection walks every object of the process (pyarrow, pandas: ~45 ms here) and would show
+        # as a stall in send lag and latency; what exists before the run is set aside for the run's length
+        # (gc.freeze is a list splice, not a collection).
+        gc.freeze()
         cpu0 = time.process_time()
         wall0 = time.time()
-        self.t0 = clock()
+        self.t0 = self._start_time()
         flusher = asyncio.ensure_future(self._flush_loop())
         sweeper = asyncio.ensure_future(self._timeout_loop())
         notes: list[str] = []
@@ -264,18 +290,12 @@ class NativeEngine:
                 else:
                     self.live.target_rate = plan.rate_start
                     await self._open_phase(plan)
-            self._stopping = True  # closed-loop workers: no new requests after the last phase
-            if self._tasks:
-                _, pending = await asyncio.wait(set(self._tasks), timeout=self.s.grace)
-                if pending:
-                    notes.append(f"{len(pending)} requests still in flight after the {self.s.grace:g} s grace were cancelled")
-                    for t in pending:
-                        t.cancel()
-                    await asyncio.gather(*pending, return_exceptions=True)
+            await self._finish_in_flight(notes)
         except asyncio.CancelledError:
             self.interrupted = True
             for t in list(self._tasks):
                 t.cancel()
+            self._cancel_calls()
             await asyncio.gather(*self._tasks, return_exceptions=True)
         finally:
             flusher.cancel()
@@ -283,13 +303,14 @@ class NativeEngine:
             await asyncio.gather(flusher, sweeper, return_exceptions=True)
             end = self.now()
             try:
-                self.writer.write(self.buffer.drain())
+                self.writer.write(self._drain())
             except OSError as exc:
                 self.write_error = self.write_error or exc
             self.writer.close()
+            gc.unfreeze()
         if self.write_error is not None:
             raise self.write_error
         ff = self.s.failfast.breached if self.s.failfast else None
         if ff:
             notes.append(f"stopped early (--fail-fast): {ff} can no longer be met")
-        return EngineResult(self.t0, wall0, end, self._seq, self.interrupted, time.process_time() - cpu0, notes, ff)
+        return EngineResult(self.t0, wall0, end, self.count, self.interrupted, time.process_time() - cpu0, notes, ff)

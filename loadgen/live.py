@@ -1,7 +1,8 @@
 """Live counters of a running engine, read by the one-line status display.
 
-Written on the hot path, so it holds a fixed-size ring of the most recent completions and a few
-integers; everything else is computed when the display asks (a few times a second).
+Cheap to keep up, so it holds a fixed-size ring of the most recent completions and a few integers
+(the native engine adds its records in bulk, every ``LIVE_EVERY_S``); everything else is computed when the
+display asks (a few times a second).
 """
 
 from __future__ import annotations
@@ -37,6 +38,18 @@ class LiveStats:
         self.completed += 1
         if not ok:
             self.errors += 1
+
+    def add_many(self, done: np.ndarray, latency: np.ndarray, ok: np.ndarray) -> None:
+        """Finished requests in bulk (arrays as :meth:`add` takes one by one)."""
+        n = len(done)
+        if not n:
+            return
+        k = min(n, RING)
+        idx = (self._i + n - k + np.arange(k)) & (RING - 1)
+        self._t[idx], self._lat[idx], self._ok[idx] = done[-k:], latency[-k:], ok[-k:]
+        self._i += n
+        self.completed += n
+        self.errors += n - int(np.count_nonzero(ok))
 
     def window(self, now: float, span: float = 5.0) -> dict:
         """Completions in the last ``span`` seconds: rate, p50 and p99 of successful latencies."""

@@ -64,70 +64,36 @@ def phase_offsets(plans: list[PhasePlan], seed: int, burstiness: float) -> list[
 class ShardEngine(NativeEngine):
     """A :class:`NativeEngine` that sends only share ``shard`` of ``shards``, timed from a shared ``t0``."""
 
-    # The base class sets ``self.t0 = clock()`` at the start of run(); a shard keeps the shared one.
-    t0 = property(lambda self: self._shared_t0, lambda self, value: None)
-
     def __init__(self, settings: EngineSettings, protocol, prompts, transport, writer: RecordWriter,
                  shard: int, shards: int, t0: float):
-        self._shared_t0 = t0
         super().__init__(settings, protocol, prompts, transport, writer)
+        self.t0 = self._shared_t0 = t0
         self.shard, self.shards = shard, shards
-        self.count = 0  # requests this process recorded
         self._offsets = phase_offsets(settings.plans, settings.seed, settings.burstiness)
 
-    async def _open_phase(self, plan: PhasePlan) -> None:
+    def _start_time(self) -> float:
+        return self._shared_t0
+
+    def _schedule(self, plan: PhasePlan):
+        """Arrivals k, k+P, k+2P, ... of the phase, numbered by their index in the whole schedule."""
         k, p = self.shard, self.shards
         base = self._offsets[plan.index]  # global arrival index of this chunk's first arrival
         for times in arrivals(plan, self.s.seed, self.s.burstiness):
             first = (k - base) % p
-            mine = times[first::p]
-            n, i = len(mine), 0
-            while i < n:
-                if not await self._sleep_until(mine[i]):
-                    return
-                now = self.now()
-                j = i + 1
-                while j < n and mine[j] <= now:
-                    j += 1
-                for m in range(i, j):
-                    self._seq = base + first + m * p  # _launch numbers the request with self._seq
-                    self._launch(plan, float(mine[m]))
-                self.count += j - i
-                i = j
+            yield times[first::p].tolist(), base + first, p
             base += len(times)
-        await self._sleep_until(plan.end)
 
-    async def _closed_phase(self, plan: PhasePlan) -> None:
-        if not await self._sleep_until(plan.start):
-            return
+    def _closed_share(self, plan: PhasePlan) -> tuple[int, float]:
         k, p = self.shard, self.shards
-        budget = [share(plan.max_requests, p, k) if plan.max_requests else math.inf]
-        local = [0]
-        base = self._offsets[plan.index]
+        return share(plan.concurrency, p, k), (share(plan.max_requests, p, k) if plan.max_requests else math.inf)
 
-        async def worker() -> None:
-            while not self._stopping and self.now() < plan.end and budget[0] > 0:
-                budget[0] -= 1
-                seq = base + local[0] * p + k
-                local[0] += 1
-                self.count += 1
-                self.live.in_flight += 1
-                await self._one(seq, plan, self.now())
-
-        for _ in range(share(plan.concurrency, p, k)):
-            w = asyncio.ensure_future(worker())
-            self._tasks.add(w)
-            w.add_done_callback(self._tasks.discard)
-        await self._sleep_until(plan.end)
+    def _closed_seq(self, state) -> int:
+        """Request n of this process in the phase is number ``offset + n * P + k``."""
+        return self._offsets[state.plan.index] + state.n * self.shards + self.shard
 
     def stop_sending(self) -> None:
         """Send no more, without marking the run interrupted (another process's fail-fast verdict)."""
         self._stopping = True
-
-    async def run(self) -> EngineResult:
-        result = await super().run()
-        result.requests = self.count
-        return result
 
 
 # --- the child ---------------------------------------------------------------------------------------

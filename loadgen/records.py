@@ -119,16 +119,26 @@ class Outcome:
     token_times: list = field(default_factory=list)  # absolute perf_counter of each token chunk
 
 
+_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 97 bytes a record
+_OTHER = _ERROR_INDEX["other"]
+_ABSOLUTE = frozenset(FLOAT_COLUMNS) - {"scheduled", "tls"}  # buffered as perf_counter values
+
+
 class RecordBuffer:
-    """Preallocated columnar storage for records, grown by doubling, drained in batches."""
+    """Preallocated row storage for records (one packed numpy row each), grown by doubling, drained in batches.
+
+    One structured-array row per record: :meth:`append` is one tuple and one row assignment (about half
+    the cost of one assignment per column); :meth:`drain` turns the rows into Arrow columns.
+    """
 
     def __init__(self, capacity: int = 16384):
         self._cap = capacity
         self._n = 0
-        self._cols = {name: np.empty(capacity, dtype=dt) for name, dt in _NUMPY_DTYPES.items()}
+        self._rows = np.empty(capacity, dtype=_ROW)
         self._tok = np.empty(capacity * 4, dtype=np.float32)
         self._tok_n = 0
         self._tok_offsets = np.zeros(capacity + 1, dtype=np.int32)
+        self._t0 = 0.0
         pa.array(self._tok_offsets[:0])  # pyarrow imports pandas at its first conversion (0.2-1.5 s): not at the first flush
 
     def __len__(self) -> int:
@@ -136,57 +146,50 @@ class RecordBuffer:
 
     def _grow(self) -> None:
         self._cap *= 2
-        for name, col in self._cols.items():
-            new = np.empty(self._cap, dtype=col.dtype)
-            new[: self._n] = col[: self._n]
-            self._cols[name] = new
+        rows = np.empty(self._cap, dtype=_ROW)
+        rows[: self._n] = self._rows[: self._n]
+        self._rows = rows
         offs = np.zeros(self._cap + 1, dtype=np.int32)
         offs[: self._n + 1] = self._tok_offsets[: self._n + 1]
         self._tok_offsets = offs
 
     def append(self, seq: int, phase: int, recorded: bool, scheduled: float, out: Outcome, t0: float, worker: int = 0) -> None:
-        """Store one finished request. ``scheduled`` is already relative to t0; ``out`` is absolute."""
-        if self._n == self._cap:
-            self._grow()
+        """Store one finished request. ``scheduled`` is already relative to t0; ``out`` is absolute.
+
+        ``t0`` is the same for every record of a buffer: absolute times are stored as they are and made
+        relative in :meth:`drain`, one vector subtraction per column (the same float64 arithmetic).
+        """
         i = self._n
-        c = self._cols
-        c["seq"][i] = seq
-        c["phase"][i] = phase
-        c["recorded"][i] = recorded
-        c["scheduled"][i] = scheduled
-        c["sent"][i] = out.sent - t0
-        c["connect_start"][i] = out.connect_start - t0
-        c["connected"][i] = out.connected - t0
-        c["tls"][i] = out.tls
-        c["first_byte"][i] = out.first_byte - t0
-        c["first_token"][i] = out.first_token - t0
-        c["done"][i] = out.done - t0
-        c["status"][i] = out.status
-        c["error"][i] = _ERROR_INDEX.get(out.error, _ERROR_INDEX["other"])
-        c["prompt_tokens"][i] = out.prompt_tokens
-        c["output_tokens"][i] = out.output_tokens
-        c["usage_tokens"][i] = out.usage_tokens
-        c["bytes_in"][i] = out.bytes_in
-        c["worker"][i] = worker
+        if i == self._cap:
+            self._grow()
+        self._t0 = t0
+        self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
+                         out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
+                         out.prompt_tokens, out.output_tokens, out.usage_tokens, out.bytes_in, worker)
         times = out.token_times
-        k = len(times)
-        if k:
+        if times:
+            k = len(times)
             need = self._tok_n + k
             if need > len(self._tok):
                 new = np.empty(max(need, 2 * len(self._tok)), dtype=np.float32)
                 new[: self._tok_n] = self._tok[: self._tok_n]
                 self._tok = new
-            ft = out.first_token
-            self._tok[self._tok_n : need] = np.asarray(times, dtype=np.float64) - ft
+            self._tok[self._tok_n : need] = np.asarray(times, dtype=np.float64) - out.first_token
             self._tok_n = need
         self._tok_offsets[i + 1] = self._tok_n
-        self._n += 1
+        self._n = i + 1
+
+    def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """One buffered column, rows ``start:stop``, times relative to t0 as :meth:`drain` gives them."""
+        col = self._rows[name][start : self._n if stop is None else stop]
+        return col - self._t0 if name in _ABSOLUTE else col
 
     def drain(self) -> pa.RecordBatch | None:
         """Return everything buffered as one Arrow batch and empty the buffer (None when empty)."""
         n = self._n
         if n == 0:
             return None
+        rows = self._rows[:n]
         arrays = []
         for name in SCHEMA.names:
             if name == "token_times":
@@ -194,10 +197,11 @@ class RecordBuffer:
                 values = pa.array(self._tok[: self._tok_n].copy(), type=pa.float32())
                 arrays.append(pa.ListArray.from_arrays(offsets, values))
             elif name == "error":
-                idx = self._cols["error"][:n]
-                arrays.append(pa.array(np.asarray(_ERROR_NAMES, dtype=object)[idx], type=pa.string()))
+                arrays.append(pa.array(np.asarray(_ERROR_NAMES, dtype=object)[rows["error"]], type=pa.string()))
+            elif name in _ABSOLUTE:
+                arrays.append(pa.array(rows[name] - self._t0, type=pa.float64()))
             else:
-                arrays.append(pa.array(self._cols[name][:n].copy(), type=SCHEMA.field(name).type))
+                arrays.append(pa.array(np.ascontiguousarray(rows[name]), type=SCHEMA.field(name).type))
         self._n = 0
         self._tok_n = 0
         self._tok_offsets[0] = 0

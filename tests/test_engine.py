@@ -132,3 +132,26 @@ def test_unrecorded_warmup_is_stored_but_not_counted(tmp_path, known_server):
                                                "        - {name: m, duration: 1s, qps: 30}"))
     assert (~df["recorded"]).sum() == s["phases"]["w"]["count"] > 0
     assert s["overall"]["count"] == s["phases"]["m"]["count"] == df["recorded"].sum()
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp"])  # the callback path and the Task path
+def test_closed_loop_timeouts_are_recorded_and_workers_go_on(tmp_path, known_server, transport):
+    srv = known_server(delay=0.5)
+    text = scenario(srv.url, "        - {name: c, duration: 1s, concurrency: 2}").replace(
+        "stream: false}", f"stream: false, timeout: 100ms, transport: {transport}}}")
+    _, s, df = run(tmp_path, text)
+    assert set(df["error"]) == {"timeout"}
+    assert 12 <= len(df) <= 24  # two workers, a timeout every ~0.1 s each
+    assert np.allclose(df["service_time"], 0.1, atol=0.03)
+    assert sorted(df["seq"]) == list(range(len(df)))
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp"])
+def test_requests_in_flight_past_the_grace_are_cancelled_records(tmp_path, known_server, transport):
+    srv = known_server(delay=3.0)
+    text = scenario(srv.url, "        - {name: m, duration: 1s, qps: 20}").replace(
+        "arrival: poisson", "arrival: constant\n      grace: 200ms").replace(
+        "stream: false}", f"stream: false, transport: {transport}}}")
+    res, s, df = run(tmp_path, text)
+    assert len(df) == 20 and set(df["error"]) == {"cancelled"}
+    assert (df["done"] < 1.0 + 0.2 + 0.1).all()  # cancelled at the grace's end, not at the server's answer
