@@ -20,7 +20,6 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from loadgen.engine import run_async
 from loadgen.loader import LoadedScenario
 from loadgen.metrics import summarize
 from loadgen.records import read_records
@@ -185,6 +184,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
 
 def run_step_with(target, url: str, model: str, on_engine=None):
     """A ``run_step`` for :func:`find_capacity` that drives an already running target at ``url``."""
+    from loadgen.engine import run_async  # here, not at the top: reports import this module's headline
     from loadgen.runner import _run_target
 
     def run_step(loaded: LoadedScenario, tdir):
