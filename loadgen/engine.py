@@ -89,6 +89,7 @@ class NativeEngine(InFlight):
         self.count = 0  # requests recorded or to be: started, or dropped at the in-flight cap
         self._stopping = False
         self._flush_now = asyncio.Event()
+        self._flush_done = False
         self.interrupted = False
         self.write_error: OSError | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -144,7 +145,10 @@ class NativeEngine(InFlight):
         return self.buffer.drain()
 
     async def _flush_loop(self) -> None:
-        while True:
+        """Write the buffered records every ``FLUSH_EVERY_S`` or ``FLUSH_ROWS``, in a thread, until
+        ``_flush_done`` (then once more). Never cancelled: a write cut from its await would still run in its
+        thread, perhaps after the writer was closed, and its batch would be lost."""
+        while not self._flush_done:
             try:
                 await asyncio.wait_for(self._flush_now.wait(), FLUSH_EVERY_S)
             except asyncio.TimeoutError:
@@ -298,10 +302,11 @@ class NativeEngine(InFlight):
             self._cancel_calls()
             await asyncio.gather(*self._tasks, return_exceptions=True)
         finally:
-            flusher.cancel()
+            end = self.now()
+            self._flush_done = True
+            self._flush_now.set()
             sweeper.cancel()
             await asyncio.gather(flusher, sweeper, return_exceptions=True)
-            end = self.now()
             try:
                 self.writer.write(self._drain())
             except OSError as exc:

@@ -1,6 +1,7 @@
 """The native engine measured against servers whose latency is known (real sockets, subprocess servers)."""
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -155,3 +156,46 @@ def test_requests_in_flight_past_the_grace_are_cancelled_records(tmp_path, known
     res, s, df = run(tmp_path, text)
     assert len(df) == 20 and set(df["error"]) == {"cancelled"}
     assert (df["done"] < 1.0 + 0.2 + 0.1).all()  # cancelled at the grace's end, not at the server's answer
+
+
+def test_a_flush_in_progress_at_the_end_of_the_run_is_not_lost(tmp_path, monkeypatch):
+    """The last periodic flush may still be writing (in its thread) when the run ends: its rows must land."""
+    from loadgen.engine import EngineSettings, NativeEngine, run_async
+    from loadgen.records import Outcome, RecordWriter, read_records
+    from loadgen.schedule import arrivals, plan_phases
+    from loadgen.scenario import Load
+
+    class SlowWriter(RecordWriter):  # slow in the flusher's thread only, not in the run's final write
+        def write(self, batch):
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(0.3)
+            super().write(batch)
+
+    class Instant:
+        async def send(self, req, handler, out: Outcome):
+            out.sent = out.first_byte = out.done = time.perf_counter()
+            out.status = 200
+
+    class Proto:
+        def build(self, seq, prompt):
+            return None
+
+        def handler(self):
+            return None
+
+    class Prompts:
+        def get(self, seq):
+            return None
+
+        def __len__(self):
+            return 1
+
+    monkeypatch.setattr(engine_mod, "FLUSH_ROWS", 50)
+    plans = plan_phases(Load.model_validate({"phases": [{"name": "m", "duration": "0.5s", "qps": 400}]}))
+    expected = sum(len(t) for t in arrivals(plans[0]))
+    path = tmp_path / "r.parquet"
+    engine = NativeEngine(EngineSettings(plans), Proto(), Prompts(), Instant(), SlowWriter(path))
+    result = run_async(engine.run())
+    table = read_records(path)
+    assert result.requests == table.num_rows == expected
+    assert sorted(table.column("seq").to_pylist()) == list(range(expected))
