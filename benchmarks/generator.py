@@ -14,7 +14,7 @@ rusage less the CPU of a Locust start-up with no users (its imports cost about a
 engine CPU over the run (``EngineResult.cpu_seconds``, summed over processes). Medians over the rounds.
 Every latbench run is its own subprocess (``_latbench`` mode), so runs do not share a heap.
 
-    python benchmarks/generator.py [--duration 5] [--rounds 3] [--skip locust,hey]
+    python benchmarks/generator.py [--duration 5] [--rounds 3] [--skip locust,hey] [--baseline CHECKOUT]
 """
 
 from __future__ import annotations
@@ -284,11 +284,12 @@ def latbench_worker(spec: dict) -> dict:
             "lag50": q(lag, 0.5), "lag99": q(lag, 0.99), "lagmax": float(lag[-1]) if len(lag) else float("nan")}
 
 
-def bench_latbench(spec: dict, dur: float) -> dict:
-    """One latbench run in a subprocess; a run that does not end in time counts as nothing achieved."""
+def bench_latbench(spec: dict, dur: float, root: Path = ROOT) -> dict:
+    """One latbench run in a subprocess, of the checkout at ``root``; a run that does not end in time counts
+    as nothing achieved."""
     try:
-        out = subprocess.run([sys.executable, __file__, "_latbench", json.dumps(spec)], stdout=subprocess.PIPE,
-                             text=True, timeout=dur + 90, cwd=ROOT)
+        out = subprocess.run([sys.executable, str(root / "benchmarks" / "generator.py"), "_latbench", json.dumps(spec)],
+                             stdout=subprocess.PIPE, text=True, timeout=dur + 90, cwd=root)
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, IndexError, ValueError) as exc:
         print(f"  latbench run {spec} failed: {type(exc).__name__}", flush=True)
@@ -332,6 +333,9 @@ def main(argv=None) -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip", default="", help="comma-separated: wrk,hey,locust,aiohttp,lean,httpx,lean-2p,open")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another latbench checkout (e.g. `git worktree add /tmp/base HEAD~3`): its lean runs "
+                         "interleaved with this one's, rows marked 'base'")
     a = ap.parse_args(argv)
     skip = set(filter(None, a.skip.split(",")))
     tools = ensure_tools(["nginx", "wrk", "hey"])
@@ -360,6 +364,10 @@ def main(argv=None) -> None:
         if "lean-2p" not in skip:
             clients.append(("latbench lean x2p", lambda: bench_latbench(
                 {"url": url, "transport": "lean", "concurrency": CONNECTIONS, "duration": dur, "processes": 2}, dur)))
+        roots = [("", ROOT)] + ([("base ", a.baseline.resolve())] if a.baseline else [])
+        if a.baseline and "lean" not in skip:
+            clients.append(("base lean", lambda: bench_latbench(
+                {"url": url, "transport": "lean", "concurrency": CONNECTIONS, "duration": dur}, dur, roots[1][1])))
         closed: dict[str, list[dict]] = {name: [] for name, _ in clients}
         opened: dict[str, list[dict]] = {}
         loads = []
@@ -370,10 +378,10 @@ def main(argv=None) -> None:
                 print(f"  round {rnd + 1} {name:<18} {r['rps']:>9.0f} req/s  cpu {r['cpu']:.2f} s", flush=True)
             if "open" not in skip:
                 for rate in RATES:
-                    for procs in ((1, 2) if rate >= 20_000 else (1,)):
-                        name = f"lean {procs}p {rate}/s"
+                    for (tag, root), procs in ((rt, p) for p in ((1, 2) if rate >= 20_000 else (1,)) for rt in roots):
+                        name = f"{tag}lean {procs}p {rate}/s"
                         r = bench_latbench({"url": url, "transport": "lean", "rate": rate, "duration": dur,
-                                            "processes": procs}, dur)
+                                            "processes": procs}, dur, root)
                         opened.setdefault(name, []).append(r)
                         print(f"  round {rnd + 1} {name:<18} sent {r['sent_rate']:>8.0f}/s  lag p99 "
                               f"{r['lag99'] * 1e3:.2f} ms", flush=True)

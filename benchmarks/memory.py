@@ -8,7 +8,8 @@ from /proc/self/statm (sampled every 20 ms for the peak):
 2. ``engine``: the real NativeEngine path, closed loop at 64 workers, ``max_requests`` 1,000,000,
    against an in-process null transport (it fills the Outcome as a 200 with a 3-byte body and yields
    to the loop once; no socket): Outcome, handler, RecordBuffer, periodic drain to the parquet
-   writer, live stats. RSS growth over the run divided by the requests.
+   writer, live stats. RSS growth over the run divided by the requests. ``engine-cb``: the same through
+   the callback path (a null transport with ``submit``, as the lean one has).
 3. ``stream``: as 1, with 20 token times per request (stored as float32 offsets: 80 bytes of them).
 
     python benchmarks/memory.py [--requests 1000000]
@@ -74,7 +75,7 @@ def measure_buffer(n: int, tokens: int) -> dict:
     return {"requests": len(buf), "rss_growth": end - base, "peak_growth": peak.peak - base}
 
 
-def measure_engine(n: int) -> dict:
+def measure_engine(n: int, callbacks: bool = False) -> dict:
     import asyncio
 
     import numpy as np
@@ -108,13 +109,39 @@ def measure_engine(n: int) -> dict:
             handler.on_end(out)
             out.done = clock()
 
+    class NullCall:
+        __slots__ = ("handler", "out", "on_done", "ctx", "finished")
+
+        def cancel(self):
+            self.finished = True
+
+    def answer(call):
+        out, handler = call.out, call.handler
+        out.first_byte = clock()
+        handler.on_status(200, out)
+        handler.on_body(b"ok\n", out.first_byte, out)
+        handler.on_end(out)
+        out.done = clock()
+        call.finished = True
+        call.on_done(call)
+
+    class NullCallbackTransport(NullTransport):
+        """The lean transport's callback interface: ``submit``, answered on the loop's next turn."""
+
+        def submit(self, req, handler, out, on_done, ctx=None):
+            out.sent = clock()
+            call = NullCall()
+            call.handler, call.out, call.on_done, call.ctx, call.finished = handler, out, on_done, ctx, False
+            asyncio.get_running_loop().call_soon(answer, call)
+            return call
+
     tmp = Path(tempfile.mkdtemp(prefix="latbench-mem-"))
     target = Target(url="http://127.0.0.1:9/", api="http", stream=False)
     plan = PhasePlan(index=0, name="main", start=0.0, end=3600.0, concurrency=64, max_requests=n)
     settings = EngineSettings([plan], grace=5.0)
 
     async def go():
-        transport = NullTransport()
+        transport = NullCallbackTransport() if callbacks else NullTransport()
         engine = NativeEngine(settings, make_protocol(target, Workload(), None), make_prompt_source(Workload(), 0, tmp),
                               transport, RecordWriter(tmp / "requests.parquet"))
         ticker = asyncio.ensure_future(_stop_when_done(engine, n))
@@ -146,23 +173,26 @@ def main(argv=None) -> None:
     ap.add_argument("--requests", type=int, default=1_000_000)
     a = ap.parse_args(argv)
     print(f"{'measurement':<34}{'requests':>10}{'RSS growth':>14}{'peak growth':>14}{'B/request':>11}{'peak B/req':>11}")
-    for kind in ("buffer", "stream", "engine"):
+    for kind in ("buffer", "stream", "engine", "engine-cb"):
         out = subprocess.run([sys.executable, __file__, "_one", kind, str(a.requests)], stdout=subprocess.PIPE,
                              text=True, timeout=1800)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         label = {"buffer": "RecordBuffer, all held, no drain", "stream": "RecordBuffer, 20 tokens each",
-                 "engine": "engine + null transport, flushing"}[kind]
+                 "engine": "engine, Task path, flushing", "engine-cb": "engine, callback path, flushing"}[kind]
         n = r["requests"]
         print(f"{label:<34}{n:>10}{r['rss_growth'] / 2**20:>11.1f} MB{r['peak_growth'] / 2**20:>11.1f} MB"
               f"{r['rss_growth'] / n:>11.1f}{r['peak_growth'] / n:>11.1f}")
-        if kind == "engine":
+        if kind.startswith("engine"):
             print(f"  ({r['seconds']:.1f} s, {n / r['seconds']:.0f} req/s; requests.parquet {r['parquet_bytes'] / n:.1f} B/request)")
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 3 and sys.argv[1] == "_one":
         kind, n = sys.argv[2], int(sys.argv[3])
-        res = measure_engine(n) if kind == "engine" else measure_buffer(n, 20 if kind == "stream" else 0)
+        if kind.startswith("engine"):
+            res = measure_engine(n, callbacks=kind == "engine-cb")
+        else:
+            res = measure_buffer(n, 20 if kind == "stream" else 0)
         print(json.dumps(res))
     else:
         main()

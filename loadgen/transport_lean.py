@@ -171,7 +171,7 @@ class LeanTransport:
         idle = site.idle
         while idle:
             conn = idle.pop()
-            if not conn.closed:
+            if not conn.closed and not conn.transport.is_closing():  # closing: the peer's FIN was just read
                 conn.start(call)
                 return
         if site.connecting < self._max_connecting:
