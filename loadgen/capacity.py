@@ -2,11 +2,13 @@
 
 Search: steady open-loop steps, doubling from ``qps_min`` until a step fails (or ``qps_max`` passes),
 then geometric bisection between the last passing and the first failing rate until they are within
-``tolerance`` of each other. Each step is a short warm-up (not recorded) and a measured stretch; a
+``tolerance`` of each other, then a confirmation run twice as long at the answer (stepping down by the
+tolerance until one holds). Each step is a short warm-up (not recorded) and a measured stretch; a
 step stops early, with --fail-fast's rule, once one of its objectives can no longer be met. A step
 passes when every SLO passes, the generator kept up, and the target completed at least 90% of the
 offered rate within the step (a server that queues without bound fails even before its latency does).
-An objective on a percentile counts as met only when the upper bound of its 95% confidence interval
+A step whose latency and requests in flight are still climbing at its end is not a steady state and
+fails too. An objective on a percentile counts as met only when the upper bound of its 95% confidence interval
 meets it: the found rate is one the target holds with confidence, not by the luck of one short step.
 Longer steps (``--step-duration``) give narrower intervals and so a higher, still honest, answer.
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import math
 import time
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from loadgen.loader import LoadedScenario
@@ -83,6 +87,9 @@ def judge(summary: dict, qps: float) -> tuple[bool, list[str]]:
     offered = step["sent_qps"]  # the arrivals this step actually drew, not the nominal rate: a short
     if step["achieved_qps"] < KEEP_UP * offered:  # Poisson step at 5 req/s may draw 4.1 req/s
         reasons.append(f"completed {step['achieved_qps']:.1f} req/s of {offered:.1f} offered")
+    growing = queue_growth(summary)
+    if growing:
+        reasons.append(growing)
     if any("--fail-fast" in n for n in summary["notes"]):
         reasons.append("stopped early: an objective could no longer be met")
     return not reasons, reasons
@@ -94,6 +101,27 @@ def _show(v, r: dict) -> str:
     if v == "inf":
         return "inf"
     return f"{float(v) * 1e3:.1f} ms" if r.get("stat") else f"{float(v):.4g}"
+
+
+def queue_growth(summary: dict) -> str | None:
+    """Near saturation a queue builds slowly: a short step can pass while its latency is still climbing.
+    A step whose per-second median latency (and requests in flight) in its last third are well above
+    their first third is not a steady state, and does not count as held."""
+    ts, step = summary["timeseries"], summary["phases"]["step"]
+    t = np.asarray(ts["t"], dtype=float)
+    p50 = np.asarray([np.nan if v is None else v for v in ts["latency_p50"]], dtype=float)
+    inflight = np.asarray(ts["in_flight"], dtype=float)
+    span = step["end"] - step["start"]
+    first = (t >= step["start"]) & (t < step["start"] + span / 3)
+    last = (t >= step["end"] - span / 3) & (t < step["end"])
+    if first.sum() < 2 or last.sum() < 2:
+        return None
+    a, b = np.nanmedian(p50[first]), np.nanmedian(p50[last])
+    fa, fb = inflight[first].mean(), inflight[last].mean()
+    if np.isfinite(a) and np.isfinite(b) and b > 1.5 * a and b - a > 0.02 and fb > 1.5 * max(fa, 1.0):
+        return (f"queue still growing: median latency {a * 1e3:.0f} -> {b * 1e3:.0f} ms and in flight "
+                f"{fa:.0f} -> {fb:.0f} from the first to the last third of the step")
+    return None
 
 
 def knee(steps: list[Step]) -> float | None:
@@ -119,10 +147,10 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
     sc = loaded.scenario
     steps: list[Step] = []
 
-    def run_at(qps: float) -> Step:
-        load = step_load(sc.load, qps, step_duration, warmup, len(steps))
+    def run_at(qps: float, confirm: bool = False) -> Step:
+        load = step_load(sc.load, qps, step_duration * (2 if confirm else 1), warmup, len(steps))
         step_sc = sc.model_copy(update={"load": load, "slo": slos})
-        name = f"qps-{qps:.4g}"
+        name = f"qps-{qps:.4g}" + ("-confirm" if confirm else "")
         tdir = rd.target_dir(name)
         plans, res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.secrets), tdir)
         summary = summarize(read_records(tdir / REQUESTS), plans, slos, res.duration, target=name, scenario=sc.name,
@@ -161,6 +189,15 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                 lo = mid
             else:
                 hi = mid
+        # Near saturation a queueing server's p99 varies from run to run by more than one run's interval
+        # says (its requests are not independent): confirm the answer with a second, longer run at that
+        # rate, stepping down by the tolerance until one holds.
+        confirmed = None
+        while lo is not None and confirmed is None and len(steps) < max_steps + 3:
+            if run_at(lo, confirm=True).passed:
+                confirmed = lo
+            else:
+                hi, lo = lo, (lo / (1 + tolerance) if lo / (1 + tolerance) >= qps_min else None)
     except KeyboardInterrupt:
         interrupted = True
     expected = sc.load.expected_qps
