@@ -209,7 +209,10 @@ def target_info(td: TargetData) -> list[tuple[str, str]]:
             ("requests", fmt.count(m.get("requests") if m.get("requests") is not None else get(s, "overall/count"))),
             ("duration", fmt.seconds(s.get("duration_s")))]
     server = m.get("server") or {}
-    for k in ("arch", "backend", "model", "device", "ready_s"):
+    for k in ("arch", "backend", "model", "device"):
         if k in server:
             rows.append((f"server {k}", str(server[k])))
+    for k, label in (("listen_s", "server listening after"), ("ready_s", "server ready after")):
+        if isinstance(server.get(k), (int, float)):
+            rows.append((label, fmt.seconds(server[k])))
     return rows
