@@ -25,7 +25,7 @@ import pyarrow as pa
 from loadgen.records import ERROR_CLASSES
 from loadgen.schedule import PhasePlan
 from loadgen.slo import DISTRIBUTIONS, SLO, percentile_of
-from loadgen.stats import PERCENTILES, _num, describe, pkey, stat_value
+from loadgen.stats import PERCENTILES, _num, describe, nearest_rank, nearest_rank_unsorted, pkey, stat_value
 
 SCHEMA_VERSION = 1
 
@@ -135,7 +135,7 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
         good = []
         for e in ends:
             w = lat[(sched >= e - RECOVERY_WINDOW_S) & (sched < e)]
-            good.append(w.size == 0 or np.sort(w)[max(1, math.ceil(0.99 * w.size)) - 1] < limit)
+            good.append(w.size == 0 or nearest_rank_unsorted(w, 99) < limit)
         seconds = None
         for i in range(len(good)):
             if all(good[i:]):
@@ -163,8 +163,8 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
     for i in range(nb):
         seg = ls[bounds[i] : bounds[i + 1]][oks[bounds[i] : bounds[i + 1]]]
         if seg.size:
-            p50[i] = seg[max(1, math.ceil(0.5 * seg.size)) - 1]
-            p99[i] = seg[max(1, math.ceil(0.99 * seg.size)) - 1]
+            p50[i] = nearest_rank(seg, 50)  # seg is sorted: the lexsort ordered latencies within a bin
+            p99[i] = nearest_rank(seg, 99)
     sent_sorted = np.sort(sent[~np.isnan(sent)])
     done_sent = np.sort(done[~np.isnan(sent)])
     in_flight = np.searchsorted(sent_sorted, edges[1:], "right") - np.searchsorted(done_sent, edges[1:], "right")

@@ -18,6 +18,7 @@ import numpy as np
 from loadgen.metrics import itl_samples, records_frame
 from loadgen.records import read_records
 from loadgen.rundir import REQUESTS, RunDir
+from loadgen.stats import nearest_rank_unsorted
 
 #: (metric, percentile) pairs compared against a baseline, when both runs have samples.
 CHECKS = (("latency", 50.0), ("latency", 90.0), ("latency", 99.0), ("ttft", 50.0), ("ttft", 99.0),
@@ -32,11 +33,6 @@ def _samples(frame, metric: str) -> np.ndarray:
         return itl_samples(ok)
     x = ok[metric].to_numpy(dtype=np.float64)
     return x[~np.isnan(x)]
-
-
-def _nearest_rank(x: np.ndarray, p: float) -> float:
-    k = max(1, math.ceil(round(p * len(x) / 100.0, 9)))
-    return float(np.partition(x, k - 1)[k - 1])
 
 
 def bootstrap_ratio(cur: np.ndarray, base: np.ndarray, p: float, seed: int = 0, rounds: int = BOOTSTRAP) -> tuple[float, float]:
@@ -81,7 +77,7 @@ def compare_target(cur_dir: Path, base_dir: Path, allowance: float, seed: int = 
             out.append({"metric": metric, "stat": f"p{p:g}", "skipped": f"too few samples (need {need} in each run)",
                         "regressed": False, "significant": False})
             continue
-        vc, vb = _nearest_rank(c, p), _nearest_rank(b, p)
+        vc, vb = nearest_rank_unsorted(c, p), nearest_rank_unsorted(b, p)
         ratio = vc / vb if vb > 0 else math.inf
         lo, hi = bootstrap_ratio(c, b, p, seed)
         significant = lo > 1.0

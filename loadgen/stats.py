@@ -17,12 +17,24 @@ CONFIDENCE = 0.95
 _EXACT_MAX_N = 20_000
 
 
+def rank(n: int, p: float) -> int:
+    """The 1-based nearest rank of percentile ``p`` (0-100) among ``n`` samples."""
+    return min(n, max(1, math.ceil(round(p * n / 100.0, 9))))  # round: 99.9 * 1000 / 100 is 999.0000000000001
+
+
 def nearest_rank(sorted_x: np.ndarray, p: float) -> float:
+    """Percentile ``p`` of sorted samples: an observed value (NaN when there are none)."""
     n = len(sorted_x)
+    return float(sorted_x[rank(n, p) - 1]) if n else math.nan
+
+
+def nearest_rank_unsorted(x: np.ndarray, p: float) -> float:
+    """:func:`nearest_rank` of unsorted samples, by partial sort."""
+    n = len(x)
     if n == 0:
         return math.nan
-    k = max(1, math.ceil(round(p * n / 100.0, 9)))  # round: 99.9 * 1000 / 100 is 999.0000000000001
-    return float(sorted_x[min(k, n) - 1])
+    k = rank(n, p) - 1
+    return float(np.partition(x, k)[k])
 
 
 def _binom_cdf(n: int, q: float) -> np.ndarray:
