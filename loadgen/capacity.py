@@ -29,7 +29,7 @@ from loadgen.metrics import summarize
 from loadgen.records import read_records
 from loadgen.rundir import REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.scenario import Load, Phase
-from loadgen.slo import SLO
+from loadgen.slo import SLO, show_value
 from loadgen.stats import stat_value
 
 CAPACITY = "capacity.json"
@@ -78,9 +78,9 @@ def judge(summary: dict, qps: float) -> tuple[bool, list[str]]:
         if not r["applies"]:
             continue
         if not r["passed"]:
-            reasons.append(f"{r['expr']} (measured {_show(r['value'], r)})")
+            reasons.append(f"{r['expr']} (measured {show_value(r)})")
         elif not _confidently_met(r):
-            reasons.append(f"{r['expr']}: met ({_show(r['value'], r)}) but its 95% interval reaches {_show(r['ci'][1], r)}")
+            reasons.append(f"{r['expr']}: met ({show_value(r)}) but its 95% interval reaches {show_value(r, r['ci'][1])}")
     if summary["generator_limited"]:
         reasons.append("generator-limited")
     step = summary["phases"]["step"]
@@ -93,14 +93,6 @@ def judge(summary: dict, qps: float) -> tuple[bool, list[str]]:
     if any("--fail-fast" in n for n in summary["notes"]):
         reasons.append("stopped early: an objective could no longer be met")
     return not reasons, reasons
-
-
-def _show(v, r: dict) -> str:
-    if v is None:
-        return "no value"
-    if v == "inf":
-        return "inf"
-    return f"{float(v) * 1e3:.1f} ms" if r.get("stat") else f"{float(v):.4g}"
 
 
 def queue_growth(summary: dict) -> str | None:

@@ -33,6 +33,7 @@ from loadgen.failfast import FailFast
 from loadgen.regression import compare_runs, describe_regressions
 from loadgen.rundir import COLD_START, META, REGRESSION, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, safe_name, scrub, write_json
 from loadgen.scenario import Target
+from loadgen.slo import show_value
 from loadgen.scrape import MetricsScraper
 from loadgen.schedule import plan_phases
 from loadgen.targets import ManagedServer, TargetStartError, start_command, start_reference
@@ -348,7 +349,7 @@ def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int,
             failed.append(f"{r.name}: stopped early by --fail-fast: {r.failed_fast} can no longer be met")
         for slo in s["slo"]:
             if slo["applies"] and not slo["passed"]:
-                failed.append(f"{r.name}: {slo['expr']} (measured {_fmt(slo)})")
+                failed.append(f"{r.name}: {slo['expr']} (measured {show_value(slo)})")
     if len(runs) < n_targets and not interrupted and not any(r.failed_fast for r in runs):
         invalid.append(f"only {len(runs)} of {n_targets} targets ran")
     if invalid:
@@ -356,17 +357,6 @@ def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int,
     if failed:
         return EXIT_FAILED, "failed", failed
     return EXIT_OK, "passed", []
-
-
-def _fmt(slo: dict) -> str:
-    v = slo.get("value")
-    if v is None:
-        return "no value"
-    if slo.get("stat"):
-        return "inf" if v == "inf" else f"{float(v) * 1e3:.1f} ms"
-    if slo.get("metric") in ("error_rate", "goodput"):
-        return f"{float(v) * 100:.2f}%"
-    return f"{float(v):.2f}"
 
 
 def install_signal_handlers(get_engine: Callable[[], NativeEngine | None], announce: Callable[[str], None]):

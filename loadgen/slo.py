@@ -113,3 +113,18 @@ def parse_slo(text: str) -> SLO:
     except ValueError:
         raise ValueError(f"{lhs}: expected a duration such as '300ms', got {rhs!r}") from None
     return SLO(text.strip(), metric, stat, op, threshold, scope)
+
+
+def show_value(result: dict, value=None) -> str:
+    """A value of an objective's result dict for people: milliseconds for distributions, a percentage
+    for error_rate and goodput. ``value`` defaults to the measured one (pass a CI bound to show that)."""
+    v = result.get("value") if value is None else value
+    if v is None:
+        return "no value"
+    if v == "inf":
+        return "inf"
+    if result.get("stat"):
+        return f"{float(v) * 1e3:.1f} ms"
+    if result.get("metric") in ("error_rate", "goodput"):
+        return f"{float(v) * 100:.2f}%"
+    return f"{float(v):.4g}"
