@@ -255,14 +255,15 @@ class Engine:
                 self._cv.wait()
 
     def _drop_aborted(self) -> None:
-        if any(r.aborted for r in self._running):
-            for req in [r for r in self._running if r.aborted]:
-                self._running.remove(req)
-                req.cache = None
-        if any(r.aborted for r in self._prefilling):
-            for req in [r for r in self._prefilling if r.aborted]:
-                self._prefilling.remove(req)
-                req.cache = None
+        dropped = False
+        for group in (self._running, self._prefilling):
+            if any(r.aborted for r in group):
+                for req in [r for r in group if r.aborted]:
+                    group.remove(req)
+                    req.cache = None
+                dropped = True
+        if dropped:  # the gauge is otherwise set after a step, and none may follow (every client left)
+            self.metrics.running.set(len(self._running) + len(self._prefilling))
 
     def _stall(self) -> None:
         remaining = self.faults.stall_remaining(time.perf_counter() - self._started)

@@ -136,6 +136,41 @@ def test_health_models_metrics_and_backend_header(optimized):
     assert 'le="0.001"' in text and 'le="0.0015"' in text  # fine enough for 1 ms gaps
 
 
+def _gauge(url: str, name: str) -> float:
+    text = http("GET", url + "/metrics")[2].decode()
+    return float(next(ln.split()[-1] for ln in text.splitlines() if ln.startswith(f"refserver:{name}{{")))
+
+
+def test_clients_that_leave_free_their_slots_and_the_gauges_say_so(weights_dir):
+    """Streams whose clients disconnect leave the batch; the running gauge drops to 0 even though no
+    further step runs to update it (it once stayed at the last batch size until the next request)."""
+    import socket
+
+    with BackgroundServer(tiny("batching", weights_dir)) as srv:
+        wait_ready(srv.url)
+        host, port = srv.url.split("//")[1].split(":")
+        body = json.dumps({"model": "tiny", "messages": MESSAGES, "max_tokens": 1500, "stream": True}).encode()
+        socks = []
+        for _ in range(4):
+            s = socket.create_connection((host, int(port)))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            socks.append(s)
+        for s in socks:
+            assert s.recv(200).startswith(b"HTTP/1.1 200")  # streaming has begun: the request is running
+        deadline = time.monotonic() + 10
+        while _gauge(srv.url, "num_requests_running") < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _gauge(srv.url, "num_requests_running") == 4
+        for s in socks:
+            s.close()
+        deadline = time.monotonic() + 10
+        while _gauge(srv.url, "num_requests_running") > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gauge(srv.url, "num_requests_running") == 0
+        assert _gauge(srv.url, "num_requests_waiting") == 0
+
+
 def test_health_lazy_then_loaded(weights_dir):
     with BackgroundServer(tiny("naive", weights_dir)) as srv:
         status, _, body = http("GET", srv.url + "/health")
