@@ -221,7 +221,7 @@ def gate(rundir: str, baseline: str | None, max_regression: str) -> None:
 @click.option("--target", "target_url", metavar="URL", help="search this base URL instead of the scenario's target")
 @click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
 def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance, target_url, out) -> None:
-    from loadgen.capacity import headline
+    from loadgen.capacity import headline, step_objectives
     from loadgen.runner import _on_loopback, run_capacity
     from loadgen.slo import parse_slo
     from loadgen.units import parse_duration
@@ -230,7 +230,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     loaded = _load_or_exit(scenario)
     _scrub_logs(loaded.secrets)
     try:
-        objectives = [parse_slo(s) for s in slos] if slos else list(loaded.scenario.slo)
+        objectives = step_objectives([parse_slo(s) for s in slos] if slos else list(loaded.scenario.slo))
         durations = parse_duration(step_duration), parse_duration(warmup)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

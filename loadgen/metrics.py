@@ -25,7 +25,7 @@ import pyarrow as pa
 from loadgen.records import ERROR_CLASSES
 from loadgen.schedule import PhasePlan
 from loadgen.slo import DISTRIBUTIONS, SLO, percentile_of
-from loadgen.stats import PERCENTILES, _num, describe, nearest_rank, nearest_rank_unsorted, pkey, stat_value
+from loadgen.stats import PERCENTILES, json_num, describe, nearest_rank, nearest_rank_unsorted, pkey, stat_value
 
 SCHEMA_VERSION = 1
 
@@ -181,8 +181,8 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
         "ok": np.bincount(b[okm], minlength=nb).tolist(),
         "sent": np.bincount(np.clip((sent_sorted // step).astype(np.int64), 0, nb - 1), minlength=nb).tolist(),
         "errors": errs,
-        "latency_p50": [_num(v) for v in p50],
-        "latency_p99": [_num(v) for v in p99],
+        "latency_p50": [json_num(v) for v in p50],
+        "latency_p99": [json_num(v) for v in p99],
         "in_flight": in_flight.tolist(),
         "target_qps": target,
     }

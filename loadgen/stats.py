@@ -64,6 +64,36 @@ def quantile_ci_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple
     return math.floor(n * q - z * sd), math.ceil(n * q + z * sd) + 1
 
 
+# Student's t, two-sided 95%, by degrees of freedom (1..10); the normal value beyond
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def sectioned_ci(x_in_order: np.ndarray, p: float, sections: int = 5) -> tuple[float, float] | None:
+    """95% interval of percentile ``p`` that holds when the samples are not independent (sectioning).
+
+    The order-statistic interval of :func:`percentile` assumes independent samples. Requests sent
+    through one queue are not: a burst slows every request behind it, so a run's latencies come in
+    correlated stretches and its p99 varies from run to run far more than that interval says. Here
+    the samples, in send order, are cut into ``sections`` consecutive stretches of equal count; the
+    spread of the percentile between stretches estimates the variance of the whole run's
+    percentile (Asmussen & Glynn, *Stochastic Simulation*, IV.5: sectioning, with the whole-run
+    estimate as the centre): ``value +- t(sections-1) * sd / sqrt(sections)``. Infinite samples
+    (failures counted as infinitely slow) make the upper end infinite when a section's percentile is.
+    ``None`` when a stretch would hold fewer than 10 samples.
+    """
+    x = np.asarray(x_in_order, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if sections < 2 or x.size < 10 * sections:
+        return None
+    parts = [nearest_rank_unsorted(part, p) for part in np.array_split(x, sections)]
+    value = nearest_rank_unsorted(x, p)
+    if math.isinf(value) or any(math.isinf(v) for v in parts):
+        return (value if math.isinf(value) else min(parts), math.inf)
+    t = _T95[sections - 2] if sections - 1 <= len(_T95) else 1.959963984540054
+    half = t * float(np.std(parts, ddof=1)) / math.sqrt(sections)
+    return (max(value - half, float(x.min())), value + half)
+
+
 def _z(confidence: float) -> float:
     from statistics import NormalDist
 
@@ -79,10 +109,10 @@ def percentile(sorted_x: np.ndarray, p: float) -> dict:
     lo, hi = quantile_ci_ranks(n, p / 100.0)
     too_few = lo < 1 or hi > n
     ci = [float(sorted_x[max(lo, 1) - 1]), float(sorted_x[min(hi, n) - 1])]
-    return {"value": _num(value), "ci": [_num(ci[0]), _num(ci[1])], "too_few_samples": bool(too_few)}
+    return {"value": json_num(value), "ci": [json_num(ci[0]), json_num(ci[1])], "too_few_samples": bool(too_few)}
 
 
-def _num(v: float):
+def json_num(v: float):
     """JSON-safe float: NaN -> None; infinities kept as strings JSON can carry."""
     if v is None or math.isnan(v):
         return None
@@ -107,8 +137,8 @@ def describe(values: np.ndarray, percentiles=PERCENTILES) -> dict:
     out = {"n": n, "mean": None, "min": None, "max": None, "percentiles": {}}
     if n:
         finite = x[np.isfinite(x)]
-        out["mean"] = _num(float(finite.mean())) if finite.size == n else "inf"
-        out["min"], out["max"] = _num(float(x[0])), _num(float(x[-1]))
+        out["mean"] = json_num(float(finite.mean())) if finite.size == n else "inf"
+        out["min"], out["max"] = json_num(float(x[0])), json_num(float(x[-1]))
     for p in percentiles:
         out["percentiles"][pkey(p)] = percentile(x, p)
     return out

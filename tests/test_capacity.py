@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from loadgen.capacity import knee, Step
+from loadgen.capacity import knee, step_objectives, Step
+from loadgen.slo import parse_slo
 from tests.helpers import run, write_scenario
 
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]
@@ -21,7 +22,7 @@ def scenario(url, qps=10):
       expected_qps: 20
       phases:
         - {{name: steady, duration: 4s, qps: {qps}}}
-    slo: ["latency.p99 < 150ms"]
+    slo: ["steady: latency.p99 < 150ms"]  # scoped to the phase: each capacity step stands in for it
     """
 
 
@@ -61,3 +62,10 @@ def test_capacity_refuses_an_unbounded_rate_at_a_remote_target(tmp_path):
 def test_knee_is_where_p99_starts_to_climb(points, expected):
     steps = [Step(q, True, q, p / 2, p, None, 0.0, False) for q, p in points]
     assert knee(steps) == expected
+
+
+def test_objectives_scoped_to_phases_apply_to_every_step():
+    slos = [parse_slo(t) for t in ("at_100: latency.p99 < 500ms", "at_120: latency.p99 < 500ms", "error_rate < 0.1%",
+                                   "at_120: ttft.p90 < 1s")]
+    assert [(s.expr, s.scope) for s in step_objectives(slos)] == [
+        ("latency.p99 < 500ms", None), ("error_rate < 0.1%", None), ("ttft.p90 < 1s", None)]
