@@ -2,15 +2,21 @@
 
 Search: steady open-loop steps, doubling from ``qps_min`` until a step fails (or ``qps_max`` passes),
 then geometric bisection between the last passing and the first failing rate until they are within
-``tolerance`` of each other, then a confirmation run twice as long at the answer (stepping down by the
-tolerance until one holds). Each step is a short warm-up (not recorded) and a measured stretch; a
-step stops early, with --fail-fast's rule, once one of its objectives can no longer be met. A step
-passes when every SLO passes, the generator kept up, and the target completed at least 90% of the
-offered rate within the step (a server that queues without bound fails even before its latency does).
-A step whose latency and requests in flight are still climbing at its end is not a steady state and
-fails too. An objective on a percentile counts as met only when the upper bound of its 95% confidence interval
-meets it: the found rate is one the target holds with confidence, not by the luck of one short step.
-Longer steps (``--step-duration``) give narrower intervals and so a higher, still honest, answer.
+``tolerance`` of each other. Each step is a short warm-up (not recorded) and a measured stretch; a step
+stops early once one of its objectives has failed beyond doubt. A step passes when every SLO passes, the
+generator kept up, and the target completed at least 90% of the offered rate within the step (a server
+that queues without bound fails even before its latency does). A step whose latency and requests in
+flight are still climbing at its end is not a steady state and fails too.
+
+An objective on a percentile counts as met only when the upper bound of its 95% interval meets it, and
+as failed only when the lower bound misses it: the interval is the wider of the order-statistic one and a
+sectioned one (:func:`loadgen.stats.sectioned_ci`), because requests through one queue are not
+independent and one run's p99 near saturation varies far more than an interval for independent samples
+says. A step whose interval straddles the threshold (and that failed nothing else) is inconclusive: it
+is run again, twice as long, and that run decides. Near the answer one unlucky short step would
+otherwise decide the bracket: taken as failed it pulls the answer below what the target holds, taken
+as passed above. Objectives scoped to a phase apply to every step. Longer steps (``--step-duration``)
+give narrower intervals and so a tighter, still honest, answer.
 
 The answer is a bracket: the target holds ``max_sustainable_qps`` (the last passing rate) and fails at
 ``first_failing_qps``; the truth lies between. Headroom compares the held rate with ``expected_qps``.
@@ -37,6 +43,10 @@ from loadgen.stats import json_num, sectioned_ci, stat_value
 CAPACITY = "capacity.json"
 KEEP_UP = 0.9  # a step must complete at least this share of its offered rate
 SECTIONS = 5  # stretches of a step whose spread gives the sectioned interval of a percentile
+LONGER = 2  # an inconclusive step is run again this many times as long
+# A step stops early once an objective has three times the breaches it allows (p97 over a p99 threshold):
+# failed beyond doubt. --fail-fast's tighter rule would also stop steps whose interval still straddles.
+STEP_FAIL_FAST = 3.0
 
 
 @dataclass
@@ -51,6 +61,8 @@ class Step:
     stopped_early: bool
     reasons: list[str] = field(default_factory=list)
     dir: str = ""
+    inconclusive: bool = False  # the objectives' intervals straddled their thresholds: run again, longer
+    duration_s: float = 0.0
 
 
 def step_load(base: Load, qps: float, duration: float, warmup: float, index: int = 0) -> Load:
@@ -90,48 +102,47 @@ def sectioned_intervals(df: pd.DataFrame, results: list[dict]) -> None:
         r["ci_sectioned"] = None if ci is None else [json_num(ci[0]), json_num(ci[1])]
 
 
-def _upper(ci) -> float | None:
-    if not ci or ci[1] is None:
+def _interval(r: dict) -> tuple[float, float] | None:
+    """The wider of an objective's two 95% intervals: the order-statistic one (few samples) and the
+    sectioned one (dependent samples); None for objectives without one."""
+    ends = [tuple(float(v) for v in ci) for ci in (r.get("ci"), r.get("ci_sectioned")) if ci and None not in ci]
+    if not ends or r.get("op") not in ("<", "<="):
         return None
-    return math.inf if ci[1] == "inf" else float(ci[1])
+    return min(e[0] for e in ends), max(e[1] for e in ends)
 
 
-def _confidently_met(r: dict) -> bool:
-    """An objective on a percentile holds only if its whole 95% interval does: a step that passes by the
-    luck of a short sample would put the answer above what the target holds. The interval is the wider
-    of the order-statistic one (few samples) and the sectioned one (dependent samples)."""
-    if not r["passed"]:
-        return False
-    his = [h for h in (_upper(r.get("ci")), _upper(r.get("ci_sectioned"))) if h is not None]
-    if not his or r.get("op") not in ("<", "<="):
-        return True
-    hi = max(his)
-    return hi < r["threshold"] if r["op"] == "<" else hi <= r["threshold"]
-
-
-def judge(summary: dict, qps: float) -> tuple[bool, list[str]]:
-    """Whether a step held: its SLOs (with confidence), the generator, and the completed rate."""
-    reasons = []
+def judge(summary: dict, qps: float) -> tuple[bool, list[str], bool]:
+    """Whether a step held: its SLOs (with confidence), the generator, and the completed rate; and whether
+    the verdict is in doubt. An objective on a percentile holds only if its whole 95% interval does (a step
+    that passes by the luck of a short sample would put the answer above what the target holds) and fails
+    outright only if its whole interval does. When it straddles the threshold and nothing else failed,
+    the step is inconclusive: more samples, not a verdict, are what it needs."""
+    hard, doubt = [], []
     for r in summary["slo"]:
         if not r["applies"]:
             continue
+        iv = _interval(r)
         if not r["passed"]:
-            reasons.append(f"{r['expr']} (measured {show_value(r)})")
-        elif not _confidently_met(r):
-            hi = max(h for h in (_upper(r.get("ci")), _upper(r.get("ci_sectioned"))) if h is not None)
-            reasons.append(f"{r['expr']}: met ({show_value(r)}) but its 95% interval reaches {show_value(r, hi)}")
+            if iv is not None and r["value"] is not None and iv[0] < r["threshold"]:
+                doubt.append(f"{r['expr']}: measured {show_value(r)}, but its 95% interval reaches down to "
+                             f"{show_value(r, iv[0])}")
+            else:
+                hard.append(f"{r['expr']} (measured {show_value(r)})")
+        elif iv is not None and not (iv[1] < r["threshold"] if r["op"] == "<" else iv[1] <= r["threshold"]):
+            doubt.append(f"{r['expr']}: met ({show_value(r)}) but its 95% interval reaches {show_value(r, iv[1])}")
     if summary["generator_limited"]:
-        reasons.append("generator-limited")
+        hard.append("generator-limited")
     step = summary["phases"]["step"]
     offered = step["sent_qps"]  # the arrivals this step actually drew, not the nominal rate: a short
     if step["achieved_qps"] < KEEP_UP * offered:  # Poisson step at 5 req/s may draw 4.1 req/s
-        reasons.append(f"completed {step['achieved_qps']:.1f} req/s of {offered:.1f} offered")
+        hard.append(f"completed {step['achieved_qps']:.1f} req/s of {offered:.1f} offered")
     growing = queue_growth(summary)
     if growing:
-        reasons.append(growing)
+        hard.append(growing)
     if any("--fail-fast" in n for n in summary["notes"]):
-        reasons.append("stopped early: an objective could no longer be met")
-    return not reasons, reasons
+        hard.append("stopped early: an objective could no longer be met")
+    reasons = hard + doubt
+    return not reasons, reasons, bool(doubt) and not hard
 
 
 def queue_growth(summary: dict) -> str | None:
@@ -179,10 +190,10 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
     slos = step_objectives(slos)
     steps: list[Step] = []
 
-    def run_at(qps: float, confirm: bool = False) -> Step:
-        load = step_load(sc.load, qps, step_duration * (2 if confirm else 1), warmup, len(steps))
+    def run_at(qps: float, longer: bool = False) -> Step:
+        load = step_load(sc.load, qps, step_duration * (LONGER if longer else 1), warmup, len(steps))
         step_sc = sc.model_copy(update={"load": load, "slo": slos})
-        name = f"qps-{qps:.4g}" + ("-confirm" if confirm else "")
+        name = f"qps-{qps:.4g}" + (f"-x{LONGER}" if longer else "")
         tdir = rd.target_dir(name)
         plans, res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.secrets), tdir)
         table = read_records(tdir / REQUESTS)
@@ -191,11 +202,12 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                             cpu_seconds=res.cpu_seconds)
         sectioned_intervals(records_frame(table), summary["slo"])
         write_json(tdir / SUMMARY, summary, loaded.secrets)
-        ok, reasons = judge(summary, qps)
+        ok, reasons, unsure = judge(summary, qps)
         m = summary["phases"]["step"]["metrics"]
         st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
                   stat_value(m["latency"], "p50"), stat_value(m["latency"], "p99"), stat_value(m["ttft"], "p99"),
-                  summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name)
+                  summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name,
+                  inconclusive=unsure and not longer, duration_s=load.phases[-1].duration)
         steps.append(st)
         if on_step:
             on_step(st)
@@ -203,13 +215,22 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
             raise KeyboardInterrupt
         return st
 
+    def holds(qps: float) -> bool:
+        """One step at ``qps``; an inconclusive one is run again, LONGER times as long, and that run decides
+        (still in doubt, it does not hold). Taking a doubtful step as failed would pull the answer below
+        what the target holds whenever one short step was unlucky, and taking it as passed, above."""
+        st = run_at(qps)
+        if st.inconclusive and len(steps) < max_steps:
+            st = run_at(qps, longer=True)
+        return st.passed
+
     t_start = time.perf_counter()
     lo, hi = None, None  # last passing, first failing
     qps = qps_min
     interrupted = False
     try:
         while qps <= qps_max * (1 + 1e-9) and len(steps) < max_steps:
-            if run_at(qps).passed:
+            if holds(qps):
                 lo = qps
                 if qps >= qps_max:
                     break
@@ -219,19 +240,10 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                 break
         while lo is not None and hi is not None and hi / lo > 1 + tolerance and len(steps) < max_steps:
             mid = math.sqrt(lo * hi)
-            if run_at(mid).passed:
+            if holds(mid):
                 lo = mid
             else:
                 hi = mid
-        # Near saturation a queueing server's p99 varies from run to run by more than one run's interval
-        # says (its requests are not independent): confirm the answer with a second, longer run at that
-        # rate, stepping down by the tolerance until one holds.
-        confirmed = None
-        while lo is not None and confirmed is None and len(steps) < max_steps + 3:
-            if run_at(lo, confirm=True).passed:
-                confirmed = lo
-            else:
-                hi, lo = lo, (lo / (1 + tolerance) if lo / (1 + tolerance) >= qps_min else None)
     except KeyboardInterrupt:
         interrupted = True
     expected = sc.load.expected_qps
@@ -259,7 +271,7 @@ def run_step_with(target, url: str, model: str, on_engine=None):
     from loadgen.runner import _run_target
 
     def run_step(loaded: LoadedScenario, tdir):
-        return run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast=True))
+        return run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast=STEP_FAIL_FAST))
 
     return run_step
 

@@ -250,10 +250,11 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     install_signal_handlers_for_capacity(display_engine)
 
     def on_step(st) -> None:
-        mark = "pass" if st.passed else "FAIL"
+        mark = "pass" if st.passed else "unsure" if st.inconclusive else "FAIL"
         p99 = f"{st.latency_p99 * 1e3:.1f} ms" if st.latency_p99 is not None else "-"
         console.print(f"  {st.qps:8.4g} req/s  {mark}  achieved {st.achieved_qps:7.1f}  p99 {p99}"
-                      + (f"  ({'; '.join(st.reasons)})" if st.reasons else ""), highlight=False)
+                      + (f"  ({'; '.join(st.reasons)})" if st.reasons else "")
+                      + (" -> again, twice as long" if st.inconclusive else ""), highlight=False)
 
     rd, result = run_capacity(loaded, objectives, qps_min, qps_max, durations[0], durations[1],
                               _fraction_option(tolerance, "--tolerance"), out, target_url,

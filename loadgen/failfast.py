@@ -15,6 +15,9 @@ from loadgen.schedule import PhasePlan
 from loadgen.slo import SLO, percentile_of
 
 
+FAIL_FAST_SLACK = 1.1  # stop once breaches exceed 110% of the allowance (+3): arrival counts are noisy
+
+
 class _Watch:
     __slots__ = ("slo", "phase", "budget", "bad")
 
@@ -25,8 +28,9 @@ class _Watch:
 class FailFast:
     """Counts breaches per watched objective; ``breached`` names the first one that is certain."""
 
-    def __init__(self, slos: list[SLO], plans: list[PhasePlan], target: str):
+    def __init__(self, slos: list[SLO], plans: list[PhasePlan], target: str, slack: float = FAIL_FAST_SLACK):
         self.watches: list[_Watch] = []
+        self.slack = slack
         self.breached: str | None = None
         by_name = {p.name: p for p in plans}
         for s in slos:
@@ -60,8 +64,8 @@ class FailFast:
                 bad = ok and not math.isnan(value) and not w.slo.check(value)
             if bad:
                 w.bad += 1
-                # a margin of 10% (and 3 requests) for arrival-count noise: stop only when it is certain
-                if w.bad > w.budget * 1.1 + 3:
+                # a margin (and 3 requests) for arrival-count noise: stop only when it is certain
+                if w.bad > w.budget * self.slack + 3:
                     self.breached = w.slo.expr
                     return True
         return False

@@ -29,7 +29,7 @@ from loadgen.loader import LoadedScenario
 from loadgen.metrics import records_frame, summarize
 from loadgen.prompts import make_prompt_source
 from loadgen.records import RecordWriter, read_records
-from loadgen.failfast import FailFast
+from loadgen.failfast import FAIL_FAST_SLACK, FailFast
 from loadgen.regression import compare_runs, describe_regressions
 from loadgen.rundir import COLD_START, META, REGRESSION, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, safe_name, scrub, write_json
 from loadgen.scenario import Target
@@ -115,11 +115,14 @@ def make_transport(target: Target):
 
 
 async def _run_target(loaded: LoadedScenario, target: Target, url: str, model: str, tdir: Path,
-                      on_engine: Callable[[NativeEngine], None] | None, fail_fast: bool = False,
+                      on_engine: Callable[[NativeEngine], None] | None, fail_fast: bool | float = False,
                       metrics_url: str | None = None) -> tuple:
+    """``fail_fast``: True for --fail-fast's rule, or a number: stop once that many times the breaches an
+    objective allows have happened (capacity steps stop only when the failure is beyond doubt)."""
     sc = loaded.scenario
     plans = plan_phases(sc.load)
-    failfast = FailFast(sc.slo, plans, target.name) if fail_fast else None
+    slack = fail_fast if not isinstance(fail_fast, bool) else FAIL_FAST_SLACK
+    failfast = FailFast(sc.slo, plans, target.name, slack) if fail_fast else None
     protocol = make_protocol(target.model_copy(update={"url": url}), sc.workload, model)
     prompts = make_prompt_source(sc.workload, sc.load.seed, loaded.path.parent)
     settings = EngineSettings(plans, timeout=target.timeout, max_in_flight=sc.load.max_in_flight,

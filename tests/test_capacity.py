@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from loadgen.capacity import knee, step_objectives, Step
+from loadgen.capacity import judge, knee, step_objectives, Step
 from loadgen.slo import parse_slo
 from tests.helpers import run, write_scenario
 
@@ -69,3 +69,33 @@ def test_objectives_scoped_to_phases_apply_to_every_step():
                                    "at_120: ttft.p90 < 1s")]
     assert [(s.expr, s.scope) for s in step_objectives(slos)] == [
         ("latency.p99 < 500ms", None), ("error_rate < 0.1%", None), ("ttft.p90 < 1s", None)]
+
+
+def _summary(value, ci, ci_sectioned, achieved=10.0):
+    t = list(range(10))
+    return {
+        "slo": [{"expr": "latency.p99 < 500ms", "metric": "latency", "stat": "p99", "op": "<", "threshold": 0.5,
+                 "scope": None, "applies": True, "value": value, "ci": ci, "ci_sectioned": ci_sectioned,
+                 "passed": value < 0.5}],
+        "generator_limited": False, "notes": [],
+        "phases": {"step": {"sent_qps": 10.0, "achieved_qps": achieved, "start": 0.0, "end": 10.0}},
+        "timeseries": {"t": t, "latency_p50": [0.1] * 10, "in_flight": [2] * 10},
+    }
+
+
+@pytest.mark.parametrize("value,ci,sectioned,passed,unsure", [
+    (0.40, [0.38, 0.42], [0.35, 0.45], True, False),   # met, whole interval below: holds
+    (0.45, [0.43, 0.47], [0.38, 0.53], False, True),   # met, but the sectioned interval reaches over: unsure
+    (0.55, [0.53, 0.57], [0.46, 0.64], False, True),   # missed, but the interval reaches under: unsure
+    (0.70, [0.68, 0.72], [0.60, 0.80], False, False),  # missed beyond doubt
+    (0.45, [0.43, 0.47], None, True, False),           # too few samples to section: the order-statistic one
+])
+def test_a_step_is_unsure_only_while_an_interval_straddles_the_objective(value, ci, sectioned, passed, unsure):
+    ok, reasons, doubt = judge(_summary(value, ci, sectioned), 10.0)
+    assert (ok, doubt) == (passed, unsure)
+    assert bool(reasons) == (not passed)
+
+
+def test_a_step_that_failed_something_else_is_not_unsure():
+    ok, reasons, doubt = judge(_summary(0.45, [0.43, 0.47], [0.38, 0.53], achieved=5.0), 10.0)
+    assert not ok and not doubt and any("completed 5.0 req/s" in r for r in reasons)
