@@ -91,7 +91,7 @@ def sectioned_intervals(df: pd.DataFrame, results: list[dict]) -> None:
     """Add ``ci_sectioned`` to each percentile objective's result: the interval of
     :func:`~loadgen.stats.sectioned_ci`, from the step's requests in send order. Near saturation one
     step's requests are far from independent, and its order-statistic interval far too narrow."""
-    step = df[(df["phase"] == "step") & df["recorded"]].sort_values("scheduled")
+    step = df[df["recorded"]].sort_values("scheduled")  # the warm-up is not recorded: this is the step
     for r in results:
         if not r.get("applies") or not r.get("stat") or percentile_of(r["stat"]) is None:
             continue

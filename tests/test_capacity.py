@@ -39,6 +39,10 @@ def test_capacity_brackets_the_known_capacity_and_steady_runs_agree(tmp_path, kn
     assert 20 <= lo < hi <= 60 and hi / lo <= 1.16
     assert result["headroom"] == pytest.approx(lo / 20 - 1)
     assert "capacity:" in r.stdout and (rd / "report.html").is_file()
+    # every step with enough requests carries the sectioned interval of its p99 objective, around its p99
+    sectioned = [json.loads(p.read_text())["slo"][0] for p in rd.glob("qps-*/summary.json")]
+    sectioned = [(r["value"], r["ci_sectioned"]) for r in sectioned if r["ci_sectioned"] is not None]
+    assert sectioned and all(lo <= v <= (float(hi)) for v, (lo, hi) in sectioned)
     html = (rd / "report.html").read_text()
     assert "Latency–throughput curve" in html and f"{lo:.4g}" in html
     # the acceptance rule: a steady run at 90% of the found rate passes, at 130% it fails
