@@ -39,7 +39,8 @@ def test_streaming_ttft_itl_tpot_and_token_count(tmp_path, known_server):
     _, s, df = run(tmp_path, scenario(srv.url, "        - {name: main, duration: 3s, qps: 20}", stream=True))
     o = s["overall"]
     assert o["ok"] == o["count"] > 40
-    assert pct(o, "ttft", "p50") == pytest.approx(0.080, abs=0.002)
+    # the server sleeps at least 80 ms: below is a measurement bug, a few ms above is loopback + a busy CI host
+    assert 0.080 <= pct(o, "ttft", "p50") <= 0.085
     assert pct(o, "itl", "p50") == pytest.approx(0.010, abs=0.002)
     assert pct(o, "tpot", "p50") == pytest.approx(0.010, abs=0.002)
     assert (df["output_tokens"] == 20).all() and df["usage_tokens"].all()
