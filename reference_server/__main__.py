@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--precision", choices=PRECISIONS, default=None)
     k.add_argument("--threads", type=int, default=None, help="torch CPU intra-op threads (default 1)")
     k.add_argument("--step-threads", type=int, default=None,
-                   help="numpy backend: threads splitting each forward pass by sequence (default 1; for optimized/batching 2, at most the cores less one)")
+                   help="numpy backend: threads splitting each forward pass by sequence (default 1; 2 for optimized/batching)")
     k.add_argument("--max-queue-size", type=int, default=None, help="waiting requests before 429")
     k.add_argument("--request-timeout-s", type=float, default=None, help="whole-request deadline; 0 = none")
     k.add_argument("--default-max-tokens", type=int, default=None, help="max_tokens when a request omits it")

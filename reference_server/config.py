@@ -7,24 +7,10 @@ takes milliseconds where the flag name says so (``--max-queue-delay-ms``) and co
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 
 ARCHS = ("naive", "optimized", "batching", "cache")
 PRECISIONS = ("fp32", "bf16", "int8")
-
-
-def preset_step_threads() -> int:
-    """Compute threads of the batching presets: 2, but never more than the cores less one. One core stays
-    for the event loop (and, on a test machine, the load generator): a step split over two threads waits
-    for the slower one, and on 2 shared cores one of them is always being preempted (measured on 2 cores
-    at 24 req/s open loop: p99 median 894 ms with 2 threads, 407 ms with 1; closed loop at concurrency 16,
-    small model: the same tokens/s with either)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(2, cores - 1))
 
 
 @dataclass
@@ -70,15 +56,15 @@ class ServerConfig:
         """The preset ``arch`` with ``overrides`` applied (field names; ``*_ms`` aliases convert).
 
         Presets: ``naive`` (lazy load, no warm-up, one request at a time, no cache), ``optimized``
-        (preload, warm-up, continuous batching up to 32 with chunked prefill, each step split over
-        :func:`preset_step_threads` compute threads on numpy, LRU cache), ``batching`` (batching only: preloaded, no warm-up, no
+        (preload, warm-up, continuous batching up to 32 with chunked prefill, each step split over 2
+        compute threads on numpy, LRU cache), ``batching`` (batching only: preloaded, no warm-up, no
         cache) and ``cache`` (cache only, otherwise naive).
         """
         if arch not in ARCHS:
             raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
         base: dict = {"arch": arch}
         if arch in ("optimized", "batching"):
-            base.update(preload=True, max_batch_size=32, max_queue_delay_s=0.002, step_threads=preset_step_threads())
+            base.update(preload=True, max_batch_size=32, max_queue_delay_s=0.002, step_threads=2)
         if arch == "optimized":
             base.update(warmup=True, cache_size=1024)
         if arch == "cache":

@@ -3,8 +3,6 @@ weights file, and the numpy model's KV cache against a full recompute."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -33,8 +31,6 @@ def test_presets(arch, preload, warmup, batch, cache):
     c = ServerConfig.from_preset(arch)
     assert (c.preload, c.warmup, c.max_batch_size, c.cache_size) == (preload, warmup, batch, cache)
     assert c.host == "127.0.0.1" and c.port == 0
-    cores = len(os.sched_getaffinity(0))  # batching presets split steps, but leave a core for the event loop
-    assert c.step_threads == (max(1, min(2, cores - 1)) if batch > 1 else 1)
 
 
 def test_overrides_flags_and_ms_aliases():
