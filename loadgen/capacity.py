@@ -62,7 +62,6 @@ class Step:
     reasons: list[str] = field(default_factory=list)
     dir: str = ""
     inconclusive: bool = False  # the objectives' intervals straddled their thresholds: run again, longer
-    duration_s: float = 0.0
 
 
 def step_load(base: Load, qps: float, duration: float, warmup: float, index: int = 0) -> Load:
@@ -207,7 +206,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
                   stat_value(m["latency"], "p50"), stat_value(m["latency"], "p99"), stat_value(m["ttft"], "p99"),
                   summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name,
-                  inconclusive=unsure and not longer, duration_s=load.phases[-1].duration)
+                  inconclusive=unsure and not longer)
         steps.append(st)
         if on_step:
             on_step(st)
