@@ -69,13 +69,14 @@ def write_scenario(folder: Path, url: str, qps: float, duration: float, stream: 
 
 
 def native(path: Path, url: str, model: str, tdir: Path):
-    from loadgen.apis import make_protocol
-    from loadgen.engine import EngineSettings, NativeEngine, run_async
-    from loadgen.loader import load_scenario
-    from loadgen.prompts import make_prompt_source
-    from loadgen.records import RecordWriter, read_records
-    from loadgen.schedule import plan_phases
-    from loadgen.transport_aiohttp import AiohttpTransport
+    from loadgen.engine.base import EngineSettings, run_async
+    from loadgen.engine.native import NativeEngine
+    from loadgen.protocols.apis import make_protocol
+    from loadgen.records.schema import RecordWriter, read_records
+    from loadgen.scenario.loader import load_scenario
+    from loadgen.scenario.prompts import make_prompt_source
+    from loadgen.schedule.arrivals import plan_phases
+    from loadgen.transports.aiohttp_client import AiohttpTransport
 
     sc = load_scenario(path).scenario
     target = sc.target_list()[0]
@@ -97,15 +98,18 @@ def native(path: Path, url: str, model: str, tdir: Path):
 
 
 def locust(path: Path, url: str, model: str, tdir: Path, workers: int):
-    from loadgen.locust_engine import run_target_locust
-    from loadgen.records import read_records
+    from loadgen.engine.locust import run_target_locust
+    from loadgen.records.schema import read_records
+    from loadgen.scenario.loader import load_scenario
+    from loadgen.schedule.arrivals import plan_phases
 
-    plans, res = run_target_locust(path, 0, url, model, tdir, workers=workers)
+    plans = plan_phases(load_scenario(path).scenario.load)
+    res = run_target_locust(path, 0, url, model, tdir, workers=workers)
     return plans, res, read_records(tdir / "requests.parquet"), res.processes
 
 
 def numbers(plans, res, table, processes) -> dict:
-    from loadgen.metrics import summarize
+    from loadgen.analysis.metrics import summarize
 
     s = summarize(table, plans, [], res.duration, cpu_seconds=res.cpu_seconds, processes=processes)
     o = s["overall"]

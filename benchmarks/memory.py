@@ -60,7 +60,7 @@ class PeakRSS:
 
 
 def measure_buffer(n: int, tokens: int) -> dict:
-    from loadgen.records import Outcome, RecordBuffer
+    from loadgen.records.schema import Outcome, RecordBuffer
 
     buf = RecordBuffer()
     base = rss()
@@ -81,12 +81,13 @@ def measure_engine(n: int, callbacks: bool = False) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from loadgen.apis import make_protocol
-    from loadgen.engine import EngineSettings, NativeEngine, run_async
-    from loadgen.prompts import make_prompt_source
-    from loadgen.records import RecordWriter
-    from loadgen.scenario import Target, Workload
-    from loadgen.schedule import PhasePlan
+    from loadgen.engine.base import EngineSettings, run_async
+    from loadgen.engine.native import NativeEngine
+    from loadgen.protocols.apis import make_protocol
+    from loadgen.records.schema import RecordWriter
+    from loadgen.scenario.model import Target, Workload
+    from loadgen.scenario.prompts import make_prompt_source
+    from loadgen.schedule.arrivals import PhasePlan
 
     pa.array(np.zeros(1))  # pyarrow's first conversion imports pandas: not inside the measurement
     clock = time.perf_counter

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loadgen.records import read_records  # noqa: E402
+from loadgen.records.schema import read_records  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:

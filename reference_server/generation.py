@@ -15,8 +15,19 @@ from .config import ServerConfig
 from .engine import Engine, EngineFailed, GenRequest, QueueFull
 from .faults import FaultInjector, FaultPlan
 from .metrics import Metrics
-from .protocol import (SSE_DONE, ApiError, ChunkTemplate, ParsedRequest, chunk, full_response, new_id, parse_json,
-                       parse_request, sse, usage_chunk)
+from .protocol import (
+    SSE_DONE,
+    ApiError,
+    ChunkTemplate,
+    ParsedRequest,
+    chunk,
+    full_response,
+    new_id,
+    parse_json,
+    parse_request,
+    sse,
+    usage_chunk,
+)
 
 
 @dataclass

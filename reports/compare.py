@@ -12,7 +12,9 @@ from pathlib import Path
 
 from reports import model
 from reports.figures import overview_figures
+from reports.html import render
 from reports.loader import RunData, TargetData, load_rundir
+from reports.plots import overlay_timeseries_plot
 
 
 @dataclass
@@ -52,8 +54,6 @@ def entries_of(specs: list[str]) -> list[Entry]:
 
 
 def compare_context(entries: list[Entry]) -> dict:
-    from reports.plots import overlay_timeseries_plot
-
     rows = []
     for e in entries:
         v = model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, [e.target]), use_meta=False)
@@ -75,8 +75,6 @@ def compare_context(entries: list[Entry]) -> dict:
 
 
 def render_compare(specs: list[str]) -> str:
-    from reports.html import render
-
     entries = entries_of(specs)
     if not entries:
         raise ValueError("nothing to compare: the RunDirs hold no targets")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadgen.metrics import itl_samples  # the one definition of inter-token latency
+from loadgen.analysis.metrics import itl_samples  # the one definition of inter-token latency
 from reports import plots
 from reports.loader import TargetData
+from reports.server import server_plot
 
 ITL_SAMPLE = 5000  # requests whose token gaps feed the ITL histogram
 HIST_SAMPLE = 200_000
@@ -76,8 +77,6 @@ def overview_figures(targets: list[tuple[str, TargetData]]) -> list[dict]:
 
 def target_figures(td: TargetData) -> list[dict]:
     """Per-target figures: time series with phases shaded, and server metrics beside client p99."""
-    from reports.server import server_plot
-
     figs = []
     if td.summary:
         ts = plots.timeseries_plot(td.summary)

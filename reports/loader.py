@@ -2,7 +2,7 @@
 
 The one place reports touch files. A run that did not finish still loads: a target with records but
 no summary.json (the run was killed) has its summary recomputed from the records with
-:func:`loadgen.metrics.summarize`, and is marked incomplete.
+:func:`loadgen.analysis.metrics.summarize`, and is marked incomplete.
 """
 
 from __future__ import annotations
@@ -14,19 +14,20 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
-from loadgen.metrics import records_frame, summarize
-from loadgen.records import read_records
-from loadgen.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
+from loadgen.analysis.metrics import records_frame, summarize
+from loadgen.errors import RunDirError
+from loadgen.records.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
+from loadgen.records.schema import read_records
+from loadgen.scenario.model import Load
+from loadgen.scenario.slo import parse_slo
+from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
 #: Record columns the plots read (token times are read separately, for a sample only).
 PLOT_COLUMNS = ("phase", "recorded", "scheduled", "sent", "connect_start", "connected", "tls",
                 "first_byte", "first_token", "done", "error", "output_tokens")
-
-
-class RunDirError(Exception):
-    """The path is not a RunDir latbench can read."""
 
 
 @dataclass
@@ -51,7 +52,7 @@ class TargetData:
         return self._table
 
     def frame(self) -> pd.DataFrame:
-        """Records without token times, with the derived columns of :func:`loadgen.metrics.records_frame`."""
+        """Records without token times, with the derived columns of :func:`loadgen.analysis.metrics.records_frame`."""
         if self._frame is None:
             t = self.table()
             self._frame = records_frame(t.select([c for c in PLOT_COLUMNS if c in t.column_names]))
@@ -131,10 +132,6 @@ def load_rundir(path) -> RunData:
 
 
 def _plans_and_slos(scenario: dict):
-    from loadgen.scenario import Load
-    from loadgen.schedule import plan_phases
-    from loadgen.slo import parse_slo
-
     load = scenario.get("load") or {}
     plans = plan_phases(Load.model_validate(load, context={"expected_qps": load.get("expected_qps")}))
     slos = []
@@ -152,8 +149,6 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
     try:
         plans, slos = _plans_and_slos(run.scenario)
     except Exception:  # no usable scenario.yaml: one phase spanning the records
-        from loadgen.schedule import PhasePlan
-
         plans, slos = [PhasePlan(0, "run", 0.0, max(_span(table), 1e-3))], []
     duration = td.meta.get("duration_s") or _span(table)
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
@@ -165,8 +160,6 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
 def _span(table: pa.Table) -> float:
     if table.num_rows == 0:
         return 0.0
-    import pyarrow.compute as pc
-
     hi = [pc.max(table.column(c)).as_py() for c in ("done", "scheduled")]
     hi = [v for v in hi if v is not None and not math.isnan(v)]
     return float(max(hi)) if hi else 0.0

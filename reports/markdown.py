@@ -46,7 +46,10 @@ def render_markdown(run: RunData) -> str:
         if not s:
             rows.append([esc(td.name)] + ["did not run"] + [fmt.DASH] * 6)
             continue
-        g = lambda p, k: fmt.fmt(model.get(s, p), k)
+
+        def g(path: str, kind: str, s=s) -> str:
+            return fmt.fmt(model.get(s, path), kind)
+
         rows.append([esc(td.name), g("overall/count", "count"), g("overall/error_rate", "pct"),
                      g("overall/metrics/latency/mean", "ms"), g("overall/metrics/latency/percentiles/p50/value", "ms"),
                      g("overall/metrics/latency/percentiles/p99/value", "ms"),

@@ -121,7 +121,10 @@ def timeseries_plot(summary: dict) -> str | None:
     step = float(ts.get("step_s") or 1.0)
     mid = t + step / 2
     phases = phase_windows(summary)
-    f = lambda k: np.asarray([np.nan if v is None else v for v in ts.get(k) or [np.nan] * t.size], dtype=float)
+
+    def f(k: str) -> np.ndarray:
+        return np.asarray([np.nan if v is None else v for v in ts.get(k) or [np.nan] * t.size], dtype=float)
+
     with _style():
         fig, ax = figure(11, 7.2, 4, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2.2, 1.5, 1.5]})
         a = ax[0, 0]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from reports import model
 from reports.figures import overview_figures, target_figures
+from reports.html import render
 from reports.loader import RunData
 
 
@@ -41,8 +42,6 @@ def run_context(run: RunData) -> dict:
 
 
 def render_run(run: RunData) -> str:
-    from reports.html import render
-
     return render("report.html", **run_context(run))
 
 

@@ -19,7 +19,6 @@ import socket
 import ssl
 import struct
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path

@@ -4,10 +4,10 @@ import json
 import textwrap
 from pathlib import Path
 
-from loadgen.loader import load_scenario
-from loadgen.metrics import records_frame
-from loadgen.records import read_records
-from loadgen.runner import run_scenario
+from loadgen.analysis.metrics import records_frame
+from loadgen.records.schema import read_records
+from loadgen.run.runner import run_scenario
+from loadgen.scenario.loader import load_scenario
 
 
 def write_scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:

@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from loadgen.apis import MAX_PARSED_BODY, make_protocol
-from loadgen.prompts import Prompt
-from loadgen.records import Outcome
-from loadgen.scenario import Target, Workload
+from loadgen.protocols.apis import MAX_PARSED_BODY, make_protocol
+from loadgen.records.schema import Outcome
+from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.prompts import Prompt
 
 N_TOKENS = 20
 ROLE_PAUSE = 0.03  # seconds between the role-only chunk and the first content chunk

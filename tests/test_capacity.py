@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from loadgen.capacity import judge, knee, step_objectives, Step
-from loadgen.slo import parse_slo
+from loadgen.analysis.capacity import Step, judge, knee, step_objectives
+from loadgen.scenario.slo import parse_slo
 from tests.helpers import run, write_scenario
 
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from loadgen import engine as engine_mod
+from loadgen.engine import native as engine_mod
 from tests.helpers import pct, run
 
 
@@ -85,7 +85,6 @@ def test_server_stall_shows_in_latency_of_every_request_due_during_it(tmp_path, 
 
 def test_in_flight_cap_drops_and_never_delays(tmp_path, known_server):
     srv = known_server(delay=0.5)
-    extra = ""
     _, s, df = run(tmp_path, scenario(srv.url, "        - {name: main, duration: 2s, qps: 100}").replace(
         "arrival: poisson", "arrival: constant\n      max_in_flight: 10"))
     o = s["overall"]
@@ -161,10 +160,11 @@ def test_requests_in_flight_past_the_grace_are_cancelled_records(tmp_path, known
 
 def test_a_flush_in_progress_at_the_end_of_the_run_is_not_lost(tmp_path, monkeypatch):
     """The last periodic flush may still be writing (in its thread) when the run ends: its rows must land."""
-    from loadgen.engine import EngineSettings, NativeEngine, run_async
-    from loadgen.records import Outcome, RecordWriter, read_records
-    from loadgen.schedule import arrivals, plan_phases
-    from loadgen.scenario import Load
+    from loadgen.engine.base import EngineSettings, run_async
+    from loadgen.engine.native import NativeEngine
+    from loadgen.records.schema import Outcome, RecordWriter, read_records
+    from loadgen.scenario.model import Load
+    from loadgen.schedule.arrivals import arrivals, plan_phases
 
     class SlowWriter(RecordWriter):  # slow in the flusher's thread only, not in the run's final write
         def write(self, batch):

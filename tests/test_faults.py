@@ -17,11 +17,11 @@ from xml.etree import ElementTree
 import pytest
 
 import reports
-from loadgen.records import ERROR_CLASSES, read_records
+from loadgen.records.schema import ERROR_CLASSES, read_records
+from loadgen.run.runner import run_scenario
+from loadgen.scenario.loader import load_scenario
 from tests.bad_servers import BIG_BYTES, BadServer, self_signed_cert
 from tests.helpers import write_scenario
-from loadgen.loader import load_scenario
-from loadgen.runner import run_scenario
 
 N = 3  # requests per target: constant arrivals at 0, 0.1, 0.2 s
 

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from loadgen.loader import ScenarioError, load_scenario
+from loadgen.errors import ScenarioError
+from loadgen.scenario.loader import load_scenario
 
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

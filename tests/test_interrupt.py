@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen.records import read_records
+from loadgen.records.schema import read_records
 from tests.bad_servers import SLOW_S, BadServer
 from tests.helpers import write_scenario
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import math
 
-from loadgen.apis import make_protocol
-from loadgen.engine import run_async
-from loadgen.prompts import ListPrompts, Prompt
-from loadgen.protocol import Request, ResponseHandler
-from loadgen.records import Outcome
-from loadgen.reqcache import RequestCache
-from loadgen.scenario import HttpRequest, Target, Workload
-from loadgen.transport_lean import LeanTransport
+from loadgen.engine.base import run_async
+from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.protocols.reqcache import RequestCache
+from loadgen.records.schema import Outcome
+from loadgen.scenario.model import HttpRequest, Target, Workload
+from loadgen.scenario.prompts import ListPrompts, Prompt
+from loadgen.transports.lean import LeanTransport
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

@@ -13,12 +13,11 @@ import numpy as np
 import psutil
 import pytest
 
-from loadgen.locust_engine import plan as lplan
-from loadgen.metrics import records_frame, summarize
-from loadgen.records import read_records
-from loadgen.schedule import PhasePlan, arrivals
+from loadgen.analysis.metrics import records_frame, summarize
+from loadgen.schedule import sharding as lplan
+from loadgen.records.schema import read_records
+from loadgen.schedule.arrivals import PhasePlan, arrivals
 from tests.conftest import ROOT
-
 
 # -- pure: the split of one schedule across workers ------------------------------------------------
 
@@ -26,9 +25,9 @@ from tests.conftest import ROOT
 def test_worker_shares_are_the_native_schedule_exactly(n):
     p = PhasePlan(index=1, name="x", start=2.0, end=12.0, rate_start=50, rate_end=150, arrival="poisson")
     full = np.concatenate(list(arrivals(p, seed=3)))
-    parts = [list(lplan.worker_arrivals(p, k, n, seed=3, burstiness=1.0, base=1000)) for k in range(n)]
-    seqs = np.concatenate([s for part in parts for s, _ in part])
-    times = np.concatenate([t for part in parts for _, t in part])
+    parts = [list(lplan.shard_arrivals(p, k, n, seed=3, burstiness=1.0, base=1000)) for k in range(n)]
+    seqs = np.concatenate([first + stride * np.arange(len(t)) for part in parts for t, first, stride in part])
+    times = np.concatenate([t for part in parts for t, _, _ in part])
     order = np.argsort(seqs)
     assert np.array_equal(seqs[order], np.arange(1000, 1000 + len(full)))  # every arrival once, seq = its index
     assert np.array_equal(times[order], full)  # at the native engine's intended time
@@ -42,7 +41,7 @@ def test_seq_bases_and_closed_seqs_do_not_collide():
 
 
 def test_the_calling_process_never_imports_locust_or_gevent():
-    code = ("import sys, loadgen.locust_engine as e, loadgen.locust_engine.launch, loadgen.locust_engine.cli;"
+    code = ("import sys, loadgen.engine.locust as e, loadgen.engine.locust.launch, loadgen.cli.worker, loadgen.cli.main;"
             "e.LocustResult; assert not {'locust', 'gevent'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
@@ -95,10 +94,12 @@ def scenario(tmp_path, url, qps, duration, stream=True, arrival="constant"):
 
 
 def run(path, url, tdir, **kw):
-    from loadgen.locust_engine import run_target_locust
+    from loadgen.engine.locust import run_target_locust
+    from loadgen.scenario.loader import load_scenario
+    from loadgen.schedule.arrivals import plan_phases
 
-    plans, res = run_target_locust(path, 0, url, kw.pop("model", "tiny"), tdir, **kw)
-    return plans, res, read_records(tdir / "requests.parquet")
+    res = run_target_locust(path, 0, url, kw.pop("model", "tiny"), tdir, **kw)
+    return plan_phases(load_scenario(path).scenario.load), res, read_records(tdir / "requests.parquet")
 
 
 def test_two_workers_hold_the_rate_and_record_every_request_once(tmp_path, reference_server):
@@ -151,7 +152,7 @@ def test_a_worker_killed_mid_run_keeps_the_others_records_and_marks_the_run_inco
 def test_worker_command_is_a_click_command():
     from click.testing import CliRunner
 
-    from loadgen.locust_engine.cli import worker
+    from loadgen.cli.worker import worker
 
     out = CliRunner().invoke(worker, ["--help"])
     assert out.exit_code == 0 and "--master" in out.output

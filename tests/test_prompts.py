@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.apis import make_protocol
-from loadgen.prompts import CHARS_PER_TOKEN, approx_tokens, make_prompt_source
-from loadgen.scenario import Target, Workload
+from loadgen.protocols.apis import make_protocol
+from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.prompts import CHARS_PER_TOKEN, approx_tokens, make_prompt_source
 
 
 def wl(**prompts) -> Workload:

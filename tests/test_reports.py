@@ -14,8 +14,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from loadgen.loader import load_scenario
-from loadgen.runner import run_scenario
+from loadgen.run.runner import run_scenario
+from loadgen.scenario.loader import load_scenario
 from reports import fmt, write_outputs
 from reports.cli import compare, report
 from reports.model import get

@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from loadgen.loader import ScenarioError, load_scenario, scenario_schema
-from loadgen.schedule import plan_phases
-from loadgen.slo import parse_slo
+from loadgen.errors import ScenarioError
+from loadgen.scenario.loader import load_scenario, scenario_schema
+from loadgen.scenario.slo import parse_slo
+from loadgen.schedule.arrivals import plan_phases
 from tests.helpers import write_scenario
 
 GOOD = """\

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadgen.loader import load_scenario
+from loadgen.scenario.loader import load_scenario
 from tests.helpers import run
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))

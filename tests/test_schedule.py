@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from loadgen.schedule import PhasePlan, arrivals
+from loadgen.schedule.arrivals import PhasePlan, arrivals
 
 
 def times(plan, seed=0, burstiness=1.0):

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from loadgen.scrape import MetricsScraper, canonical_labels, parse_samples
+from loadgen.engine.scrape import MetricsScraper, canonical_labels, parse_samples
 from reports.server import panel_series
 
 

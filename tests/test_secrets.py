@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.loader import load_scenario
+from loadgen.scenario.loader import load_scenario
 from tests.helpers import write_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

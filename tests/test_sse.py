@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.sse import SSEParser
+from loadgen.protocols.sse import SSEParser
 
 
 def feed_all(chunks) -> tuple[list[bytes], SSEParser]:

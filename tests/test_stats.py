@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from loadgen.stats import describe, nearest_rank, percentile, quantile_ci_ranks, sectioned_ci
+from loadgen.analysis.stats import describe, nearest_rank, percentile, quantile_ci_ranks, sectioned_ci
 
 
 @pytest.mark.parametrize(

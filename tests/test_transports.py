@@ -16,12 +16,12 @@ import threading
 import pytest
 from aiohttp import web
 
-from loadgen.apis import make_protocol
-from loadgen.engine import run_async
-from loadgen.prompts import Prompt
-from loadgen.protocol import Request, ResponseHandler
-from loadgen.records import Outcome
-from loadgen.scenario import Target, Workload
+from loadgen.engine.base import run_async
+from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.records.schema import Outcome
+from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.prompts import Prompt
 
 N_TOKENS = 12
 TOKEN_GAP = 0.01
@@ -139,15 +139,15 @@ def servers():
 
 def _make(name: str):
     if name == "aiohttp":
-        from loadgen.transport_aiohttp import AiohttpTransport
+        from loadgen.transports.aiohttp_client import AiohttpTransport
 
         return AiohttpTransport()
     if name == "lean":
-        from loadgen.transport_lean import LeanTransport
+        from loadgen.transports.lean import LeanTransport
 
         return LeanTransport()
     pytest.importorskip("h2")
-    from loadgen.transport_httpx import HttpxTransport
+    from loadgen.transports.httpx_client import HttpxTransport
 
     return HttpxTransport(http2=True)
 
@@ -292,7 +292,8 @@ def test_cancelled_request_leaves_the_transport_usable(servers, transport):
 
 
 def test_lean_refuses_https_clearly():
-    from loadgen.transport_lean import LeanTransport, UnsupportedURL
+    from loadgen.errors import UnsupportedURL
+    from loadgen.transports.lean import LeanTransport
 
     assert LeanTransport.supports("http://h:1/v1") and not LeanTransport.supports("https://h/v1")
     with pytest.raises(UnsupportedURL, match="transport: aiohttp"):
@@ -312,7 +313,7 @@ def test_lean_writes_the_request_it_was_given(servers):
 
         srv = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = srv.sockets[0].getsockname()[1]
-        from loadgen.transport_lean import LeanTransport
+        from loadgen.transports.lean import LeanTransport
 
         t = LeanTransport()
         await t.start()
@@ -338,10 +339,11 @@ def test_two_processes_send_every_arrival_of_the_schedule_exactly_once(servers, 
     """Process k takes arrivals k, k+2, ... of the seeded schedule; the merge has each seq once."""
     import numpy as np
 
-    from loadgen.loader import load_scenario
-    from loadgen.multiproc import run_target_processes
-    from loadgen.records import read_records
-    from loadgen.runner import _run_target
+    from loadgen.engine.base import MeasuredTarget
+    from loadgen.engine.multiproc import MultiProcess
+    from loadgen.engine.single import SingleProcess
+    from loadgen.records.schema import read_records
+    from loadgen.scenario.loader import load_scenario
 
     path = tmp_path / "s.yaml"
     path.write_text(f"""
@@ -357,8 +359,9 @@ load:
 """)
     loaded = load_scenario(path)
     target = loaded.scenario.target_list()[0]
-    _, single = run_async(_run_target(loaded, target, target.url, "m", tmp_path / "one", None))
-    _, multi = run_async(run_target_processes(loaded, target, target.url, "m", tmp_path / "two", None, processes=2))
+    (tmp_path / "one").mkdir()
+    single = SingleProcess().run(MeasuredTarget(loaded, target, target.url, "m", tmp_path / "one"))
+    multi = MultiProcess(2).run(MeasuredTarget(loaded, target, target.url, "m", tmp_path / "two"))
     one = read_records(tmp_path / "one" / "requests.parquet").to_pandas()
     two = read_records(tmp_path / "two" / "requests.parquet").to_pandas()
     assert multi.requests == single.requests == len(one) == len(two) > 150
@@ -372,7 +375,7 @@ load:
 
 def test_lean_bounds_connects_in_progress_without_losing_requests(servers):
     """A burst of 100 on max_connecting=3: every request answered, on at most 100 connections; refused too."""
-    from loadgen.transport_lean import LeanTransport
+    from loadgen.transports.lean import LeanTransport
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -384,7 +387,7 @@ def test_lean_bounds_connects_in_progress_without_losing_requests(servers):
         outs = [Outcome() for _ in range(140)]
         reqs = [get(servers[0] + "/sized?n=7")] * 100 + [get(f"http://127.0.0.1:{dead}/")] * 40
         await asyncio.gather(*(t.send(r, ResponseHandler(), o) for r, o in zip(reqs, outs)))
-        conns = len(t._conns)
+        conns = len(t.conns)
         await t.close()
         return outs, conns
 
