@@ -93,7 +93,8 @@ def rundir(tmp_path_factory):
     path = result.rundir.path
     # What a server may say ends up in the RunDir as text (a start-up log in the reasons, engine notes):
     meta = json.loads((path / "meta.json").read_text())
-    meta["reasons"] = ["slow: the reference server exited before it listened:\n<script>alert('server')</script>"]
+    meta["verdict"]["reasons"].append({"kind": "target_error", "target": "slow", "text": "slow: the reference server "
+                                       "exited before it listened:\n<script>alert('server')</script>"})
     (path / "meta.json").write_text(json.dumps(meta))
     s = json.loads((path / "slow" / "summary.json").read_text())
     s["notes"] = ['server said: <img src=x onerror="alert(1)">']
