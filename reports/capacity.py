@@ -11,12 +11,12 @@ from pathlib import Path
 from loadgen.analysis.capacity import headline
 from loadgen.scenario.slo import parse_slo
 from reports.html import render
-from reports.plots import _style, figure, ms_log_axis, to_uri
+from reports.plots import figure, ms_log_axis, plot_style, to_uri
 
 
 def _curve(result: dict) -> str:
     steps = sorted(result["steps"], key=lambda s: s["qps"])
-    with _style():
+    with plot_style():
         fig, axes = figure(10, 3.6, 1, 2)
         lat, thr = axes[0][0], axes[0][1]
         for key, label, color in (("latency_p50", "p50", "#1f77b4"), ("latency_p99", "p99", "#d62728")):

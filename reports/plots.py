@@ -27,7 +27,7 @@ OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), "fontsize": 8}  # 
 
 
 @contextmanager
-def _style():
+def plot_style():
     import matplotlib
 
     if "matplotlib.pyplot" not in sys.modules:
@@ -90,7 +90,7 @@ def cdf_plot(series: list[tuple[str, np.ndarray]], title: str = "Latency CDF") -
     series = [(n, v) for n, v in series if len(v)]
     if not series:
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 3.6, 1, 2)
         for i, (label, v) in enumerate(series):
             x, f = cdf_points(v)
@@ -125,7 +125,7 @@ def timeseries_plot(summary: dict) -> str | None:
     def f(k: str) -> np.ndarray:
         return np.asarray([np.nan if v is None else v for v in ts.get(k) or [np.nan] * t.size], dtype=float)
 
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 7.2, 4, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2.2, 1.5, 1.5]})
         a = ax[0, 0]
         a.plot(mid, f("latency_p50") * 1e3, color=PALETTE[0], lw=1.3, label="p50")
@@ -152,12 +152,13 @@ def timeseries_plot(summary: dict) -> str | None:
         n.plot(t + step, f("in_flight"), color=PALETTE[3], lw=1.2)  # counted at each bin's end
         n.set_ylabel("in flight"), n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
         for row in ax[:, 0]:
-            shade_phases(row, phases) if row is a else _shade_only(row, phases)
+            shade_phases(row, phases) if row is a else shade_windows(row, phases)
         a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
         return to_uri(fig)
 
 
-def _shade_only(ax, phases) -> None:
+def shade_windows(ax, phases) -> None:
+    """Shade each phase window, unlabelled (the panels below a labelled one)."""
     for i, ph in enumerate(phases):
         color = "#000000" if ph["recorded"] else "#ff9900"
         ax.axvspan(ph["start"], ph["end"], color=color, alpha=0.06 if i % 2 == 0 or not ph["recorded"] else 0.0, lw=0)
@@ -194,7 +195,7 @@ def distributions_plot(series: list[tuple[str, np.ndarray, np.ndarray]]) -> str 
     """TTFT and inter-token latency histograms (log ms) for each (label, ttft s, itl s)."""
     if not any(len(tt) or len(it) for _, tt, it in series):
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 3.2, 1, 2)
         for col, (idx, title) in enumerate(((1, "Time to first token"), (2, "Inter-token latency"))):
             a = ax[0, col]
@@ -247,7 +248,7 @@ def breakdown_plot(rows: list[tuple[str, dict[str, float]]]) -> str | None:
     rows = [(label, m) for label, m in rows if not all(math.isnan(v) for v in m.values())]
     if not rows:
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 0.9 + 0.38 * len(rows))
         a = ax[0, 0]
         y = np.arange(len(rows))[::-1]
@@ -270,7 +271,7 @@ def overlay_timeseries_plot(series: list[tuple[str, dict]]) -> str | None:
     series = [(label, s) for label, s in series if (s.get("timeseries") or {}).get("t")]
     if len(series) < 1:
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 5.0, 2, 1, sharex=True)
         for i, (label, s) in enumerate(series):
             ts = s["timeseries"]
@@ -286,5 +287,5 @@ def overlay_timeseries_plot(series: list[tuple[str, dict]]) -> str | None:
         shade_phases(ax[0, 0], phase_windows(series[0][1]))
         end = max(float(s["timeseries"]["t"][-1]) + float(s["timeseries"].get("step_s") or 1.0) for _, s in series)
         ax[0, 0].set_xlim(0, end)
-        _shade_only(ax[1, 0], phase_windows(series[0][1]))
+        shade_windows(ax[1, 0], phase_windows(series[0][1]))
         return to_uri(fig)

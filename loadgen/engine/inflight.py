@@ -34,7 +34,7 @@ def _uncancel(task) -> None:
         task.uncancel()
 
 
-class _Closed:
+class ClosedPhase:
     """One closed-loop phase's state on the callback path: each finished request starts the next."""
 
     __slots__ = ("plan", "budget", "n")
@@ -91,7 +91,7 @@ class InFlight:
                 self._live_tick()
 
     # -- requests: the callback path -----------------------------------------------------------
-    def _start(self, seq: int, plan: PhasePlan, sched: float, closed: "_Closed | None") -> None:
+    def _start(self, seq: int, plan: PhasePlan, sched: float, closed: "ClosedPhase | None") -> None:
         """Hand request ``seq`` to the transport (counted in flight by the caller); ``_on_done`` records it."""
         out = Outcome()
         try:
@@ -134,13 +134,13 @@ class InFlight:
                 self._abandon(call, "cancelled")
         return n
 
-    def _closed_seq(self, state: _Closed) -> int:
+    def _closed_seq(self, state: ClosedPhase) -> int:
         """The number of a closed-loop phase's next request."""
         seq = self._seq
         self._seq += 1
         return seq
 
-    def _closed_next(self, state: _Closed) -> None:
+    def _closed_next(self, state: ClosedPhase) -> None:
         """Start a closed-loop phase's next request, unless stopping, past the phase's end or out of budget."""
         if self._stopping or state.budget <= 0:
             self._check_idle()

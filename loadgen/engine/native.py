@@ -14,7 +14,7 @@ import math
 import time
 
 from loadgen.engine.base import EngineResult, EngineSettings
-from loadgen.engine.inflight import InFlight, _Closed
+from loadgen.engine.inflight import ClosedPhase, InFlight
 from loadgen.engine.live import LiveStats
 from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.reqcache import RequestCache
@@ -198,7 +198,7 @@ class NativeEngine(InFlight):
         if not await self._sleep_until(plan.start):
             return
         workers, budget = self._closed_share(plan)
-        state = _Closed(plan, budget)
+        state = ClosedPhase(plan, budget)
         if self._submit is not None:
             for _ in range(workers):
                 self._closed_next(state)

@@ -118,18 +118,6 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
     }
 
 
-def run_step_with(target, url: str, model: str, on_engine=None):
-    """A ``run_step`` for :func:`find_capacity` that drives an already running target at ``url``."""
-    from loadgen.engine.native import run_async  # here, not at the top: reports import this module's headline
-    from loadgen.run.runner import _run_target
-
-    def run_step(loaded: LoadedScenario, tdir):
-        return run_async(_run_target(loaded, target, url, model, tdir, on_engine, fail_fast=STEP_FAIL_FAST))
-
-    return run_step
-
-
-
 def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_max: float, step_duration: float,
                  warmup: float, tolerance: float = 0.1, out: str | None = None, target_url: str | None = None,
                  on_engine: OnEngine | None = None, on_step=None) -> tuple[RunDir, dict]:

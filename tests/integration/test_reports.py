@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from html.parser import HTMLParser
 from pathlib import Path
 
 import click
@@ -20,7 +19,7 @@ from reports import fmt, write_outputs
 from reports.cli import compare, report
 from reports.model import get
 from tests.conftest import ServerProcess
-from tests.helpers import write_scenario
+from tests.helpers import parse, write_scenario
 
 NAME = "two <script>alert('name')</script> & co"
 SCENARIO = f"""
@@ -40,43 +39,6 @@ slo:
   - error_rate < 1%
   - "fast: latency.p50 < 100ms"
 """
-
-
-class Page(HTMLParser):
-    """Collects sections, numbered cells (data-src) and all visible text of a report."""
-
-    def __init__(self):
-        super().__init__()
-        self.ids, self.cells, self.text, self.imgs, self.scripts = set(), [], [], [], 0
-        self._open = None
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if "id" in a:
-            self.ids.add(a["id"])
-        if tag == "script":
-            self.scripts += 1
-        if tag == "img":
-            self.imgs.append(a.get("src", ""))
-        if "data-src" in a:
-            self._open = {"target": a["data-target"], "src": a["data-src"], "fmt": a["data-fmt"], "text": ""}
-            self.cells.append(self._open)
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "span", "small"):
-            self._open = None
-
-    def handle_data(self, data):
-        self.text.append(data)
-        if self._open is not None:
-            self._open["text"] += data
-
-
-def parse(path: Path) -> Page:
-    p = Page()
-    p.feed(path.read_text(encoding="utf-8"))
-    p.close()
-    return p
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import yaml
 from loadgen.scenario.loader import load_scenario
 from tests.helpers import run
 
-SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.yaml"))
 
 
 def test_the_scenario_library_is_complete():
@@ -34,7 +34,7 @@ def shortened(path: Path, **load_changes) -> str:
 
 
 def test_architectures_runs_and_compares_naive_with_optimized(tmp_path):
-    src = Path(__file__).resolve().parent.parent / "scenarios" / "architectures.yaml"
+    src = Path(__file__).resolve().parents[2] / "scenarios" / "architectures.yaml"
     data = yaml.safe_load(src.read_text())
     data["targets"] = [t for t in data["targets"] if t["name"] in ("naive", "optimized")]
     data["load"]["phases"] = [{"name": "measure", "duration": "3s", "qps": 4}]
@@ -54,7 +54,7 @@ def test_architectures_runs_and_compares_naive_with_optimized(tmp_path):
 
 
 def test_cold_start_measures_each_fresh_start(tmp_path):
-    src = Path(__file__).resolve().parent.parent / "scenarios" / "cold_start.yaml"
+    src = Path(__file__).resolve().parents[2] / "scenarios" / "cold_start.yaml"
     data = yaml.safe_load(src.read_text())
     for t in data["targets"]:
         t["reference"]["model"] = "tiny"

@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from loadgen.analysis.metrics import records_frame, summarize
-from loadgen.schedule import sharding as lplan
 from loadgen.records.schema import read_records
+from loadgen.schedule import sharding as lplan
 from loadgen.schedule.arrivals import PhasePlan, arrivals
 from tests.conftest import ROOT
 

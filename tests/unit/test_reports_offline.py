@@ -18,7 +18,7 @@ from reports import fmt, load_rundir, write_outputs
 from reports.cli import compare
 from reports.compare import entries_of, parse_spec
 from reports.model import comparison, get
-from tests.test_reports import parse
+from tests.helpers import parse
 
 
 def test_interrupted_run_with_a_partial_target_renders_marked_incomplete(tmp_path):

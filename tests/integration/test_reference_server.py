@@ -18,7 +18,7 @@ import pytest
 from reference_server.background import BackgroundServer
 from reference_server.config import ServerConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
