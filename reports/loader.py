@@ -20,7 +20,7 @@ import yaml
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
 from loadgen.records.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
-from loadgen.records.schema import read_records
+from loadgen.records.schema import read_records, records_exist
 from loadgen.scenario.model import Load
 from loadgen.scenario.slo import parse_slo
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
@@ -43,7 +43,7 @@ class TargetData:
 
     @property
     def has_records(self) -> bool:
-        return (self.dir / REQUESTS).exists() or (self.dir / (REQUESTS + ".partial")).exists()
+        return records_exist(self.dir / REQUESTS)
 
     def table(self) -> pa.Table:
         """All records (read once)."""
@@ -117,7 +117,7 @@ def load_rundir(path) -> RunData:
         scenario = {}
     entries = meta.get("targets") or [
         {"name": p.name, "dir": p.name} for p in sorted(path.iterdir())
-        if p.is_dir() and ((p / SUMMARY).exists() or (p / REQUESTS).exists() or (p / (REQUESTS + ".partial")).exists())]
+        if p.is_dir() and ((p / SUMMARY).exists() or records_exist(p / REQUESTS))]
     if not meta and not entries:
         raise RunDirError(f"{path}: no meta.json and no target folders: not a latbench RunDir")
     run = RunData(path, meta, scenario)

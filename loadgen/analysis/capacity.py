@@ -35,9 +35,10 @@ import numpy as np
 import pandas as pd
 
 from loadgen.analysis.metrics import itl_samples
-from loadgen.analysis.stats import json_num, sectioned_ci
+from loadgen.analysis.stats import sectioned_ci
 from loadgen.scenario.model import Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
+from loadgen.units import json_num
 
 CAPACITY = "capacity.json"
 KEEP_UP = 0.9  # a step must complete at least this share of its offered rate

@@ -22,18 +22,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from loadgen.analysis.stats import (
-    PERCENTILES,
-    describe,
-    json_num,
-    nearest_rank,
-    nearest_rank_unsorted,
-    stat_value,
-)
+from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.schema import ERROR_CLASSES
 from loadgen.scenario.slo import DISTRIBUTIONS, SLO, percentile_of
 from loadgen.schedule.arrivals import PhasePlan
+from loadgen.units import json_num
 
 
 def records_frame(table: pa.Table) -> pd.DataFrame:

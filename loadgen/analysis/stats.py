@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from loadgen.units import json_num
+
 CONFIDENCE = 0.95
 _EXACT_MAX_N = 20_000
 
@@ -110,15 +112,6 @@ def percentile(sorted_x: np.ndarray, p: float) -> dict:
     too_few = lo < 1 or hi > n
     ci = [float(sorted_x[max(lo, 1) - 1]), float(sorted_x[min(hi, n) - 1])]
     return {"value": json_num(value), "ci": [json_num(ci[0]), json_num(ci[1])], "too_few_samples": bool(too_few)}
-
-
-def json_num(v: float):
-    """JSON-safe float: NaN -> None; infinities kept as strings JSON can carry."""
-    if v is None or math.isnan(v):
-        return None
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return float(v)
 
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)

@@ -12,6 +12,7 @@ from rich.console import Console
 from loadgen.errors import EXIT_USAGE, LatbenchError, ScenarioError
 from loadgen.redact import scrub
 from loadgen.scenario.loader import LoadedScenario, load_scenario
+from loadgen.units import parse_percent
 
 EXIT_CODES = """\b
 Exit codes:
@@ -57,8 +58,7 @@ def scrub_logs(secrets: list[str]) -> None:
 def fraction_option(text: str, name: str) -> float:
     """``10%`` or ``0.1`` -> 0.1; a click usage error (exit 2) naming the option otherwise."""
     try:
-        t = text.strip()
-        v = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+        v = parse_percent(text)
     except ValueError:
         raise click.BadParameter(f"expected a percentage such as 10%, got {text!r}", param_hint=name) from None
     if not 0 <= v < 100:

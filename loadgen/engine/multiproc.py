@@ -37,7 +37,7 @@ from loadgen.engine.live import GroupLive
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import TransportFactory, build_sender
 from loadgen.records.rundir import REQUESTS
-from loadgen.records.schema import SCHEMA, RecordWriter, read_records
+from loadgen.records.schema import SCHEMA, RecordWriter, partial_path, read_records, records_exist
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 from loadgen.schedule.sharding import open_counts, seq_bases, shard_arrivals, share
 from loadgen.transports.factory import make_transport
@@ -235,13 +235,13 @@ class ProcessGroup:
 
 def merge_parts(parts: list[Path], dest: Path) -> int:
     """Merge part files into ``dest`` sorted by (phase, key), ``seq`` renumbered 0..N-1; returns N."""
-    tables = [read_records(p) for p in parts if p.exists() or Path(str(p) + ".partial").exists()]
+    tables = [read_records(p) for p in parts if records_exist(p)]
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     table = table.sort_by([("phase", "ascending"), ("seq", "ascending")])
     table = table.set_column(table.schema.get_field_index("seq"), "seq", pa.array(np.arange(table.num_rows, dtype=np.int64)))
     pq.write_table(table, dest, compression="zstd")
     for p in parts:
-        for f in (p, Path(str(p) + ".partial")):
+        for f in (p, Path(partial_path(p))):
             if f.exists():
                 f.unlink()
     return table.num_rows

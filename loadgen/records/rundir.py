@@ -14,7 +14,6 @@ Nothing here ever holds a secret: values are scrubbed with :func:`scrub` before 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import time
@@ -25,7 +24,9 @@ import yaml
 
 from loadgen.errors import RunDirWriteError
 from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
+from loadgen.records.schema import records_exist
 from loadgen.redact import scrub
+from loadgen.units import json_num
 
 REQUESTS = "requests.parquet"
 SUMMARY = "summary.json"
@@ -44,11 +45,7 @@ def safe_name(name: str) -> str:
 def jsonable(obj: Any) -> Any:
     """What ``obj`` reads like after a round trip through JSON: NaN as None, infinities as 'inf', no numpy."""
     if isinstance(obj, float):
-        if math.isnan(obj):
-            return None
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-        return obj
+        return json_num(obj)
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -118,4 +115,4 @@ class RunDir:
         try:
             return [t["dir"] for t in self.meta().get("targets", [])]
         except (OSError, ValueError, KeyError):
-            return sorted(p.name for p in self.path.iterdir() if (p / REQUESTS).exists() or (p / (REQUESTS + ".partial")).exists())
+            return sorted(p.name for p in self.path.iterdir() if records_exist(p / REQUESTS))

@@ -210,6 +210,16 @@ class RecordBuffer:
         return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
 
+def partial_path(path: str | os.PathLike) -> str:
+    """Where a RecordWriter streams records before they become ``path`` (read back if the run dies)."""
+    return os.fspath(path) + ".partial"
+
+
+def records_exist(path: str | os.PathLike) -> bool:
+    """Whether records were written to ``path``: the finished file or its partial stream."""
+    return os.path.exists(path) or os.path.exists(partial_path(path))
+
+
 class RecordWriter:
     """Appends record batches to ``requests.parquet`` as row groups, so a killed run keeps its data.
 
@@ -221,7 +231,7 @@ class RecordWriter:
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
-        self.partial_path = self.path + ".partial"
+        self.partial_path = partial_path(self.path)
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             self._pq = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
@@ -275,7 +285,7 @@ class RecordWriter:
 def read_records(path: str | os.PathLike) -> pa.Table:
     """Read a target's records, from ``requests.parquet`` or, for a run killed mid-write, the partial stream."""
     path = os.fspath(path)
-    partial = path + ".partial"
+    partial = partial_path(path)
     if os.path.exists(partial):
         batches = []
         try:

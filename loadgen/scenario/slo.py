@@ -20,7 +20,7 @@ import operator
 import re
 from dataclasses import dataclass
 
-from loadgen.units import parse_duration
+from loadgen.units import fmt_ms, parse_duration, parse_percent
 
 #: Distribution metrics, each defined once in loadgen.analysis.metrics.
 DISTRIBUTIONS = ("latency", "ttft", "itl", "tpot", "service_time", "send_lag")
@@ -77,17 +77,6 @@ def percentile_of(stat: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _fraction(text: str) -> float:
-    t = text.strip()
-    if t.endswith("%"):
-        v = float(t[:-1]) / 100.0
-    else:
-        v = float(t)
-    if not math.isfinite(v):
-        raise ValueError
-    return v
-
-
 def parse_slo(text: str) -> SLO:
     """Parse one objective line. Raises ValueError with a message saying what was expected."""
     if not isinstance(text, str):
@@ -98,7 +87,7 @@ def parse_slo(text: str) -> SLO:
     scope, lhs, op, rhs = m.group("scope"), m.group("lhs"), m.group("op"), m.group("rhs")
     if lhs in SCALARS:
         try:
-            threshold = float(rhs) if lhs == "achieved_qps" else _fraction(rhs)
+            threshold = float(rhs) if lhs == "achieved_qps" else parse_percent(rhs)
         except ValueError:
             what = "a number" if lhs == "achieved_qps" else "a fraction such as '1%' or 0.01"
             raise ValueError(f"{lhs}: expected {what}, got {rhs!r}") from None
@@ -124,7 +113,7 @@ def show_value(result: dict, value=None) -> str:
     if v == "inf":
         return "inf"
     if result.get("stat"):
-        return f"{float(v) * 1e3:.1f} ms"
+        return fmt_ms(float(v))
     if result.get("metric") in ("error_rate", "goodput"):
         return f"{float(v) * 100:.2f}%"
     return f"{float(v):.4g}"

@@ -19,7 +19,7 @@ from typing import Callable
 
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.records.rundir import REQUESTS
-from loadgen.records.schema import RecordWriter
+from loadgen.records.schema import RecordWriter, records_exist
 
 _ROOT = Path(__file__).resolve().parents[3]  # the folder holding the loadgen package
 
@@ -110,7 +110,7 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
 def _ensure_records(tdir: Path) -> None:
     """A master that died before opening the writer leaves no file; the runner expects one."""
     path = tdir / REQUESTS
-    if not path.exists() and not Path(str(path) + ".partial").exists():
+    if not records_exist(path):
         RecordWriter(path).close()
 
 
