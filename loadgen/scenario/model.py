@@ -1,7 +1,7 @@
 """The scenario model (pydantic v2): what a scenario YAML file may say, validated at the edge.
 
 Loading goes through :func:`load_scenario`, which reports every mistake at once, one line each, as
-``file:line:column: field.path: message`` (see :mod:`loadgen.scenario_errors`).
+``file:line:column: field.path: message`` (see :mod:`loadgen.scenario.loader`).
 """
 
 from __future__ import annotations
@@ -195,7 +195,9 @@ class Sweep(Strict):
 
 
 class Load(Strict):
-    mode: Literal["open", "closed"] = "open"
+    mode: Optional[Literal["open", "closed"]] = Field(
+        None, description="open: every phase gives an arrival rate (qps); closed: every phase a concurrency; "
+                          "unset: each phase says which")
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
     burstiness: float = Field(1.0, gt=0, le=100, description="gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother")
     expected_qps: Optional[float] = Field(None, gt=0, le=MAX_QPS)
@@ -216,7 +218,19 @@ class Load(Strict):
             return {**data, "phases": sweep.phases()}
         return data
 
-    starts: int = Field(1, ge=1, le=100, description="cold-start studies: run the phases this many times, each against a freshly started target (reference or command targets)")
+    starts: int = Field(1, ge=1, le=100, description="cold-start studies: run the phases this many times, each "
+                                                     "against a freshly started target (reference or command targets)")
+
+    @model_validator(mode="after")
+    def _mode_fits_phases(self):
+        """``mode`` is a promise about every phase: a phase that breaks it is named."""
+        if self.mode is not None:
+            for i, ph in enumerate(self.phases):
+                closed = ph.concurrency is not None
+                if closed != (self.mode == "closed"):
+                    want = "concurrency (closed loop)" if self.mode == "closed" else "qps (open loop)"
+                    raise ValueError(f"phases[{i}] ({ph.name!r}): load.mode is {self.mode}, so every phase gives {want}")
+        return self
 
 
 def _slo_line(v: Any) -> SLO:

@@ -63,13 +63,15 @@ def test_three_mistakes_are_reported_together_with_their_lines(tmp_path):
         (("qps: 20,", "qps: 1e12,"), "at most 1,000,000 requests per second"),
         (("qps: 20,", "qps: .nan,"), "finite"),
         (("duration: 500ms", "duration: soon"), "expected a duration"),
-        (("mode: open", "mode: openn"), "'open' or 'closed'"),
+        (("expected_qps: 100", "expected_qps: 100\n  mode: openn"), "'open' or 'closed'"),
+        (("expected_qps: 100", "expected_qps: 100\n  mode: open"), "phases[3] ('closed'): load.mode is open, so every "
+                                                                    "phase gives qps"),
+        (("expected_qps: 100", "expected_qps: 100\n  mode: closed"), "phases[0] ('warmup'): load.mode is closed"),
         (("latency.p99 < 300ms", "latency.p42x < 300ms"), "unknown statistic"),
     ],
 )
 def test_each_kind_of_mistake_says_what_was_expected(tmp_path, change, expected):
     text = GOOD.replace("url: http://127.0.0.1:8000/v1", "url: http://127.0.0.1:8000/v1\n  api: openai-chat")
-    text = text.replace("expected_qps: 100", "expected_qps: 100\n  mode: open")
     with pytest.raises(ScenarioError) as e:
         load_scenario(write_scenario(tmp_path, text.replace(*change)), env={"TEST_API_KEY": "x"})
     assert expected in str(e.value)
