@@ -94,6 +94,7 @@ def measure_engine(n: int, callbacks: bool = False) -> dict:
 
     class NullTransport:
         name = "null"
+        submit = None  # the Task path
 
         async def start(self):
             pass

@@ -22,6 +22,7 @@ import time
 from collections import OrderedDict, deque
 
 from loadgen.records.schema import Outcome
+from loadgen.transports.base import Transport
 from loadgen.schedule.arrivals import PhasePlan
 
 clock = time.perf_counter
@@ -46,14 +47,14 @@ class ClosedPhase:
 class InFlight:
     """The request paths of :class:`~loadgen.engine.native.NativeEngine`; see the module's docstring."""
 
-    def _init_in_flight(self, transport) -> None:
+    def _init_in_flight(self, transport: Transport) -> None:
         # The Task path: requests in flight, oldest first: seq -> (deadline, task). One sweeper enforces every
         # timeout; a timer per request (asyncio.timeout) costs ~5 us of a ~25 us request.
         self._tasks: set[asyncio.Task] = set()
         self._deadlines: OrderedDict[int, tuple[float, asyncio.Task]] = OrderedDict()
         self._timed_out: set[int] = set()
         # The callback path: calls in send order (so in deadline order); finished ones are skipped.
-        self._submit = getattr(transport, "submit", None)
+        self._submit = transport.submit
         self._calls: deque = deque()
         self._idle: asyncio.Future | None = None  # set when the last call in flight ends, once stopping
 

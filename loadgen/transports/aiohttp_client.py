@@ -60,6 +60,7 @@ class AiohttpTransport:
     """One ClientSession, unlimited connections (the engine enforces the in-flight cap)."""
 
     name = "aiohttp"
+    submit = None  # no callback path: the engine runs send() in a Task per request
 
     def __init__(self, verify: bool = True):
         self._verify = verify

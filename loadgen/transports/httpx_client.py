@@ -89,6 +89,7 @@ class HttpxTransport:
     """
 
     name = "httpx"
+    submit = None  # no callback path: the engine runs send() in a Task per request
 
     def __init__(self, verify: bool = True, http2: bool = True, http1: bool = True):
         self._verify, self._http2, self._http1 = verify, http2, http1

@@ -173,6 +173,8 @@ def test_a_flush_in_progress_at_the_end_of_the_run_is_not_lost(tmp_path, monkeyp
             super().write(batch)
 
     class Instant:
+        name, submit = "instant", None
+
         async def send(self, req, handler, out: Outcome):
             out.sent = out.first_byte = out.done = time.perf_counter()
             out.status = 200
