@@ -118,4 +118,5 @@ class RunDir:
         try:
             return [t["dir"] for t in self.meta().get("targets", [])]
         except (OSError, ValueError, KeyError):
-            return sorted(p.name for p in self.path.iterdir() if (p / REQUESTS).exists() or (p / (REQUESTS + ".partial")).exists())
+            return sorted(p.name for p in self.path.iterdir()
+                          if (p / REQUESTS).exists() or (p / (REQUESTS + ".partial")).exists())
