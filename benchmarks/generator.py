@@ -272,7 +272,8 @@ def latbench_worker(spec: dict) -> dict:
     q = lambda a, p: float(a[min(len(a) - 1, int(np.ceil(p * len(a))) - 1)]) if len(a) else float("nan")  # noqa: E731
     dur = float(spec["duration"])
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"rps": ok.sum() / dur, "sent_rate": (err != "dropped").sum() / dur, "scheduled": len(err), "requests": int(ok.sum()),
+    return {"rps": ok.sum() / dur, "sent_rate": (err != "dropped").sum() / dur, "scheduled": len(err),
+            "requests": int(ok.sum()),
             "errors": int((~ok).sum()), "cpu": res.cpu_seconds, "p50": q(lat, 0.5), "p99": q(lat, 0.99),
             "lag50": q(lag, 0.5), "lag99": q(lag, 0.99), "lagmax": float(lag[-1]) if len(lag) else float("nan")}
 
@@ -302,7 +303,8 @@ def med(rows: list[dict], key: str) -> float:
 def print_closed(results: dict[str, list[dict]]) -> None:
     base = {k: med(results.get("wrk", []), k) for k in ("rps", "p50", "p99")}
     base["per_cpu"] = med([{"v": r["requests"] / r["cpu"]} for r in results.get("wrk", [])], "v")
-    print(f"\nclosed loop, {CONNECTIONS} connections (medians of {max(len(v) for v in results.values())} rounds; x = ratio to wrk)")
+    print(f"\nclosed loop, {CONNECTIONS} connections (medians of {max(len(v) for v in results.values())} rounds; "
+          "x = ratio to wrk)")
     print(f"{'client':<18}{'req/s':>10}{'x':>7}{'req/CPU-s':>12}{'x':>7}{'p50 ms':>9}{'x':>7}{'p99 ms':>9}{'x':>7}")
     for name, rows in results.items():
         rps, p50, p99 = med(rows, "rps"), med(rows, "p50"), med(rows, "p99")
@@ -313,10 +315,12 @@ def print_closed(results: dict[str, list[dict]]) -> None:
 
 def print_open(results: dict[str, list[dict]]) -> None:
     print("\nlatbench open loop, Poisson arrivals (medians)")
-    print(f"{'run':<22}{'sent/s':>10}{'ok/s':>10}{'achieved':>10}{'lag p50 ms':>12}{'p99 ms':>9}{'max ms':>9}{'CPU s':>8}")
+    print(f"{'run':<22}{'sent/s':>10}{'ok/s':>10}{'achieved':>10}{'lag p50 ms':>12}"
+          f"{'p99 ms':>9}{'max ms':>9}{'CPU s':>8}")
     for name, rows in results.items():
         sent, ok = med(rows, "sent_rate"), med(rows, "rps")
-        achieved = med([{"v": r["requests"] / r["scheduled"]} for r in rows if r.get("scheduled")], "v")  # of the schedule
+        # of the schedule
+        achieved = med([{"v": r["requests"] / r["scheduled"]} for r in rows if r.get("scheduled")], "v")
         print(f"{name:<22}{sent:>10.0f}{ok:>10.0f}{achieved:>9.1%}{med(rows, 'lag50') * 1e3:>12.3f}"
               f"{med(rows, 'lag99') * 1e3:>9.3f}{med(rows, 'lagmax') * 1e3:>9.1f}{med(rows, 'cpu'):>8.2f}")
 

@@ -47,7 +47,8 @@ def start_target(reference: bool) -> tuple[subprocess.Popen, str, str]:
             except OSError:
                 time.sleep(0.1)
         return proc, url + "/v1", "tiny"
-    argv = [sys.executable, "-m", "tests.servers", "--ttft", "0.02", "--gap", "0.005", "--tokens", "10", "--delay", "0.01"]
+    argv = [sys.executable, "-m", "tests.servers", "--ttft", "0.02", "--gap", "0.005", "--tokens", "10",
+            "--delay", "0.01"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     port = int(proc.stdout.readline().split("=")[1])
     return proc, f"http://127.0.0.1:{port}/v1", "known"
@@ -87,7 +88,8 @@ def native(path: Path, url: str, model: str, tdir: Path):
         await transport.start()
         try:
             engine = NativeEngine(EngineSettings(plans, timeout=target.timeout, seed=sc.load.seed),
-                                  make_protocol(target, sc.workload, model), make_prompt_source(sc.workload, sc.load.seed, path.parent),
+                                  make_protocol(target, sc.workload, model),
+                                  make_prompt_source(sc.workload, sc.load.seed, path.parent),
                                   transport, RecordWriter(tdir / "requests.parquet"))
             return await engine.run()
         finally:
@@ -146,14 +148,16 @@ def main() -> None:
             rows = {"native": numbers(*native(path, url, model, tmp / "n")),
                     f"locust x{a.workers}": numbers(*locust(path, url, model, tmp / "l", a.workers))}
             print(f"\n## {a.qps:g} QPS open loop (poisson), {a.duration:g} s, streaming, target {model}\n")
-            print("| engine | requests | achieved QPS | send lag p50 / p99 ms | latency p50 / p99 ms | TTFT p50 / p99 ms | gen. CPU/process |")
+            print("| engine | requests | achieved QPS | send lag p50 / p99 ms | latency p50 / p99 ms "
+                  "| TTFT p50 / p99 ms | gen. CPU/process |")
             print("|---|---|---|---|---|---|---|")
             for name, r in rows.items():
                 print(f"| {name} | {r['count']} | {r['qps']:.1f} | {ms(r['lag50'])} / {ms(r['lag99'])} | "
                       f"{ms(r['lat50'])} / {ms(r['lat99'])} | {ms(r['ttft50'])} / {ms(r['ttft99'])} | {r['cpu']:.0%} |")
             n, l_ = rows["native"], rows[f"locust x{a.workers}"]
             print(f"| locust/native | | {l_['qps'] / n['qps']:.3f} | | {l_['lat50'] / n['lat50']:.3f} / "
-                  f"{l_['lat99'] / n['lat99']:.3f} | {l_['ttft50'] / n['ttft50']:.3f} / {l_['ttft99'] / n['ttft99']:.3f} | |")
+                  f"{l_['lat99'] / n['lat99']:.3f} | {l_['ttft50'] / n['ttft50']:.3f} / "
+                  f"{l_['ttft99'] / n['ttft99']:.3f} | |")
 
             print(f"\n## one Locust worker, constant arrivals, {a.max_duration:g} s per rate, non-streaming\n")
             print("| target QPS | achieved QPS | send lag p50 / p99 ms | latency p50 / p99 ms | worker CPU | held |")

@@ -38,7 +38,8 @@ def scrub(obj: Any, secrets: list[str]) -> Any:
     if not secrets:
         return obj
     if isinstance(obj, str):
-        for s in sorted(secrets, key=len, reverse=True):  # a token inside a longer secret (a URL) must not leave the rest
+        # a token inside a longer secret (a URL) must not leave the rest
+        for s in sorted(secrets, key=len, reverse=True):
             if s:
                 obj = obj.replace(s, REDACTED)
         return obj

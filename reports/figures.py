@@ -55,7 +55,8 @@ def overview_figures(targets: list[tuple[str, TargetData]]) -> list[dict]:
         ok = _ok_recorded(td)
         if ok.empty:
             continue
-        dist.append((label, _sample(ok["ttft"].dropna().to_numpy(), HIST_SAMPLE), _sample(itl_sample(td, ok), HIST_SAMPLE)))
+        dist.append((label, _sample(ok["ttft"].dropna().to_numpy(), HIST_SAMPLE),
+                     _sample(itl_sample(td, ok), HIST_SAMPLE)))
         bars.append((f"{label} · all recorded", plots.breakdown_means(ok)))
         phases = list((td.summary or {}).get("phases", {}).items())
         if sum(1 for _, ph in phases if ph.get("recorded", True)) > 1:

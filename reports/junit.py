@@ -31,7 +31,8 @@ def render_junit(run: RunData) -> str:
         results = [r for r in s.get("slo") or [] if r.get("applies", True)]
         nfail = sum(1 for r in results if not r.get("passed"))
         suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {td.name}", tests=str(len(results)),
-                              failures=str(nfail), errors="0", skipped="0", time=f"{float(s.get('duration_s') or 0):.3f}")
+                              failures=str(nfail), errors="0", skipped="0",
+                              time=f"{float(s.get('duration_s') or 0):.3f}")
         for r in results:
             case = ET.SubElement(suite, "testcase", name=str(r.get("expr")), classname=f"latbench.{td.name}")
             if not r.get("passed"):

@@ -92,7 +92,8 @@ class RunData:
 
     @property
     def complete(self) -> bool:
-        return bool(self.meta.get("complete")) and all(t.summary and t.summary.get("complete", True) and not t.recomputed
+        return bool(self.meta.get("complete")) and all(t.summary and t.summary.get("complete", True)
+                                                        and not t.recomputed
                                                         for t in self.targets)
 
 

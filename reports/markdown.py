@@ -23,7 +23,8 @@ def code(text) -> str:
 
 
 def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < text_cols else "---:" for i in range(len(head))) + "|"]
+    out = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---" if i < text_cols else "---:" for i in range(len(head))) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out + [""]
 
@@ -38,7 +39,8 @@ def render_markdown(run: RunData) -> str:
     slos = model.slo_rows(run.targets)
     if slos:
         lines += _table(["target", "objective", "measured", "95% CI", "result"],
-                        [[esc(r["target"]), code(r["expr"]), r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
+                        [[esc(r["target"]), code(r["expr"]),
+                          r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
                           r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
     rows = []
     for td in run.targets:
@@ -55,7 +57,8 @@ def render_markdown(run: RunData) -> str:
                      g("overall/metrics/latency/percentiles/p99/value", "ms"),
                      g("overall/metrics/ttft/percentiles/p99/value", "ms"), g("overall/achieved_qps", "rate")])
     if rows:
-        lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)", "achieved req/s"], rows)
+        lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
+                         "achieved req/s"], rows)
     cmp = model.comparison([(td.name, td.summary) for td in run.targets])
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(

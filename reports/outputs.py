@@ -18,7 +18,8 @@ def write_outputs(rundir_path) -> list[Path]:
     """
     run = load_rundir(rundir_path)
     p = Path(rundir_path)
-    return [write_report(run, p / "report.html"), write_markdown(run, p / "summary.md"), write_junit(run, p / "junit.xml")]
+    return [write_report(run, p / "report.html"), write_markdown(run, p / "summary.md"),
+            write_junit(run, p / "junit.xml")]
 
 
 def render_report(path) -> str:

@@ -23,7 +23,8 @@ ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728
 BREAKDOWN = (("send lag", "#bcbd22"), ("connect", "#9467bd"), ("TLS", "#e377c2"),
              ("first byte", "#1f77b4"), ("first token", "#ff7f0e"), ("generation / transfer", "#2ca02c"))
 CDF_POINTS = 1500
-OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), "fontsize": 8}  # legends beside time series, never over them
+# legends beside time series, never over them
+OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), "fontsize": 8}
 
 
 @contextmanager
@@ -214,7 +215,8 @@ def distributions_plot(series: list[tuple[str, np.ndarray, np.ndarray]]) -> str 
                     a.hist(v, bins=bins, weights=w, histtype="stepfilled", alpha=0.35, color=PALETTE[i % len(PALETTE)],
                            label=s[0])
                     a.hist(v, bins=bins, weights=w, histtype="step", color=PALETTE[i % len(PALETTE)], lw=1.0)
-            a.set_xscale("log"), ms_log_axis(a.xaxis), a.set_xlabel("ms (log)"), a.set_ylabel("fraction"), a.set_title(title)
+            (a.set_xscale("log"), ms_log_axis(a.xaxis), a.set_xlabel("ms (log)"), a.set_ylabel("fraction"),
+             a.set_title(title))
             a.legend(loc="best")
         return to_uri(fig)
 
@@ -282,7 +284,11 @@ def overlay_timeseries_plot(series: list[tuple[str, dict]]) -> str | None:
             ax[0, 0].plot(mid[: p99.size], p99 * 1e3, color=c, lw=1.3, label=label)
             ax[1, 0].plot(mid, np.asarray(ts.get("ok") or [], dtype=float) / step, color=c, lw=1.3, label=label)
         ax[0, 0].legend(**OUTSIDE)
-        latency_axis(ax[0, 0], np.concatenate([np.asarray([np.nan if v is None else v for v in (s["timeseries"].get("latency_p99") or [])], dtype=float) for _, s in series]) * 1e3, "latency p99")
+        latency_axis(ax[0, 0],
+                     np.concatenate([np.asarray([np.nan if v is None else v
+                                                 for v in (s["timeseries"].get("latency_p99") or [])], dtype=float)
+                                     for _, s in series]) * 1e3,
+                     "latency p99")
         ax[1, 0].set_ylabel("achieved req/s"), ax[1, 0].set_ylim(bottom=0), ax[1, 0].set_xlabel("time since start (s)")
         shade_phases(ax[0, 0], phase_windows(series[0][1]))
         end = max(float(s["timeseries"]["t"][-1]) + float(s["timeseries"].get("step_s") or 1.0) for _, s in series)

@@ -13,7 +13,8 @@ from reports.loader import RunData
 def target_section(td, i: int) -> dict:
     s = td.summary
     sec = {"name": td.name, "anchor": f"target-{i}", "info": model.target_info(td), "ran": s is not None,
-           "notes": list((s or {}).get("notes") or []), "complete": bool(s and s.get("complete", True)) and not td.recomputed}
+           "notes": list((s or {}).get("notes") or []),
+           "complete": bool(s and s.get("complete", True)) and not td.recomputed}
     if s is None:
         return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": []}
     sec["scopes"] = [{"label": label, "recorded": rec, "rows": model.percentile_table(s, td.name, prefix)}

@@ -194,7 +194,8 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
     if rec_plans:
         start, end = min(p.start for p in rec_plans), min(max(p.end for p in rec_plans), max(duration, 0))
         span = sum(p.duration for p in rec_plans)
-        tq = (sum(0.5 * (p.rate_start + p.rate_end) * p.duration for p in rec_plans if not p.closed) / span) if span else 0
+        tq = ((sum(0.5 * (p.rate_start + p.rate_end) * p.duration for p in rec_plans if not p.closed) / span)
+              if span else 0)
     else:
         start, end, tq = 0.0, duration, 0.0
     overall = _scope_stats(rec, start, max(end, start + 1e-9), tq, extra, limits)
@@ -211,7 +212,8 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
     lagging = bool(lag_low is not None and lag_low > send_lag_threshold
                    and (lat_p50 is None or lag_low > 0.1 * lat_p50))
     if not lagging and lag_p99 is not None and lag_p99 > send_lag_threshold:
-        notes = list(notes or []) + [f"send lag p99 {lag_p99 * 1e3:.1f} ms is above the {send_lag_threshold * 1e3:g} ms "
+        notes = list(notes or []) + [f"send lag p99 {lag_p99 * 1e3:.1f} ms is above the "
+                                     f"{send_lag_threshold * 1e3:g} ms "
                                      "threshold, but small against the latencies measured"]
     saturated = cpu_util is not None and cpu_util > 0.9
     summary = {

@@ -36,7 +36,8 @@ def _samples(frame, metric: str) -> np.ndarray:
     return x[~np.isnan(x)]
 
 
-def bootstrap_ratio(cur: np.ndarray, base: np.ndarray, p: float, seed: int = 0, rounds: int = BOOTSTRAP) -> tuple[float, float]:
+def bootstrap_ratio(cur: np.ndarray, base: np.ndarray, p: float, seed: int = 0,
+                    rounds: int = BOOTSTRAP) -> tuple[float, float]:
     """95% percentile-bootstrap interval of percentile_p(cur) / percentile_p(base)."""
     rng = np.random.default_rng(seed)
     c = cur if len(cur) <= MAX_SAMPLE else rng.choice(cur, MAX_SAMPLE, replace=False)

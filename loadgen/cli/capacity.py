@@ -21,7 +21,8 @@ from reports import write_capacity_report
                     "Exit 0 when a rate passed (and, with expected_qps, the headroom is not negative), 1 otherwise, "
                     "2 on usage errors, 3 when the target does not start.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--slo", "slos", multiple=True, metavar="EXPR", help="objective(s) each step must meet; default: the scenario's slo")
+@click.option("--slo", "slos", multiple=True, metavar="EXPR",
+              help="objective(s) each step must meet; default: the scenario's slo")
 @click.option("--min", "qps_min", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="first rate tried (req/s)")
 @click.option("--max", "qps_max", default=None, type=click.FloatRange(min=0, min_open=True),

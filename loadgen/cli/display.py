@@ -62,7 +62,8 @@ class StatusDisplay:
 def summary_table(name: str, summary: dict) -> Table:
     """Per-phase table: requests, errors, achieved vs target QPS, latency and TTFT percentiles."""
     t = Table(title=f"{name}", title_justify="left")
-    for col in ("phase", "requests", "errors", "qps (target)", "lat p50", "lat p99", "lat max", "ttft p50", "ttft p99", "itl p50"):
+    for col in ("phase", "requests", "errors", "qps (target)", "lat p50", "lat p99", "lat max", "ttft p50", "ttft p99",
+                "itl p50"):
         t.add_column(col, justify="right" if col != "phase" else "left")
     rows = [(k, v) for k, v in summary["phases"].items()] + [("overall", summary["overall"])]
     for label, s in rows:
@@ -72,7 +73,8 @@ def summary_table(name: str, summary: dict) -> Table:
         err = f"{s['error_rate'] * 100:.2f}%" if s.get("error_rate") is not None else "-"
         name_cell = label + ("" if s.get("recorded", True) else " (not recorded)")
         t.add_row(name_cell, str(s["count"]), err,
-                  f"{s['achieved_qps']:.1f} ({tq:.0f})" if tq is not None and not math.isnan(tq) else f"{s['achieved_qps']:.1f}",
+                  (f"{s['achieved_qps']:.1f} ({tq:.0f})" if tq is not None and not math.isnan(tq)
+                   else f"{s['achieved_qps']:.1f}"),
                   fmt_ms(stat_value(lat, "p50")), fmt_ms(stat_value(lat, "p99")), fmt_ms(stat_value(lat, "max")),
                   fmt_ms(stat_value(ttft, "p50")), fmt_ms(stat_value(ttft, "p99")), fmt_ms(stat_value(itl, "p50"), 2))
     return t

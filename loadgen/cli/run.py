@@ -27,20 +27,26 @@ from loadgen.run.signals import install_signal_handlers
 from reports import write_outputs
 
 
-@click.command(help="Run a scenario: send its load, record every request, write a RunDir, check its SLOs.\n\n" + EXIT_CODES)
+@click.command(help="Run a scenario: send its load, record every request, write a RunDir, check its SLOs.\n\n"
+                    + EXIT_CODES)
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--target", "target_url", metavar="URL", help="run against this base URL instead of the scenario's target(s)")
+@click.option("--target", "target_url", metavar="URL",
+              help="run against this base URL instead of the scenario's target(s)")
 @click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
 @click.option("--quiet", is_flag=True, help="no live status line")
 @click.option("--fail-fast", is_flag=True, help="stop as soon as an SLO can no longer be met (exit 1)")
-@click.option("--baseline", metavar="RUNDIR", type=click.Path(file_okay=False), help="fail on a significant regression against this run")
-@click.option("--max-regression", default="10%", show_default=True, metavar="PCT", help="allowed worsening of a percentile before it counts")
+@click.option("--baseline", metavar="RUNDIR", type=click.Path(file_okay=False),
+              help="fail on a significant regression against this run")
+@click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
+              help="allowed worsening of a percentile before it counts")
 @click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
               help="native: one asyncio process; locust: Locust's master/worker runners (scales past one machine)")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256), help="locust: local worker processes")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="locust: local worker processes")
 @click.option("--expect-workers", default=0, show_default=True, type=click.IntRange(0, 10000),
               help="locust: also wait for this many workers from other hosts (`latbench worker --master HOST:PORT`)")
-@click.option("--master-bind", default="127.0.0.1", show_default=True, metavar="HOST[:PORT]", help="locust: where the master listens")
+@click.option("--master-bind", default="127.0.0.1", show_default=True, metavar="HOST[:PORT]",
+              help="locust: where the master listens")
 @click.option("--processes", default=0, type=click.IntRange(0, 64), metavar="N",
               help="native: generator processes [default: 1 when the target runs on this machine, else cores - 1]")
 @exits_on_errors
@@ -92,7 +98,8 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
             for r in tr.summary.get("recovery", []):
                 when = (f"recovered {r['seconds']:.1f} s into {r['phase']}" if r["recovered"]
                         else f"did not recover during {r['phase']}")
-                out_console.print(f"after {r['spike']}: rolling p99 (2 s windows) vs {r['threshold'] * 1e3:g} ms: {when}")
+                out_console.print(f"after {r['spike']}: rolling p99 (2 s windows) vs "
+                                  f"{r['threshold'] * 1e3:g} ms: {when}")
     print_verdict(out_console, result)
     sys.exit(result.exit_code)
 
@@ -111,7 +118,8 @@ def print_verdict(out: Console, result: RunResult) -> None:
     out.print(f"RunDir: {result.rundir.path}   report: {result.rundir.path / 'report.html'}", highlight=False)
 
 
-@click.command(help="The verdict of an existing RunDir, optionally against a baseline RunDir. Sends nothing.\n\n" + EXIT_CODES)
+@click.command(help="The verdict of an existing RunDir, optionally against a baseline RunDir. Sends nothing.\n\n"
+                    + EXIT_CODES)
 @click.argument("rundir", type=click.Path(exists=True, file_okay=False))
 @click.option("--baseline", metavar="RUNDIR", type=click.Path(exists=True, file_okay=False))
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT")

@@ -16,7 +16,8 @@ from loadgen.engine.locust.launch import child_env
 
 @click.command(help="Join a latbench Locust master and send its share of the load "
                     "(the master: latbench run SCENARIO --engine locust --expect-workers N --master-bind HOST:PORT).")
-@click.option("--master", "master", required=True, metavar="HOST[:PORT]", help="the master's address (port default 5557)")
+@click.option("--master", "master", required=True, metavar="HOST[:PORT]",
+              help="the master's address (port default 5557)")
 @click.option("--label", default=None, metavar="NAME", help="this worker's name in the run's notes (default host:pid)")
 def worker(master: str, label: str | None) -> None:
     argv = [sys.executable, "-m", "loadgen.engine.locust.worker", "--master", master]

@@ -22,8 +22,8 @@ import time
 from collections import OrderedDict, deque
 
 from loadgen.records.schema import Outcome
-from loadgen.transports.base import Transport
 from loadgen.schedule.arrivals import PhasePlan
+from loadgen.transports.base import Transport
 
 clock = time.perf_counter
 LIVE_EVERY_S = 0.1  # seconds between updates of the live stats from the buffered records

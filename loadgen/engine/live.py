@@ -76,7 +76,8 @@ class LiveStats:
 
 
 class GroupLive(LiveStats):
-    """A multi-process run's live stats: the children's counters summed; the window from their sampled latest completions."""
+    """A multi-process run's live stats: the children's counters summed; the window from their sampled latest
+    completions."""
 
     def __init__(self, total: float, processes: int):
         super().__init__(total)

@@ -238,7 +238,8 @@ def merge_parts(parts: list[Path], dest: Path) -> int:
     tables = [read_records(p) for p in parts if records_exist(p)]
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     table = table.sort_by([("phase", "ascending"), ("seq", "ascending")])
-    table = table.set_column(table.schema.get_field_index("seq"), "seq", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    table = table.set_column(table.schema.get_field_index("seq"), "seq",
+                             pa.array(np.arange(table.num_rows, dtype=np.int64)))
     pq.write_table(table, dest, compression="zstd")
     for p in parts:
         for f in (p, Path(partial_path(p))):

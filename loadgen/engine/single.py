@@ -32,7 +32,8 @@ def build_sender(mt: MeasuredTarget, fail_fast: float | None, k: int = 0, p: int
     sc = mt.loaded.scenario
     plans = plan_phases(sc.load)
     failfast = FailFast(sc.slo, plans, mt.name, fail_fast) if fail_fast else None
-    settings = EngineSettings(plans, timeout=mt.target.timeout, max_in_flight=max(1, share(sc.load.max_in_flight, k, p)),
+    settings = EngineSettings(plans, timeout=mt.target.timeout,
+                              max_in_flight=max(1, share(sc.load.max_in_flight, k, p)),
                               seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace, worker=k,
                               failfast=failfast)
     protocol = make_protocol(mt.target, sc.workload, mt.model)

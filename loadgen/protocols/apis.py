@@ -265,7 +265,8 @@ class ChatProtocol(_OpenAI):
     endpoint = "/chat/completions"
 
     def _input(self, body: dict, prompt: Prompt) -> None:
-        body["messages"] = prompt.messages if prompt.messages is not None else [{"role": "user", "content": prompt.text}]
+        body["messages"] = (prompt.messages if prompt.messages is not None
+                            else [{"role": "user", "content": prompt.text}])
 
     def handler(self) -> ResponseHandler:
         return StreamHandler(chat=True) if self.stream else JsonHandler("choices", output=True)

@@ -141,7 +141,8 @@ class RecordBuffer:
         self._tok_n = 0
         self._tok_offsets = np.zeros(capacity + 1, dtype=np.int32)
         self._t0 = 0.0
-        pa.array(self._tok_offsets[:0])  # pyarrow imports pandas at its first conversion (0.2-1.5 s): not at the first flush
+        # pyarrow imports pandas at its first conversion (0.2-1.5 s): not at the first flush
+        pa.array(self._tok_offsets[:0])
 
     def __len__(self) -> int:
         return self.n
@@ -155,7 +156,8 @@ class RecordBuffer:
         offs[: self.n + 1] = self._tok_offsets[: self.n + 1]
         self._tok_offsets = offs
 
-    def append(self, seq: int, phase: int, recorded: bool, scheduled: float, out: Outcome, t0: float, worker: int = 0) -> None:
+    def append(self, seq: int, phase: int, recorded: bool, scheduled: float, out: Outcome, t0: float,
+               worker: int = 0) -> None:
         """Store one finished request. ``scheduled`` is already relative to t0; ``out`` is absolute.
 
         ``t0`` is the same for every record of a buffer: absolute times are stored as they are and made

@@ -51,7 +51,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.secrets), tdir)
         table = read_records(tdir / REQUESTS)
         summary = summarize(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,
-                            complete=not res.interrupted, notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
+                            complete=not res.interrupted, notes=res.notes,
+                            send_lag_threshold=sc.load.send_lag_threshold,
                             cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast)
         sectioned_intervals(records_frame(table), summary["slo"])
         write_json(tdir / SUMMARY, summary, loaded.secrets)
@@ -156,7 +157,8 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     finally:
         if server:
             server.stop()
-    result["target"] = {"name": target.name, "url": url, "model": model, "server": dict(server.config) if server else {}}
+    result["target"] = {"name": target.name, "url": url, "model": model,
+                        "server": dict(server.config) if server else {}}
     write_json(rd.path / CAPACITY, result, loaded.secrets)
     meta.update(complete=result["complete"], capacity=result["bracket"])
     rd.write_meta(meta, loaded.secrets)

@@ -95,7 +95,8 @@ def _path(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("float", "str", "int", "bool", "Ramp", "list[str]") or "[" in str(part) or part.startswith("function"):
+        elif (part in ("float", "str", "int", "bool", "Ramp", "list[str]") or "[" in str(part)
+              or part.startswith("function")):
             continue
         else:  # a key from the file is quoted unless plain: a newline or escape in it must not break the line
             out += ("." if out else "") + (part if _PLAIN_KEY.match(part) else repr(part))
@@ -111,7 +112,8 @@ def _message(err: dict) -> str:
     if err["type"] == "missing":
         return "required field is missing"
     inp = err.get("input")
-    if err["type"] not in ("value_error", "assertion_error") and isinstance(inp, (str, int, float, bool)) and inp is not None:
+    if (err["type"] not in ("value_error", "assertion_error") and isinstance(inp, (str, int, float, bool))
+            and inp is not None):
         msg += f", got {inp!r}"
     return msg
 
@@ -134,7 +136,8 @@ def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str
         def repl(m: re.Match) -> str:
             name = m.group(1)
             if name not in env:
-                errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: environment variable {name} is not set")
+                errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: "
+                              f"environment variable {name} is not set")
                 return ""
             secrets.append(env[name])  # every expanded value, in a header or a URL, is never written out
             return env[name]
@@ -144,7 +147,8 @@ def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str
     for prefix, t in _target_locs(data):
         headers = t.get("headers")
         if isinstance(headers, dict):  # literal credentials are scrubbed wherever they might resurface
-            secrets += [v for k, v in headers.items() if isinstance(k, str) and is_secret_header(k) and isinstance(v, str)
+            secrets += [v for k, v in headers.items()
+                        if isinstance(k, str) and is_secret_header(k) and isinstance(v, str)
                         and not _ENV.search(v)]
         for key in _ENV_FIELDS:
             v = t.get(key)
@@ -193,9 +197,11 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
         else:
             where = "1:1"
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
-        raise ScenarioError([f"{fname}:{where}: invalid YAML: {problem.splitlines()[0] if problem.strip() else 'unreadable'}"]) from None
+        raise ScenarioError([f"{fname}:{where}: invalid YAML: "
+                             f"{problem.splitlines()[0] if problem.strip() else 'unreadable'}"]) from None
     if not isinstance(data, dict):
-        raise ScenarioError([f"{fname}:1:1: (top level): expected a mapping with name, target and load, got {type(data).__name__}"])
+        raise ScenarioError([f"{fname}:1:1: (top level): expected a mapping with name, target and load, "
+                             f"got {type(data).__name__}"])
     raw = copy.deepcopy(data)
     errors: list[str] = []
     secrets: list[str] = []

@@ -48,7 +48,9 @@ class ReferenceTarget(Strict):
     arch: Literal["naive", "optimized", "batching", "cache"] = Field("optimized", description="architecture preset")
     model: str = Field("tiny", description="model preset (tiny, small, medium, ...)")
     backend: str = Field("auto", description="auto | numpy | torch | sim:<profile>")
-    options: dict[str, Any] = Field(default_factory=dict, description="any other knob, as `latbench serve` flags without dashes, e.g. {max_batch_size: 8, error_rate: 0.05}")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="any other knob, as `latbench serve` flags without dashes, "
+                                                "e.g. {max_batch_size: 8, error_rate: 0.05}")
     startup_timeout: Duration = Field(120.0, description="how long to wait for /health")
 
 
@@ -62,7 +64,8 @@ class CommandTarget(Strict):
 
 
 class HttpRequest(Strict):
-    """The request of an ``api: http`` target. ``{seq}`` and ``{prompt}`` in path, body or template are filled per request."""
+    """The request of an ``api: http`` target. ``{seq}`` and ``{prompt}`` in path, body or template are filled per
+    request."""
 
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "POST"
     path: str = ""
@@ -77,9 +80,11 @@ class Target(Strict):
     reference: Optional[ReferenceTarget] = None
     command: Optional[CommandTarget] = None
     api: Literal["openai-chat", "openai-completions", "embeddings", "http"] = "openai-chat"
-    model: Optional[str] = Field(None, description="model name sent in requests; default: the reference model, else the first of /v1/models")
+    model: Optional[str] = Field(None, description="model name sent in requests; default: the reference model, "
+                                                   "else the first of /v1/models")
     stream: bool = True
-    headers: dict[str, str] = Field(default_factory=dict, description="extra headers; ${ENV} is expanded at run time and never written out")
+    headers: dict[str, str] = Field(default_factory=dict,
+                                    description="extra headers; ${ENV} is expanded at run time and never written out")
     request: Optional[HttpRequest] = None
     timeout: Duration = Field(60.0, description="per-request timeout")
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
@@ -117,9 +122,11 @@ class Prompts(Strict):
 
 class Workload(Strict):
     prompts: Prompts = Field(default_factory=Prompts)
-    dataset: Optional[str] = Field(None, description="JSONL file of {prompt: ...} or {messages: [...]}, relative to the scenario")
+    dataset: Optional[str] = Field(None, description="JSONL file of {prompt: ...} or {messages: [...]}, "
+                                                     "relative to the scenario")
     ignore_eos: bool = False
-    max_tokens: Optional[int] = Field(None, ge=1, description="fixed max_tokens; default: output_tokens drawn per request")
+    max_tokens: Optional[int] = Field(None, ge=1,
+                                      description="fixed max_tokens; default: output_tokens drawn per request")
 
 
 class Ramp(BaseModel):
@@ -131,7 +138,8 @@ class Ramp(BaseModel):
 class Phase(Strict):
     name: str
     duration: Duration
-    qps: Optional[Union[float, str, Ramp]] = Field(None, description="arrival rate: number, 'N%' of expected_qps, or {from, to}")
+    qps: Optional[Union[float, str, Ramp]] = Field(None, description="arrival rate: number, 'N%' of expected_qps, "
+                                                                     "or {from, to}")
     concurrency: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY, description="closed loop: N workers")
     record: bool = Field(True, description="false: traffic is sent and stored but left out of statistics")
     arrival: Optional[Literal["constant", "poisson", "gamma"]] = None
@@ -229,7 +237,8 @@ class Load(Strict):
                 closed = ph.concurrency is not None
                 if closed != (self.mode == "closed"):
                     want = "concurrency (closed loop)" if self.mode == "closed" else "qps (open loop)"
-                    raise ValueError(f"phases[{i}] ({ph.name!r}): load.mode is {self.mode}, so every phase gives {want}")
+                    raise ValueError(f"phases[{i}] ({ph.name!r}): load.mode is {self.mode}, "
+                                     f"so every phase gives {want}")
         return self
 
 
@@ -276,7 +285,8 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _slo_scopes(self):
         phases = {p.name for p in self.load.phases}
-        targets = {t.name for t in (self.targets or [])} | ({self.target.name} if self.target and self.target.name else set())
+        targets = ({t.name for t in (self.targets or [])}
+                   | ({self.target.name} if self.target and self.target.name else set()))
         bad = []
         for i, s in enumerate(self.slo):
             tgt, name = s.scope_parts()
@@ -284,7 +294,8 @@ class Scenario(Strict):
                 bad.append(f"slo[{i}] {s.expr!r}: scope {s.scope!r} must be target/phase with a target among "
                            f"{sorted(targets) or 'none'} and a phase among {sorted(phases)}")
             elif tgt is None and name is not None and name not in phases | targets:
-                bad.append(f"slo[{i}] {s.expr!r}: unknown scope {name!r}, expected a phase ({', '.join(sorted(phases))})"
+                bad.append(f"slo[{i}] {s.expr!r}: unknown scope {name!r}, "
+                           f"expected a phase ({', '.join(sorted(phases))})"
                            + (f" or a target ({', '.join(sorted(targets))})" if targets else ""))
         if bad:
             raise ValueError("\n".join(bad))

@@ -217,7 +217,8 @@ def _dataset_line(obj, where: str) -> Prompt:
         if not isinstance(msgs, list) or not msgs:
             raise ValueError(f"{where}: messages: expected a non-empty list, got {msgs!r:.60}")
         for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), (str, list)):
+            if (not isinstance(m, dict) or not isinstance(m.get("role"), str)
+                    or not isinstance(m.get("content"), (str, list))):
                 raise ValueError(f"{where}: messages[{i}]: expected {{\"role\": str, \"content\": str}}, got {m!r:.60}")
         text = flatten(msgs)
         return Prompt(text, msgs, approx_tokens(text), mt)

@@ -30,7 +30,7 @@ SCALARS = ("error_rate", "goodput", "achieved_qps")
 STATS = ("mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")
 _PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-_LINE = re.compile(r"^\s*(?:(?P<scope>[A-Za-z0-9_.\-/ ]+?)\s*:\s*)?(?P<lhs>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op><=|>=|<|>)\s*(?P<rhs>\S+)\s*$")
+_LINE = re.compile(r"^\s*(?:(?P<scope>[A-Za-z0-9_.\-/ ]+?)\s*:\s*)?(?P<lhs>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op><=|>=|<|>)\s*(?P<rhs>\S+)\s*$")  # noqa: E501
 
 
 @dataclass(frozen=True)

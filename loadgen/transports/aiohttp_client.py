@@ -43,7 +43,8 @@ def classify(exc: BaseException) -> str:
         if isinstance(getattr(exc, "os_error", None), socket.gaierror):
             return "dns"
         return "connect"
-    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError, BrokenPipeError)):
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError,
+                        BrokenPipeError)):
         return "reset"
     if isinstance(exc, aiohttp.ClientOSError):
         return "reset"

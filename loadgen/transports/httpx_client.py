@@ -40,7 +40,8 @@ def classify(exc: BaseException) -> str:
         return "timeout"
     if isinstance(exc, httpx.ConnectError):
         text = str(exc).lower()
-        if "name or service not known" in text or "nodename nor servname" in text or "temporary failure in name" in text:
+        if ("name or service not known" in text or "nodename nor servname" in text
+                or "temporary failure in name" in text):
             return "dns"
         if "ssl" in text or "certificate" in text:
             return "tls"

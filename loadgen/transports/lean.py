@@ -2,7 +2,8 @@
 
 What it does, and nothing more: ``http://`` only (no TLS, proxies, redirects or auth flows: those
 are aiohttp's), keep-alive reuse through a per-host idle pool with no connection limit (the engine
-enforces the in-flight cap) but a bound on connects in progress (:data:`MAX_CONNECTING`), request bytes built once from a cached header block, and response bodies
+enforces the in-flight cap) but a bound on connects in progress (:data:`MAX_CONNECTING`), request bytes
+built once from a cached header block, and response bodies
 (Content-Length, chunked, or read-until-close) handed to ``handler.on_body`` as they arrive, so a
 100 MB answer is counted, never buffered. Failures become the same error classes as the aiohttp
 transport: ``connect``, ``dns``, ``reset``, ``bad_response`` (``timeout`` is the engine's).
@@ -122,7 +123,8 @@ class LeanTransport:
         return site, head
 
     def _wire_of(self, req: Request) -> tuple[Request, Site, bytes]:
-        """``(req, site, bytes on the wire)``, cached by the Request's identity (it holds ``req``, so the id is not reused)."""
+        """``(req, site, bytes on the wire)``, cached by the Request's identity (it holds ``req``, so the id is not
+        reused)."""
         site, head = self._head_of(req)
         body = req.body
         if body or req.method not in _NO_BODY_METHODS:

@@ -1,4 +1,5 @@
-"""The lean transport's state machine: one request (:class:`Call`), one connection (:class:`Conn`), one host (:class:`Site`).
+"""The lean transport's state machine: one request (:class:`Call`), one connection (:class:`Conn`),
+one host (:class:`Site`).
 
 A request is not an asyncio Task: :meth:`LeanTransport.submit <loadgen.transports.lean.LeanTransport.submit>`
 makes a :class:`Call`, puts it on an idle connection (or a new one, or in the host's queue), and the

@@ -88,8 +88,10 @@ async def openai(request: web.Request) -> web.StreamResponse:
         return web.json_response({"object": "chat.completion"})
     if mode == "huge":  # a body past the parse limit, usage at its end
         pad = "x" * (MAX_PARSED_BODY + 100_000)
-        return web.Response(text=json.dumps({"choices": [{"message": {"content": pad}}], "usage": USAGE}), content_type="application/json")
-    return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}], "usage": USAGE})
+        return web.Response(text=json.dumps({"choices": [{"message": {"content": pad}}], "usage": USAGE}),
+                            content_type="application/json")
+    return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                              "usage": USAGE})
 
 
 async def echo(request: web.Request) -> web.Response:
@@ -182,7 +184,8 @@ def test_broken_streams_are_bad_stream(server, mode, detail):
     assert out.error == "bad_stream" and detail in out.error_detail, out.error_detail
 
 
-@pytest.mark.parametrize("mode, stream, error", [("500", True, "http_5xx"), ("429", True, "http_429"), ("500", False, "http_5xx"), ("429", False, "http_429")])
+@pytest.mark.parametrize("mode, stream, error", [("500", True, "http_5xx"), ("429", True, "http_429"),
+                                                 ("500", False, "http_5xx"), ("429", False, "http_429")])
 def test_http_error_status_keeps_its_class(server, mode, stream, error):
     out, _ = drive(server[1], mode, stream=stream)
     assert (out.status, out.error, out.output_tokens) == (int(mode), error, 0)
@@ -234,9 +237,11 @@ QUOTED = 'say "hi"\n\\ and {braces}'
 @pytest.mark.parametrize(
     "request_, method, path, body",
     [
-        ({"path": "/echo/{seq}", "body": {"q": "{prompt}", "n": "{seq}", "k": [1, 2]}}, "POST", "/echo/42", {"q": QUOTED, "n": "42", "k": [1, 2]}),
+        ({"path": "/echo/{seq}", "body": {"q": "{prompt}", "n": "{seq}", "k": [1, 2]}}, "POST", "/echo/42",
+         {"q": QUOTED, "n": "42", "k": [1, 2]}),
         ({"path": "echo/t", "template": '{"q": "{prompt}", "id": {seq}}'}, "POST", "/echo/t", {"q": QUOTED, "id": 42}),
-        ({"method": "PUT", "path": "/echo/x", "template": "p={prompt}", "content_type": "text/plain"}, "PUT", "/echo/x", "p=" + QUOTED),
+        ({"method": "PUT", "path": "/echo/x", "template": "p={prompt}", "content_type": "text/plain"}, "PUT", "/echo/x",
+         "p=" + QUOTED),
         ({"method": "GET", "path": "/echo/g?q={prompt}&status=201"}, "GET", None, None),
     ],
 )

@@ -96,7 +96,8 @@ def test_in_flight_cap_drops_and_never_delays(tmp_path, known_server):
 
 def test_timeout_is_recorded(tmp_path, known_server):
     srv = known_server(delay=0.5)
-    text = scenario(srv.url, "        - {name: main, duration: 1s, qps: 10}").replace("stream: false}", "stream: false, timeout: 100ms}")
+    text = scenario(srv.url, "        - {name: main, duration: 1s, qps: 10}").replace("stream: false}",
+                                                                                     "stream: false, timeout: 100ms}")
     res, s, df = run(tmp_path, text)
     assert set(df["error"]) == {"timeout"}
     assert np.allclose(df["service_time"], 0.1, atol=0.03)

@@ -91,7 +91,8 @@ LINE = re.compile(r"^.+\.yaml:\d+:\d+: \S")
 
 def _check_load(tmp_path, text: str) -> None:
     path = tmp_path / "f.yaml"
-    path.write_text(text, encoding="utf-8", errors="surrogateescape") if isinstance(text, str) else path.write_bytes(text)
+    (path.write_text(text, encoding="utf-8", errors="surrogateescape") if isinstance(text, str)
+     else path.write_bytes(text))
     try:
         load_scenario(path, env={"HOME": "/root"})
     except ScenarioError as exc:
@@ -117,7 +118,8 @@ def test_loader_on_random_yaml_shapes_only_raises_located_scenario_errors(tmp_pa
 @FUZZ
 @given(text=st.one_of(st.text(max_size=200), st.binary(max_size=200),
                       st.sampled_from(["a: &x [*x]\n", "load: !!python/object:os.system x\n", "---\na: 1\n---\nb: 2\n",
-                                       "\ufeffname: x\n", "name: [unclosed\n", "? [a, b]\n: c\n", "{1: 2, null: 3}\n"])))
+                                       "\ufeffname: x\n", "name: [unclosed\n", "? [a, b]\n: c\n",
+                                       "{1: 2, null: 3}\n"])))
 def test_loader_on_random_text_only_raises_located_scenario_errors(tmp_path_factory, text):
     _check_load(tmp_path_factory.mktemp("t"), text)
 
@@ -151,16 +153,21 @@ LIMITS = [
     ("absurd duration", lambda: _one_phase(qps=1, duration="1e9h"), ["phases[0].duration", "7 days"]),
     ("absurd concurrency", lambda: _one_phase(concurrency=10**12), ["phases[0].concurrency", "100000"]),
     ("negative concurrency", lambda: _one_phase(concurrency=-3), ["phases[0].concurrency", "1"]),
-    ("absurd expected_qps", lambda: {**VALID, "load": {**VALID["load"], "expected_qps": 1e12}}, ["load.expected_qps", "1000000"]),
-    ("NaN expected_qps", lambda: {**VALID, "load": {**VALID["load"], "expected_qps": float("nan")}}, ["load.expected_qps"]),
+    ("absurd expected_qps", lambda: {**VALID, "load": {**VALID["load"], "expected_qps": 1e12}},
+     ["load.expected_qps", "1000000"]),
+    ("NaN expected_qps", lambda: {**VALID, "load": {**VALID["load"], "expected_qps": float("nan")}},
+     ["load.expected_qps"]),
     ("absurd grace", lambda: {**VALID, "load": {**VALID["load"], "grace": 1e12}}, ["load.grace", "7 days"]),
-    ("absurd timeout", lambda: {**VALID, "target": {**VALID["target"], "timeout": "1e9h"}}, ["target.timeout", "7 days"]),
+    ("absurd timeout", lambda: {**VALID, "target": {**VALID["target"], "timeout": "1e9h"}},
+     ["target.timeout", "7 days"]),
     ("NaN send lag threshold", lambda: {**VALID, "load": {**VALID["load"], "send_lag_threshold": float("nan")}},
      ["load.send_lag_threshold", "finite"]),
     ("negative seed", lambda: {**VALID, "load": {**VALID["load"], "seed": -1}}, ["load.seed", "0"]),
-    ("infinite stddev", lambda: {**VALID, "workload": {"prompts": {"input_tokens": {"mean": 5, "stddev": float("inf")}}}},
+    ("infinite stddev",
+     lambda: {**VALID, "workload": {"prompts": {"input_tokens": {"mean": 5, "stddev": float("inf")}}}},
      ["workload.prompts.input_tokens.stddev", "finite"]),
-    ("absurd max_in_flight", lambda: {**VALID, "load": {**VALID["load"], "max_in_flight": 10**12}}, ["load.max_in_flight", "1000000"]),
+    ("absurd max_in_flight", lambda: {**VALID, "load": {**VALID["load"], "max_in_flight": 10**12}},
+     ["load.max_in_flight", "1000000"]),
 ]
 
 
@@ -172,7 +179,8 @@ def test_negative_nan_and_absurd_values_are_refused_naming_the_limit(tmp_path, w
 
 
 def test_a_phase_without_a_rate_is_refused(tmp_path):
-    """No default rate exists: every phase states qps or concurrency, so no command can aim an unstated rate anywhere."""
+    """No default rate exists: every phase states qps or concurrency, so no command can aim an unstated rate
+    anywhere."""
     msg = _load_errors(tmp_path, _one_phase())
     assert "phases[0]" in msg and "qps" in msg and "concurrency" in msg
     data = json.loads(json.dumps(VALID))
@@ -212,7 +220,8 @@ def refserver():
     from reference_server.background import BackgroundServer
     from reference_server.config import ServerConfig
 
-    with BackgroundServer(ServerConfig.from_preset("naive", model="tiny", backend="numpy", max_body_bytes=64 * 1024)) as srv:
+    with BackgroundServer(ServerConfig.from_preset("naive", model="tiny", backend="numpy",
+                                                   max_body_bytes=64 * 1024)) as srv:
         host, port = srv.url.split("//")[1].split(":")
         yield srv, host, int(port), srv.resolved["served_model_name"]
 
@@ -256,10 +265,12 @@ FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
                          st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=10),
                          st.integers(min_value=-2, max_value=6))
-json_values = st.recursive(json_scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                                  st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+json_values = st.recursive(json_scalars,
+                           lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                   st.dictionaries(st.text(max_size=6), inner, max_size=3)),
                            max_leaves=8)
-message = st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["user", "system", "assistant", "tool", "x"]), json_scalars),
+message = st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["user", "system", "assistant", "tool", "x"]),
+                                                   json_scalars),
                                  "content": st.one_of(st.text(max_size=20), json_values)})
 
 
@@ -313,8 +324,10 @@ def test_reference_api_fuzzed_json_never_500(refserver):
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(raw=st.one_of(st.binary(max_size=300), st.text(max_size=100).map(str.encode),
                      st.sampled_from([b"[" * 100_000, b'{"a":' * 50_000, b"NaN", b'{"model": NaN}', b"\xff\xfe",
-                                      b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": Infinity}',
-                                      b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "seed": -1, "max_tokens": 1}',
+                                      (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], '
+                                       b'"max_tokens": Infinity}'),
+                                      (b'{"model": "tiny", "messages": [{"role": "user", "content": "x"}], '
+                                       b'"seed": -1, "max_tokens": 1}'),
                                       b'{"model": "tiny", "prompt": "x", "temperature": NaN, "max_tokens": 1}'])),
        ctype=st.sampled_from(["application/json", "text/plain", "", "multipart/form-data"]))
 def test_reference_api_fuzzed_bytes_never_500(refserver, raw, ctype):
@@ -333,11 +346,13 @@ def test_reference_api_body_size_and_max_tokens_limits(refserver):
     ctx = srv.resolved["model_spec"]["max_model_len"]
 
     def chat(**kw):
-        return c.post("/v1/chat/completions", json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], **kw}).encode())
+        return c.post("/v1/chat/completions",
+                      json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], **kw}).encode())
 
     for mt, param, words in [(0, "max_tokens", "at least 1"), (-1, "max_tokens", "at least 1"),
                              (ctx, "max_tokens", str(ctx)), (10**30, "max_tokens", str(ctx)),
-                             ("5", "max_tokens", "integer"), (True, "max_tokens", "integer"), (2.5, "max_tokens", "integer")]:
+                             ("5", "max_tokens", "integer"), (True, "max_tokens", "integer"),
+                             (2.5, "max_tokens", "integer")]:
         status, data = chat(max_tokens=mt)
         err = json.loads(data)["error"]
         assert status == 400 and err["param"] == param and words in err["message"], (mt, err)

@@ -41,7 +41,8 @@ def test_same_server_twice_is_not_a_regression_slower_server_is(tmp_path, known_
     assert p50["significant"] and not p50["regressed"] and p50["ratio"] == pytest.approx(1.5, rel=0.1)
     assert r4.exit_code == 0
     # the gate command gives the same verdicts from the RunDirs alone
-    g = subprocess.run(LATBENCH + ["gate", str(r3.rundir.path), "--baseline", str(r1.rundir.path)], capture_output=True, text=True)
+    g = subprocess.run(LATBENCH + ["gate", str(r3.rundir.path), "--baseline", str(r1.rundir.path)],
+                       capture_output=True, text=True)
     assert g.returncode == 1 and "regressed" in g.stdout
     g = subprocess.run(LATBENCH + ["gate", str(r2.rundir.path)], capture_output=True, text=True)
     assert g.returncode == 0 and "PASSED" in g.stdout

@@ -197,7 +197,8 @@ def test_full_disk_while_writing_the_rundir(tmp_path):
         (disk / "filler").write_bytes(b"\0" * (1024 * 1024 - 160 * 1024))  # leave ~160 kB
         with BadServer(default_mode="ok") as srv:
             path = write_scenario(tmp_path, _scenario(f"http://127.0.0.1:{srv.port}/ok/v1", qps=400, duration="6s",
-                                                      workload="workload: {prompts: {input_tokens: 4, output_tokens: 1, distinct: 1}}"))
+                                                      workload=("workload: {prompts: {input_tokens: 4, "
+                                                                "output_tokens: 1, distinct: 1}}")))
             t = time.perf_counter()
             p = _start(["run", str(path), "--out", str(disk / "runs"), "--quiet"])
             out, _ = p.communicate(timeout=60)

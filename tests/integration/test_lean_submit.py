@@ -60,7 +60,8 @@ def test_submit_calls_back_once_never_from_inside_submit_and_reuses_the_connecti
             for _ in range(2):
                 fut = asyncio.get_running_loop().create_future()
                 out = Outcome()
-                call = t.submit(req, ResponseHandler(), out, lambda c, f=fut: (done.append(c), f.set_result(None)), "ctx")
+                call = t.submit(req, ResponseHandler(), out, lambda c, f=fut: (done.append(c), f.set_result(None)),
+                                "ctx")
                 assert not done or done[-1] is not call  # not called from inside submit
                 await asyncio.wait_for(fut, 5)
                 assert done[-1] is call and call.finished and call.ctx == "ctx"

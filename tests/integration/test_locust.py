@@ -41,7 +41,8 @@ def test_seq_bases_and_closed_seqs_do_not_collide():
 
 
 def test_the_calling_process_never_imports_locust_or_gevent():
-    code = ("import sys, loadgen.engine.locust as e, loadgen.engine.locust.launch, loadgen.cli.worker, loadgen.cli.main;"
+    code = ("import sys, loadgen.engine.locust as e, loadgen.engine.locust.launch, loadgen.cli.worker, "
+            "loadgen.cli.main;"
             "e.LocustResult; assert not {'locust', 'gevent'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
@@ -51,7 +52,8 @@ def test_the_calling_process_never_imports_locust_or_gevent():
 @pytest.fixture(scope="module")
 def reference_server():
     proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--port", "0", "--model", "tiny",
-                             "--arch", "optimized"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             "--arch", "optimized"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
     url = None
     for line in proc.stdout:
         if line.startswith("LATBENCH_SERVER_URL="):
@@ -169,8 +171,9 @@ def test_a_worker_joining_from_another_process_over_the_master_port(tmp_path, kn
         port = s.getsockname()[1]
     path = scenario(tmp_path, srv.url, qps=20, duration=3, stream=False)
     latbench = [sys.executable, "-m", "loadgen.cli"]
-    master = subprocess.Popen(latbench + ["run", str(path), "--engine", "locust", "--workers", "1", "--expect-workers", "1",
-                                          "--master-bind", f"127.0.0.1:{port}", "--out", str(tmp_path / "runs"), "--quiet"],
+    master = subprocess.Popen(latbench + ["run", str(path), "--engine", "locust", "--workers", "1",
+                                          "--expect-workers", "1", "--master-bind", f"127.0.0.1:{port}",
+                                          "--out", str(tmp_path / "runs"), "--quiet"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     threading.Event().wait(2.0)
     worker = subprocess.Popen(latbench + ["worker", "--master", f"127.0.0.1:{port}", "--label", "remote-a"], cwd=ROOT,

@@ -37,7 +37,8 @@ def test_torch_matches_numpy_in_fp32(tiny_weights):
     for p, a, b in zip(prompts, rc, tc):
         np.testing.assert_allclose(ref.prefill(p, a), tm.prefill(p, b), rtol=1e-3, atol=1e-3)
     for step in range(3):
-        np.testing.assert_allclose(ref.decode([70 + step] * 2, rc), tm.decode([70 + step] * 2, tc), rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(ref.decode([70 + step] * 2, rc), tm.decode([70 + step] * 2, tc),
+                                   rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
@@ -53,7 +54,8 @@ def test_torch_low_precisions_run(tiny_weights, precision):
 
 
 def test_server_on_torch_backend(weights_dir):
-    config = ServerConfig.from_preset("optimized", model="tiny", backend="torch", cache_dir=weights_dir, max_batch_size=4)
+    config = ServerConfig.from_preset("optimized", model="tiny", backend="torch", cache_dir=weights_dir,
+                                      max_batch_size=4)
     with BackgroundServer(config) as srv:
         assert srv.resolved["backend"] == "torch:cpu"
         body = json.dumps({"model": "tiny", "prompt": "torch", "max_tokens": 5}).encode()
@@ -65,7 +67,8 @@ def test_server_on_torch_backend(weights_dir):
                         break
             except OSError:
                 time.sleep(0.05)
-        req = urllib.request.Request(srv.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(srv.url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as r:
             assert r.headers["x-backend"] == "torch:cpu"
             assert len(json.loads(r.read())["choices"][0]["text"]) == 5

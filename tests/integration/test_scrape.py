@@ -83,7 +83,8 @@ def test_scrapes_prometheus_text_into_csv_and_the_report_derives_rates(tmp_path)
     times = sorted(set(df["time"]))
     assert len(times) == s.scrapes and 0 < times[0] < 0.5 and all(0.1 < b - a < 0.4 for a, b in zip(times, times[1:]))
     hits = df[df["metric"] == "refserver:cache_hits_total"]
-    assert list(hits["value"]) == [3.0 * (i + 1) for i in range(s.scrapes)] and set(hits["labels"]) == {'backend="test"'}
+    assert (list(hits["value"]) == [3.0 * (i + 1) for i in range(s.scrapes)]
+            and set(hits["labels"]) == {'backend="test"'})
     assert set(df.loc[df["metric"] == "refserver:gpu_utilization_percent", "labels"]) == {'backend="te\\"st"'}
     panels = {title: series.dropna() for title, _, series in panel_series(df)}
     assert set(panels) == {"batch size", "queue time", "cache hit rate", "GPU utilization"}

@@ -55,7 +55,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
 
 
 async def sized(request: web.Request) -> web.Response:
-    return web.Response(body=b"x" * int(request.query.get("n", "50000")), status=int(request.query.get("status", "200")))
+    return web.Response(body=b"x" * int(request.query.get("n", "50000")),
+                        status=int(request.query.get("status", "200")))
 
 
 async def cut(request: web.Request) -> web.StreamResponse:
@@ -318,7 +319,8 @@ def test_lean_writes_the_request_it_was_given(servers):
         t = LeanTransport()
         await t.start()
         out = Outcome()
-        req = Request("POST", f"http://127.0.0.1:{port}/a/b?q=1", "/a/b?q=1", (("X-K", "v"), ("Content-Length", "9")), b"abc", False)
+        req = Request("POST", f"http://127.0.0.1:{port}/a/b?q=1", "/a/b?q=1", (("X-K", "v"), ("Content-Length", "9")),
+                      b"abc", False)
         await t.send(req, ResponseHandler(), out)
         await t.close()
         srv.close()

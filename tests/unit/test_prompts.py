@@ -49,7 +49,8 @@ def test_distinct_prompts_share_no_prefix():
 
 @pytest.mark.parametrize(
     "dist, mean",
-    [({"mean": 128, "stddev": 32}, 128), ({"mean": 16, "stddev": 4}, 16), ({"mean": 2000, "stddev": 500}, 2000), (300, 300)],
+    [({"mean": 128, "stddev": 32}, 128), ({"mean": 16, "stddev": 4}, 16), ({"mean": 2000, "stddev": 500}, 2000),
+     (300, 300)],
 )
 def test_token_length_mean_as_requested(dist, mean):
     src = make_prompt_source(wl(input_tokens=dist, distinct=2000), 1, Path("."))
@@ -61,7 +62,8 @@ def test_token_length_mean_as_requested(dist, mean):
 
 
 def test_lengths_clipped_and_max_tokens_override():
-    w = wl(input_tokens={"mean": 50, "stddev": 100, "min": 20, "max": 60}, output_tokens={"mean": 10, "stddev": 50, "min": 5, "max": 12}, distinct=500)
+    w = wl(input_tokens={"mean": 50, "stddev": 100, "min": 20, "max": 60},
+           output_tokens={"mean": 10, "stddev": 50, "min": 5, "max": 12}, distinct=500)
     ps = [make_prompt_source(w, 2, Path(".")).get(i) for i in range(500)]
     assert {20, 60} <= {p.input_tokens for p in ps} and all(20 <= p.input_tokens <= 60 for p in ps)
     assert all(5 <= p.max_tokens <= 12 for p in ps)
@@ -94,7 +96,8 @@ def test_dataset_prompts_messages_and_max_tokens(tmp_path):
 
 def test_dataset_workload_max_tokens_wins_and_distinct_limits(tmp_path):
     write(tmp_path, [{"prompt": f"p{i}", "max_tokens": 5} for i in range(10)])
-    src = make_prompt_source(Workload(dataset=str(tmp_path / "data.jsonl"), max_tokens=9, prompts={"distinct": 3}), 0, Path("/"))
+    src = make_prompt_source(Workload(dataset=str(tmp_path / "data.jsonl"), max_tokens=9, prompts={"distinct": 3}), 0,
+                             Path("/"))
     assert len(src) == 3 and {src.get(i).max_tokens for i in range(3)} == {9}
 
 

@@ -38,7 +38,8 @@ def test_overrides_flags_and_ms_aliases():
     assert c.cache_size == 0 and c.max_queue_delay_s == pytest.approx(0.005) and c.preload
     c = config_from_args(["--arch", "optimized", "--no-preload", "--max-batch-size", "4", "--slow-ms", "250",
                           "--stall-ms", "100", "--stall-every-s", "2", "--precision", "int8"])
-    assert (c.preload, c.warmup, c.max_batch_size, c.slow_s, c.stall_s, c.precision) == (False, True, 4, 0.25, 0.1, "int8")
+    assert ((c.preload, c.warmup, c.max_batch_size, c.slow_s, c.stall_s, c.precision)
+            == (False, True, 4, 0.25, 0.1, "int8"))
     with pytest.raises(ValueError, match="unknown server setting"):
         ServerConfig.from_preset("naive", bogus=1)
     with pytest.raises(ValueError, match="error_rate"):

@@ -51,7 +51,8 @@ def test_three_mistakes_are_reported_together_with_their_lines(tmp_path):
     assert len(errs) == 3
     f = str(tmp_path / "s.yaml")
     assert errs[0].startswith(f"{f}:8:") and "load.phases[0].colour: unknown field" in errs[0]
-    assert errs[1].startswith(f"{f}:9:") and "load.phases[1].qps: expected a number or a percentage, got 'fast'" in errs[1]
+    assert (errs[1].startswith(f"{f}:9:")
+            and "load.phases[1].qps: expected a number or a percentage, got 'fast'" in errs[1])
     assert errs[2].startswith(f"{f}:13:") and "unknown metric 'latncy'" in errs[2]
 
 
@@ -127,7 +128,8 @@ def test_slo_lines_parse(text, metric, stat, op, threshold, scope):
     assert s.threshold == pytest.approx(threshold)
 
 
-@pytest.mark.parametrize("text", ["latency < 1s", "latency.p99 = 1s", "qps.p99 < 1s", "error_rate < lots", "latency.p99 < fast"])
+@pytest.mark.parametrize("text", ["latency < 1s", "latency.p99 = 1s", "qps.p99 < 1s", "error_rate < lots",
+                                  "latency.p99 < fast"])
 def test_bad_slo_lines_are_refused(text):
     with pytest.raises(ValueError):
         parse_slo(text)

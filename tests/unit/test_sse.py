@@ -77,7 +77,8 @@ def streams(draw):
         eol = lambda: draw(st.sampled_from(["\r\n", "\n", "\r"]))  # noqa: E731
         datas = draw(st.lists(_text, max_size=3))
         for kind in draw(st.lists(st.sampled_from(["comment", "id", "retry", "event"]), max_size=2)):
-            out.append({"comment": ": ping", "id": "id: 7", "retry": "retry: 10", "event": "event: message"}[kind] + eol())
+            out.append({"comment": ": ping", "id": "id: 7", "retry": "retry: 10", "event": "event: message"}[kind]
+                       + eol())
         for d in datas:
             sep = " " if d.startswith(" ") else draw(st.sampled_from(["", " "]))  # one leading space is dropped
             out.append("data:" + sep + d + eol())
@@ -85,7 +86,8 @@ def streams(draw):
         if datas:
             expected.append("\n".join(datas).encode())
     # A CR line end followed by an LF one would read as one CRLF: write that LF as CRLF instead.
-    text = "".join(o if i == 0 or not o.startswith("\n") or not out[i - 1].endswith("\r") else "\r" + o for i, o in enumerate(out))
+    text = "".join(o if i == 0 or not o.startswith("\n") or not out[i - 1].endswith("\r") else "\r" + o
+                   for i, o in enumerate(out))
     return text.encode(), expected
 
 

@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if len(workers) < n_expected:
         interrupted = True
-        notes.append(f"only {len(workers)} of {n_expected} Locust workers joined within {a.connect_timeout:g} s; nothing was sent")
+        notes.append(f"only {len(workers)} of {n_expected} Locust workers joined within {a.connect_timeout:g} s; "
+                     "nothing was sent")
     else:
         order = sorted(workers, key=lambda cid: workers[cid]["label"])[:n_expected]  # k by name, reproducibly
         n = len(order)
