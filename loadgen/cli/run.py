@@ -24,6 +24,7 @@ from loadgen.errors import RunDirWriteError
 from loadgen.run.gate import gate_rundir
 from loadgen.run.runner import RunResult, run_scenario
 from loadgen.run.signals import install_signal_handlers
+from loadgen.units import parse_duration
 from reports import write_outputs
 
 
@@ -49,15 +50,25 @@ from reports import write_outputs
               help="locust: where the master listens")
 @click.option("--processes", default=0, type=click.IntRange(0, 64), metavar="N",
               help="native: generator processes [default: 1 when the target runs on this machine, else cores - 1]")
+@click.option("--repeat", "repeat_runs", type=click.IntRange(1, 100), metavar="N",
+              help="run the scenario N times (each from a fresh managed server, interleaved across targets) and "
+                   "judge the SLOs and --baseline on the runs together [default: the scenario's repeat.runs, 1]")
+@click.option("--pause", metavar="DURATION", help="wait between repeated runs, e.g. 5s [default: repeat.pause]")
 @exits_on_errors
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
         baseline: str | None, max_regression: str, engine: str, workers: int, expect_workers: int, master_bind: str,
-        processes: int) -> None:
+        processes: int, repeat_runs: int | None, pause: str | None) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
     if baseline is not None and not (Path(baseline) / "meta.json").is_file():
         raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
+    try:
+        pause_s = None if pause is None else parse_duration(pause)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pause") from None
     loaded = load_or_exit(scenario)
+    repeat = loaded.scenario.repeat.model_copy(update={k: v for k, v in (("runs", repeat_runs), ("pause", pause_s))
+                                                       if v is not None})
     scrub_logs(loaded.secrets)
     display = StatusDisplay(out_console)
     current = {}
@@ -83,7 +94,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     install_signal_handlers(lambda: current.get("engine"), display.say)
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
-                              baseline=baseline, max_regression=allowance, opts=opts)
+                              baseline=baseline, max_regression=allowance, opts=opts, repeat=repeat)
     except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
         display.close()
         click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "

@@ -18,20 +18,32 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadgen.analysis.between import baseline_reasons, compare_baseline
 from loadgen.analysis.coldstart import StartRun, cold_start_summary
 from loadgen.analysis.metrics import summarize
-from loadgen.analysis.regression import compare_runs, regression_reasons
+from loadgen.analysis.repeats import RepeatRun, group_outcomes, repeats_summary
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
-from loadgen.records.rundir import COLD_START, META, REGRESSION, REQUESTS, SUMMARY, RunDir, safe_name, write_json
+from loadgen.records.rundir import (
+    COLD_START,
+    META,
+    REGRESSION,
+    REPEATS,
+    REQUESTS,
+    SUMMARY,
+    RunDir,
+    safe_name,
+    write_json,
+)
 from loadgen.records.schema import read_records
 from loadgen.redact import scrub
+from loadgen.run.repetitions import plan_runs
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
-from loadgen.scenario.model import Target
+from loadgen.scenario.model import Repeat, Target
 from loadgen.schedule.arrivals import plan_phases
 from loadgen.version import __version__
 
@@ -50,10 +62,12 @@ class TargetRun:
     error: str | None = None
     failed_fast: str | None = None
     interrupted: bool = False
-    group: str | None = None  # the target a fresh start belongs to (cold-start studies)
+    group: str | None = None  # the target a fresh start or a repetition belongs to
+    repetition: int | None = None  # repeated runs: which one (its objectives are judged over all of them)
 
     def outcome(self) -> TargetOutcome:
-        return TargetOutcome(self.name, self.summary, self.error, self.failed_fast, self.interrupted)
+        return TargetOutcome(self.name, self.summary, self.error, self.failed_fast, self.interrupted,
+                             slo=[] if self.repetition is not None else None)
 
     @property
     def stops_run(self) -> bool:
@@ -108,17 +122,24 @@ def check_baseline(baseline: str | None) -> None:
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
                  on_engine: OnEngine | None = None, exact_out: bool = False,
                  fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10,
-                 opts: EngineOptions | None = None) -> RunResult:
+                 opts: EngineOptions | None = None, repeat: Repeat | None = None) -> RunResult:
     """Run every target of a scenario, write the RunDir, and return the verdict.
 
     ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
     ``on_engine`` is called with each engine before it starts (the CLI attaches its display there).
     ``fail_fast`` stops a target as soon as an objective can no longer be met. ``baseline`` names a
-    RunDir to check for regressions beyond ``max_regression`` (a fraction).
+    RunDir to check for regressions beyond ``max_regression`` (a fraction). ``repeat`` (default: the
+    scenario's) runs everything several times, interleaved (:mod:`loadgen.run.repetitions`), and judges
+    the objectives over the runs (:mod:`loadgen.analysis.repeats`).
     """
     check_baseline(baseline)
     opts = opts or EngineOptions()
     sc = loaded.scenario
+    repeat = repeat or sc.repeat
+    if repeat.runs > 1 and sc.load.starts > 1:
+        raise UsageError("repeated runs and load.starts both repeat the run from fresh servers: give one of them")
+    if repeat.runs > 1 and fail_fast:
+        raise UsageError("--fail-fast judges one run; repeated runs are judged together: drop one of them")
     rd = RunDir.create(out, sc.name, exact=exact_out)
     rd.write_scenario(loaded.redacted())
     rd.write_metric_definitions()
@@ -127,36 +148,43 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
         targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
     secrets = loaded.secrets
     meta = host_meta(sc.name, opts.engine)
+    if repeat.runs > 1:
+        meta["repeat"] = repeat.model_dump()
     rd.write_meta(meta, secrets)
     runs: list[TargetRun] = []
     slack = FAIL_FAST_SLACK if fail_fast else None
-    expected = 0
-    for index, target in enumerate(targets):
-        starts = sc.load.starts if (target.reference or target.command) else 1
-        expected += starts
-        for k in range(1, starts + 1):
-            name = target.name if starts == 1 else f"{target.name}-start{k}"
-            tr = _run_one(loaded, target, name, rd, meta, on_engine, slack, index, opts)
-            if starts > 1:
-                tr.group = target.name
-                meta["targets"][-1].update(group=target.name, start=k)
-                rd.write_meta(meta, secrets)
-            runs.append(tr)
-            if tr.stops_run:
-                break
-        if runs and runs[-1].stops_run:
+    plan = plan_runs(targets, sc.load.starts, repeat.runs)
+    expected = len(plan)
+    for i, slot in enumerate(plan):
+        if i and repeat.pause > 0:
+            time.sleep(repeat.pause)
+        tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts)
+        if slot.group is not None:
+            tr.group, tr.repetition = slot.group, slot.repetition
+            meta["targets"][-1].update(slot.meta_fields())
+            rd.write_meta(meta, secrets)
+        runs.append(tr)
+        if tr.stops_run:
             break
     interrupted = bool(runs) and runs[-1].interrupted
     if sc.load.starts > 1:
         starts_run = [StartRun(tr.group or tr.name, tr.dir, tr.server, tr.summary is not None) for tr in runs]
         write_json(rd.path / COLD_START, cold_start_summary(starts_run, rd.path), secrets)
+    groups = []
+    if repeat.runs > 1:
+        repeats = repeats_summary([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
+                                  sc.slo, repeat.judge, order=[tr.dir for tr in runs])
+        write_json(rd.path / REPEATS, repeats, secrets)
+        groups = group_outcomes(repeats)
     regressions = []
     if baseline is not None and not interrupted:
-        regression = compare_runs(rd, RunDir(baseline), max_regression)
+        regression = compare_baseline(rd, RunDir(baseline), max_regression)
         write_json(rd.path / REGRESSION, regression)
-        regressions = regression_reasons(regression)
+        regressions = baseline_reasons(regression)
+        for note in regression["notes"]:
+            log.warning("baseline: %s", note)
     verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
-                    regressions=regressions)
+                    regressions=regressions, groups=groups)
     meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
                 exit_code=verdict.exit_code, verdict=verdict.to_json())
     rd.write_meta(meta, secrets)

@@ -242,6 +242,18 @@ class Load(Strict):
         return self
 
 
+class Repeat(Strict):
+    """Run the whole scenario several times, each run from a fresh managed server, interleaved across targets."""
+
+    runs: int = Field(1, ge=1, le=100, description="how many times to run the scenario (3 or 5 for a CI gate); each "
+                                                   "run's records are kept, and the verdict is on the runs together")
+    pause: Duration = Field(0.0, description="wait this long between two runs (e.g. 5s: let the machine settle)")
+    judge: Literal["median", "upper"] = Field(
+        "median", description="how objectives are judged over the runs: median = the median run must meet it; "
+                              "upper = the pessimistic bound of the between-run 95% interval must (per objective: "
+                              "suffix '@median' or '@upper')")
+
+
 def _slo_line(v: Any) -> SLO:
     if isinstance(v, SLO):
         return v
@@ -267,6 +279,13 @@ class Scenario(Strict):
     workload: Workload = Field(default_factory=Workload)
     load: Load
     slo: list[SloLine] = Field(default_factory=list)
+    repeat: Repeat = Field(default_factory=Repeat, description="repeated runs: between-run intervals and verdicts")
+
+    @model_validator(mode="after")
+    def _one_repetition_model(self):
+        if self.repeat.runs > 1 and self.load.starts > 1:
+            raise ValueError("repeat.runs and load.starts both repeat the run from fresh servers: give one of them")
+        return self
 
     @model_validator(mode="after")
     def _targets(self):
