@@ -15,6 +15,8 @@ def _measured(r: dict) -> str:
     kind = fmt.slo_kind(r)
     unit = " ms" if kind == "ms" else ""
     text = f"measured {fmt.fmt(r.get('value'), kind)}{unit}"
+    if r.get("basis"):  # judged over repeated runs
+        text += f" ({r['basis']}: {', '.join(fmt.fmt(x, kind) for x in r.get('values') or [])}{unit})"
     if r.get("ci"):
         text += f", 95% CI {fmt.ci(r['ci'], kind)}{unit}"
     if r.get("reason"):
@@ -22,25 +24,33 @@ def _measured(r: dict) -> str:
     return text
 
 
+def _suites(run: RunData) -> list[tuple[str, list[dict], float]]:
+    """(name, objective results, seconds) per test suite: per target, or per repeated target over its runs."""
+    if run.repeats:
+        secs = {td.name: float((td.summary or {}).get("duration_s") or 0) for td in run.targets}
+        return [(group, g.get("slo") or [], sum(secs.get(r["dir"], 0.0) for r in g["runs"]))
+                for group, g in run.repeats.get("targets", {}).items()]
+    return [(td.name, (td.summary or {}).get("slo") or [], float((td.summary or {}).get("duration_s") or 0))
+            for td in run.targets]
+
+
 def render_junit(run: RunData) -> str:
     root = ET.Element("testsuites", name=f"latbench: {run.name}")
     v = model.verdict(run)
     total = failures = 0
-    for td in run.targets:
-        s = td.summary or {}
-        results = [r for r in s.get("slo") or [] if r.get("applies", True)]
+    for name, slos, seconds in _suites(run):
+        results = [r for r in slos if r.get("applies", True)]
         nfail = sum(1 for r in results if not r.get("passed"))
-        suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {td.name}", tests=str(len(results)),
-                              failures=str(nfail), errors="0", skipped="0",
-                              time=f"{float(s.get('duration_s') or 0):.3f}")
+        suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {name}", tests=str(len(results)),
+                              failures=str(nfail), errors="0", skipped="0", time=f"{seconds:.3f}")
         for r in results:
-            case = ET.SubElement(suite, "testcase", name=str(r.get("expr")), classname=f"latbench.{td.name}")
+            case = ET.SubElement(suite, "testcase", name=str(r.get("expr")), classname=f"latbench.{name}")
             if not r.get("passed"):
                 f = ET.SubElement(case, "failure", message=f"{r.get('expr')}: {_measured(r)}", type="SLO")
-                f.text = f"{td.name}: objective {r.get('expr')} missed; {_measured(r)}"
+                f.text = f"{name}: objective {r.get('expr')} missed; {_measured(r)}"
             else:
                 ET.SubElement(case, "system-out").text = _measured(r)
-        warn = [w for w in v["warnings"] if w.startswith(td.name + ":") or "INCOMPLETE" in w]
+        warn = [w for w in v["warnings"] if w.startswith((name + ":", name + "-rep")) or "INCOMPLETE" in w]
         if warn:
             ET.SubElement(suite, "system-err").text = "\n".join(warn)
         total += len(results)

@@ -19,7 +19,7 @@ import yaml
 
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
-from loadgen.records.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
+from loadgen.records.rundir import META, REPEATS, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
 from loadgen.records.schema import read_records, records_exist
 from loadgen.scenario.model import Load
 from loadgen.scenario.slo import parse_slo
@@ -85,6 +85,7 @@ class RunData:
     meta: dict
     scenario: dict
     targets: list[TargetData] = field(default_factory=list)
+    repeats: dict | None = None  # repeats.json of a repeated run (loadgen.analysis.repeats)
 
     @property
     def name(self) -> str:
@@ -121,7 +122,7 @@ def load_rundir(path) -> RunData:
         if p.is_dir() and ((p / SUMMARY).exists() or records_exist(p / REQUESTS))]
     if not meta and not entries:
         raise RunDirError(f"{path}: no meta.json and no target folders: not a latbench RunDir")
-    run = RunData(path, meta, scenario)
+    run = RunData(path, meta, scenario, repeats=_read_json(path / REPEATS))
     for e in entries:
         tdir = path / str(e.get("dir") or e.get("name"))
         td = TargetData(str(e.get("name") or tdir.name), tdir, e, _read_json(tdir / SUMMARY))

@@ -6,8 +6,9 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from reports import fmt, model
+from reports import fmt, model, repeats
 from reports.loader import RunData
+from reports.report import run_comparison
 
 ICON = {"passed": "✅", "failed": "❌", "invalid": "⚠️"}
 
@@ -36,11 +37,12 @@ def render_markdown(run: RunData) -> str:
     lines += [f"- ⚠️ {esc(w)}" for w in v["warnings"]]
     if v["failed"] or v["warnings"]:
         lines.append("")
-    slos = model.slo_rows(run.targets)
+    slos = repeats.slo_rows(run.repeats) if run.repeats else model.slo_rows(run.targets)
     if slos:
         lines += _table(["target", "objective", "measured", "95% CI", "result"],
                         [[esc(r["target"]), code(r["expr"]),
-                          r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
+                          r["value"].text + (" ms" if r["value"].kind == "ms" else "")
+                          + (f" ({esc(r['reason'])}; runs {r['runs']})" if r.get("runs") else ""),
                           r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
     rows = []
     for td in run.targets:
@@ -59,7 +61,7 @@ def render_markdown(run: RunData) -> str:
     if rows:
         lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
                          "achieved req/s"], rows)
-    cmp = model.comparison([(td.name, td.summary) for td in run.targets])
+    cmp = run_comparison(run)
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(
             f"{esc(r['label'])}: {', '.join(r['ratios'])}" for r in cmp["rows"][1:]), ""]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports import model
+from reports import model, repeats
 from reports.figures import overview_figures, target_figures
 from reports.html import render
 from reports.loader import RunData
@@ -33,13 +33,22 @@ def run_context(run: RunData) -> dict:
         "scenario": run.name,
         "header": model.header(run),
         "verdict": model.verdict(run),
-        "slos": model.slo_rows(run.targets),
-        "comparison": model.comparison([(td.name, td.summary) for td in run.targets]),
+        "slos": repeats.slo_rows(run.repeats) if run.repeats else model.slo_rows(run.targets),
+        "comparison": run_comparison(run),
+        "between": repeats.section(run.repeats),
         "overview": overview_figures(labelled),
         "targets": [target_section(td, i) for i, td in enumerate(run.targets)],
         "pcts": model.PCTS,
         "throughput_cols": [c[2] for c in model.THROUGHPUT],
     }
+
+
+def run_comparison(run: RunData) -> dict | None:
+    """The targets side by side; a repeated run's targets by the median of their runs, with per-run dots."""
+    if run.repeats:
+        groups = {name: g | {"name": name} for name, g in run.repeats.get("targets", {}).items()}
+        return model.comparison([(name, None) for name in groups], groups)
+    return model.comparison([(td.name, td.summary) for td in run.targets])
 
 
 def render_run(run: RunData) -> str:
