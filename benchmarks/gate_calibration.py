@@ -1,6 +1,7 @@
 """Does the baseline gate cry wolf on a noisy machine, and does it catch real slow-downs? A calibration.
 
-    python benchmarks/gate_calibration.py [--rounds 60] [--trials 300] [--duration 1.2] [--qps 150] [--seed 1]
+    python benchmarks/gate_calibration.py [--rounds 60] [--trials 400] [--duration 1.2] [--qps 150] [--seed 1]
+                                          [--save-pool FILE | --pool FILE] [--no-reference]
 
 The target is the known-latency server of ``tests/servers.py`` (its ``/sleep?ms=M&sigma=S`` route answers
 after M * LogNormal(0, S) ms). Every run draws a drift factor uniformly from [0.8, 1.2] and multiplies its
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -212,15 +214,23 @@ def main(argv=None) -> None:
     ap.add_argument("--qps", type=float, default=150.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-reference", action="store_true", help="skip the reference-server sanity check")
+    ap.add_argument("--save-pool", metavar="FILE", help="keep the pool of runs (summaries and records) in FILE")
+    ap.add_argument("--pool", metavar="FILE", help="judge a pool saved by --save-pool instead of making one")
     a = ap.parse_args(argv)
     rng = np.random.default_rng(a.seed)
     t0 = time.perf_counter()
     proc, port = start_server()
     try:
         with tempfile.TemporaryDirectory(prefix="latbench-calibration-") as tmp:
-            print(f"pool: {a.rounds} rounds x 5 runs of {a.duration:g} s at {a.qps:g} req/s; server {BASE_MS:g} ms "
-                  f"x LogNormal(0, {SIGMA}) x drift U{DRIFT} x slow-down", flush=True)
-            pool = build_pool(port, Path(tmp), a.rounds, a.duration, a.qps, rng)
+            if a.pool:
+                pool = pickle.loads(Path(a.pool).read_bytes())
+                print(f"pool: {sum(len(v) for v in pool.values())} runs read from {a.pool}", flush=True)
+            else:
+                print(f"pool: {a.rounds} rounds x 5 runs of {a.duration:g} s at {a.qps:g} req/s; server "
+                      f"{BASE_MS:g} ms x LogNormal(0, {SIGMA}) x drift U{DRIFT} x slow-down", flush=True)
+                pool = build_pool(port, Path(tmp), a.rounds, a.duration, a.qps, rng)
+            if a.save_pool:
+                Path(a.save_pool).write_bytes(pickle.dumps(pool))
             drifts = [r["drift"] for r in pool[1.0]]
             p50 = [run_value(r["summary"], "latency.p50") * 1e3 for r in pool[1.0]]
             print(f"  unchanged runs: {len(drifts)}, drift {min(drifts):.2f}..{max(drifts):.2f}; "

@@ -186,6 +186,46 @@ def repeat_groups(meta_targets: list[dict]) -> dict[str, list[dict]]:
     return groups
 
 
+def bracket_spread(results: list[dict]) -> dict:
+    """Across repeated capacity searches (each capacity.json's content): each search's bracket, and the
+    median and between-search 95% interval (log scale) of the rate held and of the first failing rate.
+    A search that held no rate, or found no failing one, is left out of that rate's figures."""
+    held = [r.get("max_sustainable_qps") for r in results]
+    failing = [r.get("first_failing_qps") for r in results]
+    out = {"searches": len(results), "method": METHOD,
+           "held": between(held, scale_for("achieved_qps", held)),
+           "failing": between(failing, scale_for("achieved_qps", failing)),
+           "brackets": [r.get("bracket") for r in results]}
+    med = out["held"]["median"]
+    expected = next((r.get("expected_qps") for r in results if r.get("expected_qps")), None)
+    low = out["held"]["ci"][0] if out["held"]["ci"] else None
+    out["headroom"] = (med / expected - 1.0) if (med is not None and expected) else None
+    out["headroom_low"] = (low / expected - 1.0) if (low is not None and expected) else None
+    return out
+
+
+def spread_headline(top: dict) -> str:
+    """The answer of a repeated capacity search, for people: the median bracket and how far searches differ."""
+    sp = top["spread"]
+    held, failing = sp["held"], sp["failing"]
+    each = "; ".join(f"{b[0]:.4g}..{b[1]:.4g}" if b and None not in b else
+                     (f"{b[0]:.4g}..none" if b and b[0] is not None else "none passed") for b in sp["brackets"])
+    if held["median"] is None:
+        return f"no rate passed in any of {sp['searches']} searches"
+    text = f"holds {held['median']:.4g} req/s (median of {held['n']} searches"
+    if held["ci"]:
+        text += f"; between-search 95% interval {held['ci'][0]:.4g}..{held['ci'][1]:.4g}"
+    text += ")"
+    if failing["median"] is not None:
+        text += f", fails at {failing['median']:.4g} req/s"
+    text += f"; brackets: {each}"
+    if sp["headroom"] is not None:
+        text += f"; headroom {sp['headroom'] * 100:+.0f}%"
+        if sp["headroom_low"] is not None:
+            text += f" (at the interval's lower bound {sp['headroom_low'] * 100:+.0f}%)"
+    return text
+
+
 def describe_between(b: dict, unit: str = "ms") -> str:
     """'median 212 ms over 3 runs, 95% interval 190..240 ms' for people (seconds in, ms shown)."""
     show = fmt_ms if unit == "ms" else (lambda v: f"{v * 100:.2f}%" if unit == "pct" else f"{v:.4g}")
