@@ -15,6 +15,11 @@ ROWS = tuple((f"{m}.{s}", f"{label} {s}", "ms") for m, label in (("latency", "la
                                                          ("achieved_qps", "achieved req/s", "rate"))
 
 
+def ci_kind(kind: str) -> str:
+    """The data-fmt of an interval cell: 'ci' for milliseconds (as elsewhere), 'ci-pct' / 'ci-rate' otherwise."""
+    return "ci" if kind == "ms" else f"ci-{kind}"
+
+
 def between_tables(repeats: dict) -> list[dict]:
     """Per target: one row per statistic measured, with each run's value, the median, the 95% interval
     and a strip of the runs (dots), the interval (band) and the median (tick)."""
@@ -31,7 +36,7 @@ def between_tables(repeats: dict) -> list[dict]:
                          "runs": [Cell(fmt.fmt(v, kind), f"{base}/values/{i}", kind, group)
                                   for i, v in enumerate(st["values"])],
                          "median": Cell(fmt.fmt(st["median"], kind), f"{base}/median", kind, group),
-                         "ci": Cell(fmt.ci(st["ci"], kind), f"{base}/ci", "ci", group)
+                         "ci": Cell(fmt.ci(st["ci"], kind), f"{base}/ci", ci_kind(kind), group)
                          if st.get("ci") else Cell(fmt.DASH),
                          "strip": strip})
         out.append({"name": group, "runs": [r["dir"] for r in g["runs"]], "rows": rows})
@@ -50,7 +55,7 @@ def slo_rows(repeats: dict) -> list[dict]:
             rows.append({
                 "target": group, "expr": r.get("expr", ""), "passed": bool(r.get("passed")),
                 "value": Cell(fmt.fmt(r.get("value"), kind), f"{src}/value", kind, group),
-                "ci": Cell(fmt.ci(r.get("ci"), kind), f"{src}/ci", "ci", group)
+                "ci": Cell(fmt.ci(r.get("ci"), kind), f"{src}/ci", ci_kind(kind), group)
                 if r.get("ci") else Cell(fmt.DASH),
                 "reason": "; ".join(x for x in (r.get("basis", ""), r.get("reason", "")) if x),
                 "runs": ", ".join(fmt.fmt(v, kind) for v in r.get("values") or []),

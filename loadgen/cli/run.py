@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from loadgen.cli.between import between_table
 from loadgen.cli.common import (
     EXIT_CODES,
     console,
@@ -103,8 +105,12 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     finally:
         display.close()
     write_reports(out_console, result.rundir.path)
+    repeats_file = result.rundir.path / "repeats.json"
+    if repeats_file.is_file():  # per target, each run and across the runs, rather than a table per run
+        for name, group in json.loads(repeats_file.read_text())["targets"].items():
+            out_console.print(between_table(name, group))
     for tr in result.targets:
-        if tr.summary:
+        if tr.summary and not repeats_file.is_file():
             out_console.print(summary_table(tr.name, tr.summary))
             for r in tr.summary.get("recovery", []):
                 when = (f"recovered {r['seconds']:.1f} s into {r['phase']}" if r["recovered"]

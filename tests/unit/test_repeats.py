@@ -13,7 +13,7 @@ from loadgen.analysis.verdict import Kind, TargetOutcome, judge
 from loadgen.errors import ScenarioError
 from loadgen.records.rundir import REPEATS, SUMMARY
 from loadgen.run.repetitions import plan_runs
-from loadgen.scenario.loader import load_scenario
+from loadgen.scenario.loader import load_scenario, scenario_schema
 from loadgen.scenario.model import Target
 from loadgen.scenario.slo import parse_slo
 
@@ -215,3 +215,10 @@ def test_a_repeated_run_is_judged_on_its_groups(runs_pass, group_pass, outcome):
     if outcome == "failed":
         (r,) = v.reasons
         assert r.kind is Kind.SLO and r.target == "a" and "310.0 ms, the median of 3 runs" in r.text
+
+
+def test_the_schema_describes_repeat():
+    schema = scenario_schema()
+    rep = schema["$defs"]["Repeat"]["properties"]
+    assert "repeat" in schema["properties"] and set(rep) == {"runs", "pause", "judge"}
+    assert rep["judge"]["enum"] == ["median", "upper"] and "between-run" in rep["judge"]["description"]
