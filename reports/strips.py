@@ -28,8 +28,11 @@ class Strip:
 
 
 def _num(v) -> float | None:
-    x = fmt._float(v)
-    return None if x is None or math.isinf(x) else x
+    """A finite number from a JSON value (None, NaN, 'inf' and other strings: None)."""
+    if v is None or isinstance(v, str):
+        return None
+    x = float(v)
+    return None if math.isnan(x) or math.isinf(x) else x
 
 
 def strips_for(columns: list[list], bands: list | None = None, kind: str = "ms") -> list[Strip | None]:

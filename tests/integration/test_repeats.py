@@ -14,7 +14,7 @@ from tests.helpers import run, write_scenario
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]
 
 
-def scenario(fast_url: str, slow_url: str, runs: int = 3, slo: str = '["latency.p50 < 50ms", "error_rate < 1%"]'):
+def scenario(fast_url: str, slow_url: str, runs: int = 3, slo: str = '["latency.p50 < 100ms", "error_rate < 1%"]'):
     return f"""
     name: repeated
     targets:
@@ -31,7 +31,7 @@ def scenario(fast_url: str, slow_url: str, runs: int = 3, slo: str = '["latency.
 
 
 def test_a_repeated_run_interleaves_keeps_every_run_and_is_judged_over_the_runs(tmp_path, known_server):
-    fast, slow = known_server(delay=0.02), known_server(delay=0.08)
+    fast, slow = known_server(delay=0.02), known_server(delay=0.2)
     res, _, _ = run(tmp_path, scenario(fast.url, slow.url))
     root = res.rundir.path
     meta = json.loads((root / "meta.json").read_text())
@@ -56,16 +56,17 @@ def test_a_repeated_run_interleaves_keeps_every_run_and_is_judged_over_the_runs(
             assert st["values"] == values and st["median"] == sorted(values)[1], key
         p50 = rep["targets"][group]["stats"]["latency.p50"]
         assert p50["ci"][0] <= p50["centre"] <= p50["ci"][1]
-    assert rep["targets"]["fast"]["stats"]["latency.p50"]["median"] == pytest.approx(0.02, abs=0.015)
-    assert rep["targets"]["slow"]["stats"]["latency.p50"]["median"] == pytest.approx(0.08, abs=0.03)
-    # the verdict: slow misses p50 < 50 ms over its runs; one reason, for the target, never per run
+    # the servers sleep at least their delay (one-sided: a busy host only adds)
+    assert 0.02 <= rep["targets"]["fast"]["stats"]["latency.p50"]["median"] < 0.1
+    assert 0.2 <= rep["targets"]["slow"]["stats"]["latency.p50"]["median"]
+    # the verdict: slow misses p50 < 100 ms over its runs; one reason, for the target, never per run
     assert res.exit_code == 1
     (reason,) = res.verdict.reasons
     assert reason.kind.value == "slo" and reason.target == "slow" and "the median of 3 runs" in reason.text
     assert json.loads((root / "meta.json").read_text())["verdict"]["reasons"][0]["target"] == "slow"
     # gate reads the same verdict back from the files alone
     g = subprocess.run(LATBENCH + ["gate", str(root)], capture_output=True, text=True)
-    assert g.returncode == 1 and "slow: latency.p50 < 50ms" in g.stdout and "rep1" not in g.stdout
+    assert g.returncode == 1 and "slow: latency.p50 < 100ms" in g.stdout and "rep1" not in g.stdout
     # a baseline of the same servers, repeated: compared run against run, and nothing regressed beyond 2x
     again, _, _ = run(tmp_path / "again", scenario(fast.url, slow.url, slo="[]"), baseline=str(root),
                       max_regression=1.0)  # a loaded CI host can drift a whole session
@@ -83,7 +84,7 @@ def test_a_repeated_run_interleaves_keeps_every_run_and_is_judged_over_the_runs(
 
 
 def test_cli_repeat_flags_and_a_slower_build_fails_the_between_run_gate(tmp_path, known_server):
-    fast, slower = known_server(delay=0.02), known_server(delay=0.04)
+    fast, slower = known_server(delay=0.02), known_server(delay=0.08)  # 4x: clear of a busy host's stalls
     base = write_scenario(tmp_path / "b", scenario(fast.url, fast.url, runs=1, slo="[]"))
     cur = write_scenario(tmp_path / "c", scenario(slower.url, slower.url, runs=1, slo="[]"))
     r = subprocess.run(LATBENCH + ["run", str(base), "--quiet", "--repeat", "3", "--pause", "0s",
@@ -128,7 +129,7 @@ def test_capacity_repeat_reports_each_bracket_and_their_spread(tmp_path, known_s
     name: cap
     target: {{url: "{srv.url}", stream: false}}
     load:
-      expected_qps: 20
+      expected_qps: 10
       phases:
         - {{name: steady, duration: 2s, qps: 10}}
     slo: ["latency.p99 < 150ms"]

@@ -89,8 +89,14 @@ def summary(p50: float, error_rate: float = 0.0) -> dict:
 def test_run_level_checks(cur, base, allowance, regressed, significant):
     rows = {(r["metric"], r["stat"]): r for r in compare_run_sets([summary(v) for v in cur], [summary(v) for v in base],
                                                                   allowance)}
+    assert ("service_time", "p99") not in rows  # between runs it moves with latency.p99
     p50 = rows[("latency", "p50")]
     assert (p50["regressed"], p50["significant"]) == (regressed, significant)
+    # three checks tested (latency p50, p90, p99; no TTFT or ITL, no errors): each at 0.05 / 3
+    assert p50["checks"] == 3 and p50["alpha"] == pytest.approx(0.05 / 3)
+    assert p50["ci_level"] == pytest.approx(1 - 0.1 / 3)
+    assert p50["significant"] == (p50["p_value"] < 0.05 / 3) == (p50["ci"][0] > 1.0)
+    assert rows[("error_rate", None)]["skipped"] == "no errors in any run"
     assert p50["current_runs"] == pytest.approx(cur) and p50["baseline_runs"] == pytest.approx(base)
     gm = lambda v: E(sum(map(math.log, v)) / len(v))  # noqa: E731
     assert p50["ratio"] == pytest.approx(gm(cur) / gm(base)) and p50["current"] == pytest.approx(gm(cur))
@@ -98,9 +104,9 @@ def test_run_level_checks(cur, base, allowance, regressed, significant):
 
 
 @pytest.mark.parametrize("cur, base, regressed", [
-    ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], False),
     ([0.10, 0.11, 0.09], [0.0, 0.001, 0.0], True),
     ([0.10, 0.0, 0.0], [0.0, 0.0, 0.0], False),  # one bad run in three: not significant
+    ([0.0, 0.0, 0.0], [0.01, 0.0, 0.02], False),  # fewer errors: one-sided
 ])
 def test_error_rates_between_runs(cur, base, regressed):
     rows = compare_run_sets([summary(0.1, e) for e in cur], [summary(0.1, e) for e in base], 0.10)
@@ -108,6 +114,7 @@ def test_error_rates_between_runs(cur, base, regressed):
     assert err["metric"] == "error_rate" and err["regressed"] is regressed
     assert err["current"] == pytest.approx(sum(cur) / 3)
     assert err["difference"] == pytest.approx((sum(cur) - sum(base)) / 3)
+    assert err["checks"] == 4 and err["alpha"] == pytest.approx(0.05 / 4)  # the error rate is a fourth check
 
 
 # ---- which test a pair of RunDirs gets, on real files --------------------------------------------------------
@@ -125,7 +132,7 @@ def test_one_run_each_side_is_the_within_run_bootstrap_and_says_noise_was_not_me
 @pytest.mark.parametrize("cur, base, passed, test", [
     ([0.05, 0.055, 0.048], [0.05, 0.052, 0.047], True, "welch"),
     ([0.075, 0.08, 0.072], [0.05, 0.052, 0.047], False, "welch"),
-    ([0.075, 0.08, 0.072], [0.05], False, "prediction"),
+    ([0.075, 0.08, 0.072, 0.078, 0.074], [0.05], False, "prediction"),
 ])
 def test_repeated_rundirs_are_compared_run_against_run(tmp_path, cur, base, passed, test):
     c = synthetic_repeated_rundir(tmp_path / "c", {"t": cur}, rows=1500, seed=3)
@@ -135,10 +142,10 @@ def test_repeated_rundirs_are_compared_run_against_run(tmp_path, cur, base, pass
     assert result["methods"] == {"t": "between-run"} and result["passed"] is passed
     p50 = next(r for r in result["targets"]["t"] if r["metric"] == "latency" and r["stat"] == "p50")
     assert p50["test"] == test and len(p50["current_runs"]) == len(cur) and len(p50["baseline_runs"]) == len(base)
-    runs = [json.loads((c / f"t-rep{k}" / "summary.json").read_text()) for k in (1, 2, 3)]
+    runs = [json.loads((c / f"t-rep{k}" / "summary.json").read_text()) for k in range(1, len(cur) + 1)]
     assert p50["current_runs"] == [s["overall"]["metrics"]["latency"]["percentiles"]["p50"]["value"] for s in runs]
     if len(base) == 1:
         assert any("has one run" in n for n in result["notes"])
     reasons = baseline_reasons(result)
     assert bool(reasons) is not passed
-    assert all(r.target == "t" and "geometric means of 3 runs vs" in r.text for r in reasons)
+    assert all(r.target == "t" and f"geometric means of {len(cur)} runs vs" in r.text for r in reasons)
