@@ -19,9 +19,9 @@ or 1.50.
    - within-run (latbench before repeated runs): the requests of the N runs of each side pooled, each
      percentile's ratio bootstrapped as if every request were independent
      (:func:`loadgen.analysis.regression.compare_frames`);
-   - between-run: Welch's one-sided test on the per-run log percentiles
-     (:func:`loadgen.analysis.between.compare_run_sets`); with one run on each side latbench falls back to
-     the within-run check, so N = 1 is the same for both.
+   - between-run: Welch's one-sided test on the per-run log percentiles, each of a target's K checks at
+     0.05 / K (:func:`loadgen.analysis.between.compare_run_sets`); with one run on each side latbench falls
+     back to the within-run check, so N = 1 is the same method for both (drawn as separate trials).
 4. The table: the false-alarm rate (A/A trials that failed) and the detection rate at each slow-down, per
    method and N, each with its binomial standard error. Trials share runs of one pool, so their errors are
    somewhat correlated: the standard errors are a lower bound.
@@ -207,8 +207,9 @@ def reference_sanity(folder: Path, runs: int = 3) -> None:
     for row in reg["targets"]["target"]:
         if "ratio" in row:
             runs = [[round(v * 1e3, 1) for v in row[k]] for k in ("current_runs", "baseline_runs")]
-            print(f"  {row['metric']}.{row['stat']}: ratio {row['ratio']:.3f} (90% CI {row['ci'][0]:.2f}.."
-                  f"{row['ci'][1]:.2f}), one-sided p {row['p_value']:.3f}, per-run ms {runs[0]} vs {runs[1]}")
+            print(f"  {row['metric']}.{row['stat']}: ratio {row['ratio']:.3f} ({row['ci_level'] * 100:.3g}% CI "
+                  f"{row['ci'][0]:.2f}..{row['ci'][1]:.2f}), one-sided p {row['p_value']:.3f} (needs < "
+                  f"{row['alpha']:.4f}), per-run ms {runs[0]} vs {runs[1]}")
     base_dirs = [e["dir"] for e in json.loads((a.rundir.path / "meta.json").read_text())["targets"]]
     cur_dirs = [e["dir"] for e in json.loads((b.rundir.path / "meta.json").read_text())["targets"]]
     frames = [[records_frame(read_records(rd.rundir.path / d / REQUESTS)) for d in dirs]
