@@ -17,16 +17,16 @@ import sys
 import time
 import urllib.request
 
-import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from loadgen import __version__
 from loadgen.apis import make_protocol
+from loadgen.coldstart import cold_start_summary, make_cold, prepare_weights
 from loadgen.engine import EngineSettings, NativeEngine, run_async
 from loadgen.loader import LoadedScenario
-from loadgen.metrics import records_frame, summarize
+from loadgen.metrics import summarize
 from loadgen.prompts import make_prompt_source
 from loadgen.records import RecordWriter, read_records
 from loadgen.failfast import FAIL_FAST_SLACK, FailFast
@@ -206,11 +206,13 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     interrupted = False
     for index, target in enumerate(targets):
         starts = sc.load.starts if (target.reference or target.command) else 1
+        weights = prepare_weights(target) if starts > 1 else None  # drawn once, before (not in) any start
         for k in range(1, starts + 1):
             name = target.name if starts == 1 else f"{target.name}-start{k}"
+            cold = make_cold(weights) if starts > 1 else None  # weights file out of the page cache
             tr = _run_one(loaded, target, name, rd, meta, on_engine, fail_fast, index, opts)
             if starts > 1:
-                meta["targets"][-1].update(group=target.name, start=k)
+                meta["targets"][-1].update(group=target.name, start=k, cold=cold, weights_prepared=weights)
                 rd.write_meta(meta, secrets)
             runs.append(tr)
             if tr.error or tr.interrupted or (tr.failed_fast and fail_fast):
@@ -219,7 +221,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
             interrupted = runs[-1].interrupted
             break
     if sc.load.starts > 1:
-        write_json(rd.path / COLD_START, cold_start_summary(runs, meta, rd.path), secrets)
+        write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), secrets)
     regression = None
     if baseline is not None and not interrupted:
         regression = compare_runs(rd, RunDir(baseline), max_regression)
@@ -290,38 +292,6 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
                  duration_s=res.duration, requests=res.requests)
     rd.write_meta(meta, secrets)
     return tr
-
-
-def cold_start_summary(runs: list[TargetRun], meta: dict, root: Path) -> dict:
-    """Per target over its fresh starts: time to listen, to ready, first-request latency and TTFT, and
-    the warm-up curve (median latency of request 1..N across starts)."""
-    groups: dict[str, list[TargetRun]] = {}
-    for tr, entry in zip(runs, meta["targets"]):
-        groups.setdefault(entry.get("group", tr.name), []).append(tr)
-    out = {}
-    for group, trs in groups.items():
-        curves, first_lat, first_ttft = [], [], []
-        for tr in trs:
-            if tr.summary is None:
-                continue
-            df = records_frame(read_records(root / tr.dir / REQUESTS)).sort_values("scheduled")
-            lat = np.where(df["ok"], df["latency"], np.inf)
-            curves.append(lat)
-            if len(df):
-                first_lat.append(float(lat[0]))
-                first_ttft.append(float(df["ttft"].iloc[0]))
-        n = max((len(c) for c in curves), default=0)
-        curve = [float(np.median([c[i] for c in curves if len(c) > i])) for i in range(n)]
-        out[group] = {
-            "starts": len(trs),
-            "listen_s": [tr.server.get("listen_s") for tr in trs],
-            "ready_s": [tr.server.get("ready_s") for tr in trs],
-            "first_latency_s": first_lat,
-            "first_ttft_s": first_ttft,
-            "warmup_curve_s": curve,
-            "steady_latency_s": float(np.median(curve[len(curve) // 2:])) if curve else None,
-        }
-    return out
 
 
 def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int,
