@@ -23,6 +23,7 @@ from typing import Callable
 
 from loadgen import __version__
 from loadgen.apis import make_protocol
+from loadgen.capacity import CAPACITY
 from loadgen.coldstart import cold_start_summary, make_cold, prepare_weights
 from loadgen.engine import EngineSettings, NativeEngine, run_async
 from loadgen.loader import LoadedScenario
@@ -172,16 +173,19 @@ class EngineOptions:
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
                  on_engine: Callable[[NativeEngine], None] | None = None, exact_out: bool = False,
                  fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10,
-                 opts: EngineOptions = EngineOptions()) -> RunResult:
+                 opts: EngineOptions = EngineOptions(), capacity: str | None = None) -> RunResult:
     """Run every target of a scenario, write the RunDir, and return the verdict.
 
     ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
     ``on_engine`` is called with each engine before it starts (the CLI attaches its display there).
     ``fail_fast`` stops a target as soon as an objective can no longer be met. ``baseline`` names a
-    RunDir to check for regressions beyond ``max_regression`` (a fraction).
+    RunDir to check for regressions beyond ``max_regression`` (a fraction). ``capacity`` names the RunDir
+    of a capacity search of the same target: the headroom headline then says how far the run's highest
+    rate sits from its knee.
     """
     if baseline is not None and not (Path(baseline) / META).is_file():
         raise ValueError(f"--baseline {baseline}: not a RunDir (no {META})")
+    cap = capacity_fields(capacity) if capacity is not None else None
     sc = loaded.scenario
     rd = RunDir.create(out, sc.name, exact=exact_out)
     rd.write_scenario(loaded.redacted())
@@ -201,6 +205,8 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
         "targets": [],
         "complete": False,
     }
+    if cap is not None:
+        meta["capacity"] = cap
     rd.write_meta(meta, secrets)
     runs: list[TargetRun] = []
     interrupted = False
@@ -283,7 +289,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     tr.summary = summarize(table, plans, sc.slo, res.duration, target=target.name, scenario=sc.name,
                            complete=not (res.interrupted or res.failed_fast), notes=res.notes,
                            send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds,
-                           processes=getattr(res, "processes", 1))
+                           processes=getattr(res, "processes", 1), expected_qps=sc.load.expected_qps,
+                           capacity=meta.get("capacity"))
     tr.summary["model"] = model
     tr.summary["engine"] = opts.engine
     tr.summary["run_name"] = name  # differs from "target" for the fresh starts of a cold-start study
@@ -292,6 +299,17 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
                  duration_s=res.duration, requests=res.requests)
     rd.write_meta(meta, secrets)
     return tr
+
+
+def capacity_fields(path: str) -> dict:
+    """What a headroom headline needs from the capacity.json of a ``latbench capacity`` RunDir."""
+    f = Path(path) / CAPACITY
+    try:
+        result = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--capacity {path}: not a capacity RunDir ({f.name}: {exc})") from None
+    return {"rundir": Path(path).name, "target": (result.get("target") or {}).get("name"), "slo": result.get("slo"),
+            **{k: result.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps")}}
 
 
 def verdict_of(runs: list[TargetRun], interrupted: bool, n_targets: int,

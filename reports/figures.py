@@ -37,12 +37,31 @@ def itl_sample(td: TargetData, ok: pd.DataFrame) -> np.ndarray:
     return itl_samples(pd.DataFrame({"token_times": tt}))
 
 
-def latency_samples(targets: list[tuple[str, TargetData]]) -> list[tuple[str, np.ndarray]]:
-    return [(label, _ok_recorded(td)["latency"].to_numpy() if td.has_records else np.empty(0)) for label, td in targets]
+def latency_samples(targets: list[tuple[str, TargetData | list[TargetData]]]) -> list[tuple[str, np.ndarray]]:
+    """Successful recorded latencies (s) of each label; a list of targets (the fresh starts of one
+    architecture) is pooled."""
+    out = []
+    for label, tds in targets:
+        parts = [_ok_recorded(td)["latency"].to_numpy() for td in _as_list(tds) if td.has_records]
+        out.append((label, np.concatenate(parts) if parts else np.empty(0)))
+    return out
 
 
-def overview_figures(targets: list[tuple[str, TargetData]]) -> list[dict]:
-    """Figures across targets: latency CDF, TTFT / ITL distributions, latency breakdown."""
+def _as_list(tds) -> list[TargetData]:
+    return tds if isinstance(tds, list) else [tds]
+
+
+def _pooled_ok(tds: list[TargetData]) -> pd.DataFrame:
+    frames = [_ok_recorded(td) for td in tds]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def overview_figures(targets: list[tuple[str, TargetData | list[TargetData]]]) -> list[dict]:
+    """Figures across targets: latency CDF, TTFT / ITL distributions, latency breakdown. A label with a
+    list of targets (the fresh starts of one architecture) pools their requests."""
+    if any(isinstance(tds, list) for _, tds in targets):
+        return _pooled_figures([(label, _as_list(tds)) for label, tds in targets])
     figs = []
     cdf = plots.cdf_plot(latency_samples(targets), "Latency CDF (successful requests, recorded phases)")
     if cdf:
@@ -74,6 +93,45 @@ def overview_figures(targets: list[tuple[str, TargetData]]) -> list[dict]:
     return figs
 
 
+def _pooled_figures(groups: list[tuple[str, list[TargetData]]]) -> list[dict]:
+    """CDF, TTFT / ITL and the breakdown with the requests of each architecture's starts pooled."""
+    figs = []
+    cdf = plots.cdf_plot(latency_samples(groups), "Latency CDF (every request of every start)")
+    if cdf:
+        figs.append({"id": "cdf", "title": "Latency CDF", "uri": cdf,
+                     "caption": "Every successful request of all fresh starts of each architecture, pooled: the "
+                                "first requests after a start make the tail. Right: fraction slower than x."})
+    dist, bars = [], []
+    for label, tds in groups:
+        ok = _pooled_ok(tds)
+        if ok.empty:
+            continue
+        itl = [itl_sample(td, _ok_recorded(td)) for td in tds if td.has_records]
+        dist.append((label, ok["ttft"].dropna().to_numpy(), np.concatenate(itl) if itl else np.empty(0)))
+        bars.append((f"{label} · all starts", plots.breakdown_means(ok)))
+    d = plots.distributions_plot(dist)
+    if d:
+        figs.append({"id": "dist", "title": "TTFT and inter-token latency", "uri": d,
+                     "caption": "Share of requests (TTFT) and of token gaps (ITL) per bin, log axis, starts pooled."})
+    b = plots.breakdown_plot(bars)
+    if b:
+        figs.append({"id": "breakdown", "title": "Where the time goes", "uri": b,
+                     "caption": "Mean per successful request over all starts (see each start's own figures below)."})
+    return figs
+
+
+def warmup_figure(cold_start: dict) -> dict | None:
+    """The warm-up curve of a cold-start study (from cold_start.json)."""
+    uri = plots.warmup_plot(cold_start)
+    if uri is None:
+        return None
+    return {"id": "warmup", "title": "Warm-up curve", "uri": uri,
+            "caption": "Latency of each request after a fresh start, one line per start, one colour per "
+                       "architecture; a dotted line is a start that was not cold. Dashed: each architecture's "
+                       "steady latency (median over starts). Naive loads the model on its first request; optimized "
+                       "loads and warms up before it says ready."}
+
+
 def target_figures(td: TargetData) -> list[dict]:
     """Per-target figures: time series with phases shaded, and server metrics beside client p99."""
     from reports.server import server_plot
@@ -82,9 +140,11 @@ def target_figures(td: TargetData) -> list[dict]:
     if td.summary:
         ts = plots.timeseries_plot(td.summary)
         if ts:
+            marked = (" Green: from the spike's end to the recovery time (dashed: the objective recovered to); "
+                      "purple: the drain back to the baseline's peak in flight (dashed)." if td.summary.get("burst") else "")
             figs.append({"id": "timeseries", "title": "Over time", "uri": ts,
                          "caption": "Per second: latency p50 / p99 of completed requests; target, sent and achieved "
-                                    "request rates; errors by class; requests in flight. Phases shaded."})
+                                    "request rates; errors by class; requests in flight. Phases shaded." + marked})
         sp, panels = server_plot(td.summary, td.server_metrics())
         if sp:
             figs.append({"id": "server", "title": "Server side", "uri": sp,
