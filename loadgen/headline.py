@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen.schedule import PhasePlan
-from loadgen.stats import json_num
+from loadgen.stats import json_num, quantile_ci_ranks
 
 #: Server settings compared between architectures, in display order.
 KNOBS = ("model", "backend", "preload", "warmup", "max_batch_size", "max_queue_delay_s", "cache_size", "precision",
@@ -37,6 +37,19 @@ def _num(v) -> float | None:
         return math.inf if v == "inf" else None
     v = float(v)
     return None if math.isnan(v) else v
+
+
+def samples_for_interval(p: float, limit: int = 100_000) -> int | None:
+    """The fewest samples whose percentile ``p`` (0-100) has a 95% order-statistic interval (368 for p99)."""
+    lo_n, hi_n = 1, limit
+    while lo_n < hi_n:  # the interval exists from some n on: bisect for it
+        mid = (lo_n + hi_n) // 2
+        lo, hi = quantile_ci_ranks(mid, p / 100.0)
+        if lo >= 1 and hi <= mid:
+            hi_n = mid
+        else:
+            lo_n = mid + 1
+    return lo_n if lo_n < limit else None
 
 
 def pct_entry(scope: dict, metric: str = "latency", stat: str = "p99") -> dict:
@@ -101,7 +114,8 @@ def burst_effects(df: pd.DataFrame, plans: list[PhasePlan], phases: dict, recove
         entry = {"spike": cur.name, "spike_qps": _mean_rate(cur), "start": cur.start, "end": cur.end,
                  "after": nxt.name, "after_end": nxt.end, "baseline": base.name if base else None,
                  "baseline_qps": _mean_rate(base) if base else None,
-                 "tail": {"stat": "p99", "spike": spike_p99, "baseline": None, "ratio": None}}
+                 "tail": {"stat": "p99", "spike": spike_p99, "baseline": None, "ratio": None,
+                          "interval_needs": samples_for_interval(99.0)}}
         peak = _peak(t, n, cur.start, nxt.end) if t.size else 0
         base_peak = _peak(t, n, base.start, base.end) if base is not None and t.size else None
         drain = None
@@ -157,7 +171,7 @@ def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expe
                     "p99": b},
            "high": {"phase": top.name, "qps": top.rate_start, "share": top.rate_start / expected_qps if expected_qps else None,
                     "p99": h},
-           "ratio": ratio(h, b), "objectives": objectives,
+           "ratio": ratio(h, b), "interval_needs": samples_for_interval(99.0), "objectives": objectives,
            "holds": all(o["passed"] for o in objectives if o["phase"] == top.name) if objectives else None}
     if capacity:
         knee, held, fails = (capacity.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps"))

@@ -122,7 +122,7 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
     rolling p99 latency (2 s windows by scheduled time sliding by 0.5 s, failed requests as infinitely
     slow) is back under the latency.p99 objective of the phase after it, and stays there. ``seconds`` None:
     did not recover. ``window_requests``: the median count of requests in a window (a window's p99 is its
-    maximum below 100 requests: how coarse the rule is)."""
+    maximum below 100 requests: how coarse the rule is); ``windows``: each window's start and p99."""
     out = []
     for cur, nxt in zip(plans, plans[1:]):
         if cur.closed or nxt.closed or 0.5 * (cur.rate_start + cur.rate_end) <= 0.5 * (nxt.rate_start + nxt.rate_end):
@@ -136,10 +136,11 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
         lat = np.where(sel["ok"], sel["latency"], np.inf)
         sched = sel["scheduled"].to_numpy()
         ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, RECOVERY_STEP_S)
-        good, sizes = [], []
+        good, sizes, p99s = [], [], []
         for e in ends:
             w = lat[(sched >= e - RECOVERY_WINDOW_S) & (sched < e)]
-            good.append(w.size == 0 or nearest_rank_unsorted(w, 99) < limit)
+            p99s.append(nearest_rank_unsorted(w, 99) if w.size else math.nan)
+            good.append(w.size == 0 or p99s[-1] < limit)
             sizes.append(w.size)
         seconds = None
         for i in range(len(good)):
@@ -148,7 +149,8 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
                 break
         out.append({"spike": cur.name, "phase": nxt.name, "threshold": limit, "window_s": RECOVERY_WINDOW_S,
                     "step_s": RECOVERY_STEP_S, "window_requests": float(np.median(sizes)) if sizes else 0.0,
-                    "seconds": seconds, "recovered": seconds is not None})
+                    "seconds": seconds, "recovered": seconds is not None,
+                    "windows": {"start": [float(e - RECOVERY_WINDOW_S) for e in ends], "p99": [json_num(v) for v in p99s]}})
     return out
 
 

@@ -70,13 +70,13 @@ def count0(v) -> str:
 
 
 def times(v) -> str:
-    """A ratio as a factor with two significant digits ('1.4x', '12x')."""
+    """A ratio as a factor ('1.4x', '12x'), as :func:`ratio_text` writes it."""
     x = _float(v)
     if x is None:
         return DASH
     if math.isinf(x):
         return "∞"
-    return f"{x:.2g}x" if x < 10 else f"{x:,.0f}x"
+    return f"{x:.1f}x" if x < 10 else f"{x:,.0f}x"
 
 
 def share(v) -> str:

@@ -36,15 +36,27 @@ def _ci(data: dict, target: str, path: str, kind: str = "ms") -> Cell | None:
     return Cell(fmt.ci(v, kind), path, "ci" if kind == "ms" else f"ci-{kind}", target)
 
 
-def _with_ci(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms") -> list:
-    """'412 ms (95% CI [380, 460])', or '412 ms (too few samples for an interval)'."""
+def _with_ci(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms", few: bool = True) -> list:
+    """'412 ms (95% CI [380, 460])', or '412 ms (too few samples for an interval)' (``few``: say so)."""
     parts: list = [_cell(data, target, f"{path}/value", kind), unit]
     ci = _ci(data, target, f"{path}/ci", kind)
     if ci is not None:
         parts += [" (interval " if kind == "x" else " (95% CI ", ci, ")"]
-    elif get(data, f"{path}/value") is not None:
+    elif few and get(data, f"{path}/value") is not None:
         parts.append(" (too few samples for an interval)")
     return parts
+
+
+def _compared(data: dict, target: str, a: str, b: str, r: str, needs: int | None) -> tuple[list, list, list, list]:
+    """Two percentiles and their ratio, each with its interval, as (a, b, ratio, note) parts; when none
+    has an interval, the note says why, once."""
+    none = not any(get(data, f"{p}/ci") for p in (a, b, r))
+    note = []
+    if none:
+        note = [f" (no intervals: too few requests; a p99's 95% interval needs at least {needs})" if needs
+                else " (no intervals: too few requests)"]
+    return (_with_ci(data, target, a, few=not none), _with_ci(data, target, b, few=not none),
+            _with_ci(data, target, r, "x", "", few=not none), note)
 
 
 def _spread(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms") -> list:
@@ -87,25 +99,28 @@ def headline(run: RunData) -> dict | None:
 # -- cold start ------------------------------------------------------------------------------------
 
 def cold_start_headline(cs: dict) -> dict:
-    sentences, notes = [], []
-    for group, g in cs.items():
+    """One line per architecture: time to ready, first request and its penalty over steady state, TTFT,
+    when latency is warm, the server's model load; then which starts were cold and how latbench knows."""
+    sentences = []
+    for group in cs:
         o = f"{group}/over_starts"
-        s = [f"{group}", " (", _cell(cs, COLD, f"{group}/starts", "count"), " fresh starts): ready after ",
-             *_spread(cs, COLD, f"{o}/ready_s"), "; first request ", *_spread(cs, COLD, f"{o}/first_latency_s")]
+        s = [Cell(group), " (", _cell(cs, COLD, f"{group}/starts", "count"), " fresh starts, ",
+             _cell(cs, COLD, f"{group}/cold_starts", "count"), " cold): ready after ", *_spread(cs, COLD, f"{o}/ready_s"),
+             "; first request ", *_spread(cs, COLD, f"{o}/first_latency_s"), ", ", *_spread(cs, COLD, f"{o}/penalty_s"),
+             " over its steady ", _cell(cs, COLD, f"{o}/steady_latency_s/median", "ms"), " ms"]
         if get(cs, f"{o}/first_ttft_s/n"):
-            s += [", TTFT ", *_spread(cs, COLD, f"{o}/first_ttft_s")]
-        s += ["; that is ", *_spread(cs, COLD, f"{o}/penalty_s"), " over its steady ",
-              _cell(cs, COLD, f"{o}/steady_latency_s/median", "ms"), " ms, and latency is within ",
-              f"{get(cs, f'{group}/rules/steady_within') * 100:.0f}% of steady from request ",
-              _cell(cs, COLD, f"{o}/first_steady_request/median", "count"), "."]
+            s += ["; first TTFT ", *_spread(cs, COLD, f"{o}/first_ttft_s")]
+        s += [f"; within {get(cs, f'{group}/rules/steady_within') * 100:.0f}% of steady from request ",
+              _cell(cs, COLD, f"{o}/first_steady_request/median", "count")]
         if get(cs, f"{o}/model_load_s/n"):
-            s += [" The server's own model load: ", *_spread(cs, COLD, f"{o}/model_load_s"), "."]
-        sentences.append(s)
-        notes.append(cold_note(cs, group))
-    notes.append("Medians over the starts, range in brackets (with five starts the range is a 94% interval of "
-                 "the median). Steady: the median latency of each start's second half of requests; penalty: first "
-                 "request minus steady; requests are sent one at a time.")
-    return {"kind": "cold_start", "title": "Cold start", "sentences": sentences, "notes": notes}
+            s += ["; model load ", *_spread(cs, COLD, f"{o}/model_load_s")]
+        sentences.append(s + ["."])
+    notes = list(dict.fromkeys(cold_note(cs, group) for group in cs))  # the same words once
+    notes.append("Medians over the starts, range in brackets (with five starts the range is a 94% interval of the "
+                 "median). Steady: the median latency of a start's second half of requests (sent one at a time); "
+                 "the penalty is the first request's latency minus it. Model load: the server's own gauge.")
+    return {"kind": "cold_start", "title": "Cold start: what the first request after a deploy costs",
+            "sentences": sentences, "notes": notes, "list": True}
 
 
 def cold_note(cs: dict, group: str) -> str:
@@ -122,14 +137,20 @@ def cold_note(cs: dict, group: str) -> str:
         return (f"{group}: whether its starts were cold is unknown: latbench knows no weights file of this target "
                 f"({reason or 'not the bundled reference server'}), so it could not drop one from the page cache.")
     limit = (g.get("rules") or {}).get("cold_resident_max", 0.01)
-    text = (f"{group}: {len(cold)} of {len(rows)} starts were cold. Before each start latbench dropped the "
-            f"{fmt.mb(w.get('bytes'))} weights file from the OS page cache (posix_fadvise DONTNEED) and checked "
-            f"with mincore how much of it was still cached (cold: at most {limit:.0%}).")
+    cached = [(r.get("page_cache") or {}).get("resident_after") for r in rows]
+    cached = [c for c in cached if c is not None]
+    text = ("How latbench knows a start was cold: before each start it dropped the "
+            f"{fmt.mb(w.get('bytes'))} weights file from the OS page cache (posix_fadvise DONTNEED) and checked with "
+            f"mincore how much of it was still cached (cold: at most {limit:.0%}"
+            + (f"; found: {fmt.share(max(cached))} at most" if cached else "") + ").")
+    if len(cold) < len(rows):
+        text = f"{group}: {len(cold)} of {len(rows)} starts were cold. " + text
     for r in warm:
         res = (r.get("page_cache") or {}).get("resident_after")
-        text += f" Start {r['start']} was not cold: {fmt.share(res)} of the file was still cached."
+        text += f" {group} start {r['start']} was not cold: {fmt.share(res)} of the file was still cached."
     if unknown:
-        text += f" Starts {', '.join(str(r['start']) for r in unknown)}: unknown (the platform could not tell)."
+        text += (f" {group} starts {', '.join(str(r['start']) for r in unknown)}: unknown (the platform could not "
+                 "tell).")
     if prepared.get("generated_s") is not None:
         text += f" The weights were generated once before the first start ({fmt.seconds(prepared['generated_s'])}, no part of any start)."
     elif prepared.get("path"):
@@ -145,9 +166,10 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
         s, name, b = td.summary, td.name, f"burst/{i}"
         e = get(s, b)
         who = f"{name}: " if len(spikes) > 1 else ""
-        first = [who + f"After the {e['spike']} phase (", _cell(s, name, f"{b}/spike_qps", "rate"), " req/s"]
+        first = [who + f"After the {e['spike']} phase (", _cell(s, name, f"{b}/spike_qps", "rate"), " req/s for ",
+                 _cell(s, name, f"phases/{e['spike']}/duration_s", "s")]
         if e.get("baseline"):
-            first += [" against ", _cell(s, name, f"{b}/baseline_qps", "rate"), f" req/s in {e['baseline']}"]
+            first += [", against ", _cell(s, name, f"{b}/baseline_qps", "rate"), f" req/s in {e['baseline']}"]
         first.append("), ")
         rec = e.get("recovery")
         if rec is None:
@@ -161,9 +183,10 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
         sentences.append(first)
         second = []
         if e.get("baseline"):
-            second += ["During it p99 was ", *_with_ci(s, name, f"{b}/tail/spike"), " against ",
-                       *_with_ci(s, name, f"{b}/tail/baseline"), " before it: ",
-                       *_with_ci(s, name, f"{b}/tail/ratio", "x", ""), ". "]
+            sp, ba, r, note = _compared(s, name, f"{b}/tail/spike", f"{b}/tail/baseline", f"{b}/tail/ratio",
+                                        e["tail"].get("interval_needs"))
+            second += [f"Latency p99 during {e['spike']} was ", *sp, ", ", *r, " the ", *ba, f" of {e['baseline']}",
+                       *note, ". "]
         second += ["Requests in flight peaked at ", _cell(s, name, f"{b}/in_flight/peak", "count")]
         if e["in_flight"].get("baseline_peak") is not None:
             second += [" (baseline peak ", _cell(s, name, f"{b}/in_flight/baseline_peak", "count"), ")"]
@@ -203,9 +226,9 @@ def headroom_headline(targets: list[TargetData]) -> dict:
                 part = [_cell(s, name, f"{h}/{key}/share", "share"), " of the expected rate (", *part, ")"]
             return part
 
-        first = [who + "At ", *at("high"), ", latency p99 was ", *_with_ci(s, name, f"{h}/high/p99"), " against ",
-                 *_with_ci(s, name, f"{h}/base/p99"), " at ", *at("base"), ": ", *_with_ci(s, name, f"{h}/ratio", "x", ""),
-                 " the tail of the expected load."]
+        hi, lo, r, note = _compared(s, name, f"{h}/high/p99", f"{h}/base/p99", f"{h}/ratio", d.get("interval_needs"))
+        first = [who + "At ", *at("high"), " latency p99 was ", *hi, ", ", *r, " the ", *lo, " at ", *at("base"),
+                 *note, "."]
         sentences.append(first)
         second = []
         if d.get("objectives"):

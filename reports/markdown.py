@@ -40,8 +40,11 @@ def headline_lines(run: RunData) -> list[str]:
     h = headline(run)
     if h is None:
         return []
-    lines = [f"**{esc(h['title'])}.** " + " ".join(sentence(s) for s in h["sentences"][:1])]
-    lines += [sentence(s) for s in h["sentences"][1:]]
+    if h.get("list"):
+        lines = [f"**{esc(h['title'])}.**", "\n".join("- " + sentence(s) for s in h["sentences"])]
+    else:
+        lines = [f"**{esc(h['title'])}.** " + " ".join(sentence(s) for s in h["sentences"][:1])]
+        lines += [sentence(s) for s in h["sentences"][1:]]
     lines += [f"<sub>{esc(n)}</sub>" for n in h["notes"]]
     return [x for line in lines for x in (line, "")]
 

@@ -198,7 +198,9 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
 def header(run: RunData) -> list[tuple[str, str]]:
     m = run.meta
     dur = sum(float(t.meta.get("duration_s") or (t.summary or {}).get("duration_s") or 0) for t in run.targets)
-    rows = [("scenario", run.name), ("targets", ", ".join(t.name for t in run.targets)),
+    names = [name if len(tds) == 1 and not tds[0].meta.get("group") else f"{name} ({len(tds)} fresh starts)"
+             for name, tds in run.groups()]
+    rows = [("scenario", run.name), ("targets", ", ".join(names)),
             ("engine", str(m.get("engine", fmt.DASH))), ("started", str(m.get("started", fmt.DASH))),
             ("duration", fmt.seconds(dur) if dur else fmt.DASH),
             ("latbench", str(m.get("latbench_version", fmt.DASH))), ("host", str(m.get("host", fmt.DASH))),

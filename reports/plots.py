@@ -71,13 +71,19 @@ def cdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def shade_phases(ax, phases: list[dict]) -> None:
-    """Shade each phase window; label it once at the top of the axis."""
+    """Shade each phase window; label it once at the top of the axis (a label that would run into the
+    previous one goes one line higher)."""
+    span = max((ph["end"] for ph in phases), default=1.0) or 1.0
+    raised = False
     for i, ph in enumerate(phases):
         color = "#000000" if ph["recorded"] else "#ff9900"
         ax.axvspan(ph["start"], ph["end"], color=color, alpha=0.06 if i % 2 == 0 or not ph["recorded"] else 0.0, lw=0)
         ax.axvline(ph["start"], color="#999999", lw=0.6, ls=":")
-        ax.text(ph["start"], 1.0, " " + ph["name"] + ("" if ph["recorded"] else " (not recorded)"),
-                transform=ax.get_xaxis_transform(), va="bottom", ha="left", fontsize=7, color="#555555", clip_on=False)
+        label = " " + ph["name"] + ("" if ph["recorded"] else " (not recorded)")
+        prev = phases[i - 1] if i else None
+        raised = bool(prev and not raised and (ph["start"] - prev["start"]) / span * 130 < len(prev["name"]) + 16)
+        ax.text(ph["start"], 1.07 if raised else 1.0, label, transform=ax.get_xaxis_transform(), va="bottom",
+                ha="left", fontsize=7, color="#555555", clip_on=False)
 
 
 def phase_windows(summary: dict) -> list[dict]:
@@ -127,7 +133,6 @@ def timeseries_plot(summary: dict) -> str | None:
         a = ax[0, 0]
         a.plot(mid, f("latency_p50") * 1e3, color=PALETTE[0], lw=1.3, label="p50")
         a.plot(mid, f("latency_p99") * 1e3, color=PALETTE[1], lw=1.3, label="p99")
-        a.legend(**OUTSIDE)
         latency_axis(a, np.concatenate([f("latency_p50"), f("latency_p99")]) * 1e3, "latency")
         q = ax[1, 0]
         q.plot(mid, f("target_qps"), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
@@ -151,6 +156,7 @@ def timeseries_plot(summary: dict) -> str | None:
         for row in ax[:, 0]:
             shade_phases(row, phases) if row is a else _shade_only(row, phases)
         mark_bursts(a, n, summary.get("burst") or [])
+        a.legend(**OUTSIDE)
         a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
         return to_uri(fig)
 
@@ -166,6 +172,12 @@ def mark_bursts(lat_ax, inflight_ax, bursts: list[dict]) -> None:
         rec = b.get("recovery") or {}
         if rec.get("threshold") is not None:
             lat_ax.axhline(rec["threshold"] * 1e3, color="#7f7f7f", lw=0.8, ls="--")
+        win = rec.get("windows") or {}
+        if win.get("start"):  # the rule's own windows, by intended send time (the p50/p99 lines: by completion)
+            x = np.asarray(win["start"], dtype=float)  # at its start: it crosses the objective where recovery is
+            y = np.asarray([np.nan if v is None else (np.inf if v == "inf" else v) for v in win["p99"]], dtype=float)
+            lat_ax.plot(x, np.where(np.isfinite(y), y, np.nan) * 1e3, color=RECOVERY_COLOR, lw=1.2, ls="-.",
+                        drawstyle="steps-post", label=f"p99 of the {rec['window_s']:g} s window\nsent from here (rule)")
         if rec.get("recovered"):
             t_rec = b["end"] + rec["seconds"]
             lat_ax.axvspan(b["end"], t_rec, color=RECOVERY_COLOR, alpha=0.18, lw=0)
