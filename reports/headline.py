@@ -232,9 +232,9 @@ def headroom_headline(targets: list[TargetData]) -> dict:
         sentences.append(first)
         second = []
         if d.get("objectives"):
-            verdict = "holds" if d.get("holds") else "does not hold"
-            second = [f"The objective {verdict} at {d['high']['phase']}: "]
-            for j, o in enumerate(d["objectives"]):
+            second = [f"The headroom {'holds' if d.get('holds') else 'does not hold'}: "]
+            high_first = sorted(d["objectives"], key=lambda o: o["phase"] != d["high"]["phase"])
+            for j, o in enumerate(high_first):
                 r = s["slo"][o["slo"]]
                 kind = fmt.slo_kind(r)
                 second += ["; " if j else "", f"{o['expr']} measured ", _cell(s, name, f"slo/{o['slo']}/value", kind),
