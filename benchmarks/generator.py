@@ -32,6 +32,9 @@ import textwrap
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's loadgen, also for --baseline
+import loadgen  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CONNECTIONS = 32
@@ -200,22 +203,20 @@ def locust_startup_cpu(tmp: Path) -> float:
 # --- latbench ----------------------------------------------------------------------------------------
 
 
-def lean_factory(target):
-    from loadgen.transport_lean import LeanTransport
+# Only latbench's public API (``import loadgen``) from here on: the layout behind it may move, and a
+# --baseline checkout runs its own copy of this file.
 
-    return LeanTransport()
+
+def lean_factory(target):
+    return loadgen.LeanTransport()
 
 
 def aiohttp_factory(target):
-    from loadgen.transport_aiohttp import AiohttpTransport
-
-    return AiohttpTransport()
+    return loadgen.AiohttpTransport()
 
 
 def httpx_factory(target):
-    from loadgen.transport_httpx import HttpxTransport
-
-    return HttpxTransport(http2=False)
+    return loadgen.HttpxTransport(http2=False)
 
 
 FACTORIES = {"lean": lean_factory, "aiohttp": aiohttp_factory, "httpx": httpx_factory}
@@ -223,17 +224,11 @@ FACTORIES = {"lean": lean_factory, "aiohttp": aiohttp_factory, "httpx": httpx_fa
 
 def latbench_worker(spec: dict) -> dict:
     """One latbench run, in this (sub)process; spec: url, transport, processes, and concurrency or rate."""
-    import asyncio
 
     import numpy as np
-
-    from loadgen.engine import EngineSettings, NativeEngine, run_async
-    from loadgen.loader import load_scenario
-    from loadgen.multiproc import run_target_processes
-    from loadgen.records import RecordWriter, read_records
-
     import pyarrow as pa
 
+    lb = loadgen
     pa.array(np.zeros(1))  # pyarrow imports pandas at its first conversion: not at the run's first flush
     tmp = Path(tempfile.mkdtemp(prefix="latbench-gen-"))
     load = f"concurrency: {spec['concurrency']}" if spec.get("concurrency") else f"qps: {spec['rate']}"
@@ -246,31 +241,29 @@ def latbench_worker(spec: dict) -> dict:
           grace: 2s
           phases: [{{name: main, duration: {spec['duration']}s, {load}}}]
         """))
-    loaded = load_scenario(tmp / "s.yaml")
+    loaded = lb.load_scenario(tmp / "s.yaml")
     target = loaded.scenario.target_list()[0]
     factory = FACTORIES[spec["transport"]]
     if spec.get("processes", 1) > 1:
-        _, res = run_async(run_target_processes(loaded, target, target.url, "", tmp, None, processes=spec["processes"],
-                                                transport_factory=factory))
+        mt = lb.MeasuredTarget(loaded, target, target.url, "", tmp)
+        res = lb.MultiProcess(spec["processes"], transport_factory=factory).run(mt)
     else:
-        from loadgen.apis import make_protocol
-        from loadgen.prompts import make_prompt_source
-        from loadgen.schedule import plan_phases
-
         async def go():
             sc = loaded.scenario
-            settings = EngineSettings(plan_phases(sc.load), max_in_flight=sc.load.max_in_flight, seed=sc.load.seed, grace=2.0)
+            settings = lb.EngineSettings(lb.plan_phases(sc.load), max_in_flight=sc.load.max_in_flight,
+                                         seed=sc.load.seed, grace=2.0)
             transport = factory(target)
             await transport.start()
-            engine = NativeEngine(settings, make_protocol(target, sc.workload, None),
-                                  make_prompt_source(sc.workload, 0, tmp), transport, RecordWriter(tmp / "requests.parquet"))
+            engine = lb.NativeEngine(settings, lb.make_protocol(target, sc.workload, None),
+                                     lb.make_prompt_source(sc.workload, 0, tmp), transport,
+                                     lb.RecordWriter(tmp / "requests.parquet"))
             try:
                 return await engine.run()
             finally:
                 await transport.close()
 
-        res = run_async(go())
-    t = read_records(tmp / "requests.parquet")
+        res = lb.run_async(go())
+    t = lb.read_records(tmp / "requests.parquet")
     err = np.asarray(t.column("error").to_pylist(), dtype=object)
     sched, sent, done = (t.column(c).to_numpy() for c in ("scheduled", "sent", "done"))
     ok = err == ""
@@ -279,7 +272,8 @@ def latbench_worker(spec: dict) -> dict:
     q = lambda a, p: float(a[min(len(a) - 1, int(np.ceil(p * len(a))) - 1)]) if len(a) else float("nan")  # noqa: E731
     dur = float(spec["duration"])
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"rps": ok.sum() / dur, "sent_rate": (err != "dropped").sum() / dur, "scheduled": len(err), "requests": int(ok.sum()),
+    return {"rps": ok.sum() / dur, "sent_rate": (err != "dropped").sum() / dur, "scheduled": len(err),
+            "requests": int(ok.sum()),
             "errors": int((~ok).sum()), "cpu": res.cpu_seconds, "p50": q(lat, 0.5), "p99": q(lat, 0.99),
             "lag50": q(lag, 0.5), "lag99": q(lag, 0.99), "lagmax": float(lag[-1]) if len(lag) else float("nan")}
 
@@ -309,7 +303,8 @@ def med(rows: list[dict], key: str) -> float:
 def print_closed(results: dict[str, list[dict]]) -> None:
     base = {k: med(results.get("wrk", []), k) for k in ("rps", "p50", "p99")}
     base["per_cpu"] = med([{"v": r["requests"] / r["cpu"]} for r in results.get("wrk", [])], "v")
-    print(f"\nclosed loop, {CONNECTIONS} connections (medians of {max(len(v) for v in results.values())} rounds; x = ratio to wrk)")
+    print(f"\nclosed loop, {CONNECTIONS} connections (medians of {max(len(v) for v in results.values())} rounds; "
+          "x = ratio to wrk)")
     print(f"{'client':<18}{'req/s':>10}{'x':>7}{'req/CPU-s':>12}{'x':>7}{'p50 ms':>9}{'x':>7}{'p99 ms':>9}{'x':>7}")
     for name, rows in results.items():
         rps, p50, p99 = med(rows, "rps"), med(rows, "p50"), med(rows, "p99")
@@ -320,10 +315,12 @@ def print_closed(results: dict[str, list[dict]]) -> None:
 
 def print_open(results: dict[str, list[dict]]) -> None:
     print("\nlatbench open loop, Poisson arrivals (medians)")
-    print(f"{'run':<22}{'sent/s':>10}{'ok/s':>10}{'achieved':>10}{'lag p50 ms':>12}{'p99 ms':>9}{'max ms':>9}{'CPU s':>8}")
+    print(f"{'run':<22}{'sent/s':>10}{'ok/s':>10}{'achieved':>10}{'lag p50 ms':>12}"
+          f"{'p99 ms':>9}{'max ms':>9}{'CPU s':>8}")
     for name, rows in results.items():
         sent, ok = med(rows, "sent_rate"), med(rows, "rps")
-        achieved = med([{"v": r["requests"] / r["scheduled"]} for r in rows if r.get("scheduled")], "v")  # of the schedule
+        # of the schedule
+        achieved = med([{"v": r["requests"] / r["scheduled"]} for r in rows if r.get("scheduled")], "v")
         print(f"{name:<22}{sent:>10.0f}{ok:>10.0f}{achieved:>9.1%}{med(rows, 'lag50') * 1e3:>12.3f}"
               f"{med(rows, 'lag99') * 1e3:>9.3f}{med(rows, 'lagmax') * 1e3:>9.1f}{med(rows, 'cpu'):>8.2f}")
 

@@ -47,7 +47,8 @@ def start_target(reference: bool) -> tuple[subprocess.Popen, str, str]:
             except OSError:
                 time.sleep(0.1)
         return proc, url + "/v1", "tiny"
-    argv = [sys.executable, "-m", "tests.servers", "--ttft", "0.02", "--gap", "0.005", "--tokens", "10", "--delay", "0.01"]
+    argv = [sys.executable, "-m", "tests.servers", "--ttft", "0.02", "--gap", "0.005", "--tokens", "10",
+            "--delay", "0.01"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     port = int(proc.stdout.readline().split("=")[1])
     return proc, f"http://127.0.0.1:{port}/v1", "known"
@@ -69,13 +70,14 @@ def write_scenario(folder: Path, url: str, qps: float, duration: float, stream: 
 
 
 def native(path: Path, url: str, model: str, tdir: Path):
-    from loadgen.apis import make_protocol
-    from loadgen.engine import EngineSettings, NativeEngine, run_async
-    from loadgen.loader import load_scenario
-    from loadgen.prompts import make_prompt_source
-    from loadgen.records import RecordWriter, read_records
-    from loadgen.schedule import plan_phases
-    from loadgen.transport_aiohttp import AiohttpTransport
+    from loadgen.engine.base import EngineSettings, run_async
+    from loadgen.engine.native import NativeEngine
+    from loadgen.protocols.apis import make_protocol
+    from loadgen.records.schema import RecordWriter, read_records
+    from loadgen.scenario.loader import load_scenario
+    from loadgen.scenario.prompts import make_prompt_source
+    from loadgen.schedule.arrivals import plan_phases
+    from loadgen.transports.aiohttp_client import AiohttpTransport
 
     sc = load_scenario(path).scenario
     target = sc.target_list()[0]
@@ -86,7 +88,8 @@ def native(path: Path, url: str, model: str, tdir: Path):
         await transport.start()
         try:
             engine = NativeEngine(EngineSettings(plans, timeout=target.timeout, seed=sc.load.seed),
-                                  make_protocol(target, sc.workload, model), make_prompt_source(sc.workload, sc.load.seed, path.parent),
+                                  make_protocol(target, sc.workload, model),
+                                  make_prompt_source(sc.workload, sc.load.seed, path.parent),
                                   transport, RecordWriter(tdir / "requests.parquet"))
             return await engine.run()
         finally:
@@ -97,15 +100,18 @@ def native(path: Path, url: str, model: str, tdir: Path):
 
 
 def locust(path: Path, url: str, model: str, tdir: Path, workers: int):
-    from loadgen.locust_engine import run_target_locust
-    from loadgen.records import read_records
+    from loadgen.engine.locust import run_target_locust
+    from loadgen.records.schema import read_records
+    from loadgen.scenario.loader import load_scenario
+    from loadgen.schedule.arrivals import plan_phases
 
-    plans, res = run_target_locust(path, 0, url, model, tdir, workers=workers)
+    plans = plan_phases(load_scenario(path).scenario.load)
+    res = run_target_locust(path, 0, url, model, tdir, workers=workers)
     return plans, res, read_records(tdir / "requests.parquet"), res.processes
 
 
 def numbers(plans, res, table, processes) -> dict:
-    from loadgen.metrics import summarize
+    from loadgen.analysis.metrics import summarize
 
     s = summarize(table, plans, [], res.duration, cpu_seconds=res.cpu_seconds, processes=processes)
     o = s["overall"]
@@ -142,14 +148,16 @@ def main() -> None:
             rows = {"native": numbers(*native(path, url, model, tmp / "n")),
                     f"locust x{a.workers}": numbers(*locust(path, url, model, tmp / "l", a.workers))}
             print(f"\n## {a.qps:g} QPS open loop (poisson), {a.duration:g} s, streaming, target {model}\n")
-            print("| engine | requests | achieved QPS | send lag p50 / p99 ms | latency p50 / p99 ms | TTFT p50 / p99 ms | gen. CPU/process |")
+            print("| engine | requests | achieved QPS | send lag p50 / p99 ms | latency p50 / p99 ms "
+                  "| TTFT p50 / p99 ms | gen. CPU/process |")
             print("|---|---|---|---|---|---|---|")
             for name, r in rows.items():
                 print(f"| {name} | {r['count']} | {r['qps']:.1f} | {ms(r['lag50'])} / {ms(r['lag99'])} | "
                       f"{ms(r['lat50'])} / {ms(r['lat99'])} | {ms(r['ttft50'])} / {ms(r['ttft99'])} | {r['cpu']:.0%} |")
             n, l_ = rows["native"], rows[f"locust x{a.workers}"]
             print(f"| locust/native | | {l_['qps'] / n['qps']:.3f} | | {l_['lat50'] / n['lat50']:.3f} / "
-                  f"{l_['lat99'] / n['lat99']:.3f} | {l_['ttft50'] / n['ttft50']:.3f} / {l_['ttft99'] / n['ttft99']:.3f} | |")
+                  f"{l_['lat99'] / n['lat99']:.3f} | {l_['ttft50'] / n['ttft50']:.3f} / "
+                  f"{l_['ttft99'] / n['ttft99']:.3f} | |")
 
             print(f"\n## one Locust worker, constant arrivals, {a.max_duration:g} s per rate, non-streaming\n")
             print("| target QPS | achieved QPS | send lag p50 / p99 ms | latency p50 / p99 ms | worker CPU | held |")

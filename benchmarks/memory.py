@@ -60,7 +60,7 @@ class PeakRSS:
 
 
 def measure_buffer(n: int, tokens: int) -> dict:
-    from loadgen.records import Outcome, RecordBuffer
+    from loadgen.records.schema import Outcome, RecordBuffer
 
     buf = RecordBuffer()
     base = rss()
@@ -81,18 +81,20 @@ def measure_engine(n: int, callbacks: bool = False) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from loadgen.apis import make_protocol
-    from loadgen.engine import EngineSettings, NativeEngine, run_async
-    from loadgen.prompts import make_prompt_source
-    from loadgen.records import RecordWriter
-    from loadgen.scenario import Target, Workload
-    from loadgen.schedule import PhasePlan
+    from loadgen.engine.base import EngineSettings, run_async
+    from loadgen.engine.native import NativeEngine
+    from loadgen.protocols.apis import make_protocol
+    from loadgen.records.schema import RecordWriter
+    from loadgen.scenario.model import Target, Workload
+    from loadgen.scenario.prompts import make_prompt_source
+    from loadgen.schedule.arrivals import PhasePlan
 
     pa.array(np.zeros(1))  # pyarrow's first conversion imports pandas: not inside the measurement
     clock = time.perf_counter
 
     class NullTransport:
         name = "null"
+        submit = None  # the Task path
 
         async def start(self):
             pass
@@ -172,7 +174,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=1_000_000)
     a = ap.parse_args(argv)
-    print(f"{'measurement':<34}{'requests':>10}{'RSS growth':>14}{'peak growth':>14}{'B/request':>11}{'peak B/req':>11}")
+    print(f"{'measurement':<34}{'requests':>10}{'RSS growth':>14}{'peak growth':>14}"
+          f"{'B/request':>11}{'peak B/req':>11}")
     for kind in ("buffer", "stream", "engine", "engine-cb"):
         out = subprocess.run([sys.executable, __file__, "_one", kind, str(a.requests)], stdout=subprocess.PIPE,
                              text=True, timeout=1800)
@@ -183,7 +186,8 @@ def main(argv=None) -> None:
         print(f"{label:<34}{n:>10}{r['rss_growth'] / 2**20:>11.1f} MB{r['peak_growth'] / 2**20:>11.1f} MB"
               f"{r['rss_growth'] / n:>11.1f}{r['peak_growth'] / n:>11.1f}")
         if kind.startswith("engine"):
-            print(f"  ({r['seconds']:.1f} s, {n / r['seconds']:.0f} req/s; requests.parquet {r['parquet_bytes'] / n:.1f} B/request)")
+            print(f"  ({r['seconds']:.1f} s, {n / r['seconds']:.0f} req/s; "
+                  f"requests.parquet {r['parquet_bytes'] / n:.1f} B/request)")
 
 
 if __name__ == "__main__":

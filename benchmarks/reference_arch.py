@@ -201,25 +201,31 @@ def main(argv=None) -> int:
     rows = []
     if not args.skip_archs:
         for backend in backends:
-            rows += bench_archs(backend, args.model, cache_dir, conc, args.duration_s, args.max_tokens, args.prompt_chars)
-        print("| backend | arch | conc | req/s | tok/s | p50 ms | p99 ms | TTFT p50 ms | cold 1st req ms | warm 1st req ms |")
+            rows += bench_archs(backend, args.model, cache_dir, conc, args.duration_s, args.max_tokens,
+                                args.prompt_chars)
+        print("| backend | arch | conc | req/s | tok/s | p50 ms | p99 ms | TTFT p50 ms "
+              "| cold 1st req ms | warm 1st req ms |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['backend']} | {r['arch']} | {r['concurrency']} | {r['rps']:.2f} | {r['tok_s']:.0f} | "
-                  f"{r['p50']*1e3:.0f} | {r['p99']*1e3:.0f} | {r['ttft50']*1e3:.0f} | {r['cold']*1e3:.0f} | {r['warm']*1e3:.0f} |")
+                  f"{r['p50']*1e3:.0f} | {r['p99']*1e3:.0f} | {r['ttft50']*1e3:.0f} | "
+                  f"{r['cold']*1e3:.0f} | {r['warm']*1e3:.0f} |")
         print()
         for backend in backends:
             by = {(r["arch"], r["concurrency"]): r["rps"] for r in rows if r["backend"] == backend}
             c = max(conc)
-            print(f"{backend}: optimized/naive throughput at concurrency {c}: {by[('optimized', c)] / by[('naive', c)]:.2f}x")
+            print(f"{backend}: optimized/naive throughput at concurrency {c}: "
+                  f"{by[('optimized', c)] / by[('naive', c)]:.2f}x")
         print()
     batches = [int(b) for b in args.step_batches.split(",")]
-    print("| backend | model | " + " | ".join(f"decode step b={b} ms" for b in batches) + " | per-token gain at max b |")
+    print("| backend | model | " + " | ".join(f"decode step b={b} ms" for b in batches)
+          + " | per-token gain at max b |")
     print("|---|---|" + "---|" * (len(batches) + 1))
     for backend in backends:
         steps = bench_steps(backend, args.model, cache_dir, batches)
         gain = steps[batches[0]] * batches[-1] / steps[batches[-1]]
-        print(f"| {backend} | {args.model} | " + " | ".join(f"{steps[b]*1e3:.2f}" for b in batches) + f" | {gain:.1f}x |")
+        print(f"| {backend} | {args.model} | " + " | ".join(f"{steps[b]*1e3:.2f}" for b in batches)
+              + f" | {gain:.1f}x |")
     print(json.dumps({"rows": rows}), file=sys.stderr)
     return 0
 

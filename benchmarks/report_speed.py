@@ -2,8 +2,8 @@
 
     python benchmarks/report_speed.py [--rows 1000000 100000] [--keep DIR]
 
-Builds synthetic RunDirs the way a run writes them (loadgen.records.RecordWriter for the records,
-loadgen.metrics.summarize for summary.json), then times write_outputs and prints a table.
+Builds synthetic RunDirs the way a run writes them (loadgen.records.schema.RecordWriter for the records,
+loadgen.analysis.metrics.summarize for summary.json), then times write_outputs and prints a table.
 :func:`synthetic_rundir` is also what the report tests use for RunDirs with known numbers.
 """
 
@@ -21,12 +21,12 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadgen.metrics import summarize  # noqa: E402
-from loadgen.records import SCHEMA, RecordWriter, read_records  # noqa: E402
-from loadgen.rundir import REQUESTS, SUMMARY, RunDir, write_json  # noqa: E402
-from loadgen.scenario import Load  # noqa: E402
-from loadgen.schedule import plan_phases  # noqa: E402
-from loadgen.slo import parse_slo  # noqa: E402
+from loadgen.analysis.metrics import summarize  # noqa: E402
+from loadgen.records.rundir import REQUESTS, SUMMARY, RunDir, write_json  # noqa: E402
+from loadgen.records.schema import SCHEMA, RecordWriter, read_records  # noqa: E402
+from loadgen.scenario.model import Load  # noqa: E402
+from loadgen.scenario.slo import parse_slo  # noqa: E402
+from loadgen.schedule.arrivals import plan_phases  # noqa: E402
 
 BATCH = 200_000
 

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loadgen.records import read_records  # noqa: E402
+from loadgen.records.schema import read_records  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -124,10 +124,14 @@ def main() -> int:
         return t / h - 1.0
 
     checks = [
-        ("latbench RSS growth", f"{growth(1) * 100:+.1f}%  ({head[0][1]:.0f} -> {tail[-1][1]:.0f} MB)", growth(1) < 0.10),
-        ("server RSS growth", f"{growth(2) * 100:+.1f}%  ({head[0][2]:.0f} -> {tail[-1][2]:.0f} MB)", growth(2) < 0.10),
-        ("latbench fds", f"{head[0][3]} -> {tail[-1][3]} (max {max(s[3] for s in during)})", tail[-1][3] - head[0][3] <= 8),
-        ("server fds", f"{head[0][4]} -> {tail[-1][4]} (max {max(s[4] for s in during)})", tail[-1][4] - head[0][4] <= 8),
+        ("latbench RSS growth", f"{growth(1) * 100:+.1f}%  ({head[0][1]:.0f} -> {tail[-1][1]:.0f} MB)",
+         growth(1) < 0.10),
+        ("server RSS growth", f"{growth(2) * 100:+.1f}%  ({head[0][2]:.0f} -> {tail[-1][2]:.0f} MB)",
+         growth(2) < 0.10),
+        ("latbench fds", f"{head[0][3]} -> {tail[-1][3]} (max {max(s[3] for s in during)})",
+         tail[-1][3] - head[0][3] <= 8),
+        ("server fds", f"{head[0][4]} -> {tail[-1][4]} (max {max(s[4] for s in during)})",
+         tail[-1][4] - head[0][4] <= 8),
         ("records = server requests_total", f"{records} = {served:.0f}", records == served and records > 0),
     ]
     print(f"\nsoak: {a.duration:.0f} s at {a.qps:g} QPS against {a.arch}/{a.model} (numpy); RunDir {rd}")

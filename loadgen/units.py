@@ -1,4 +1,5 @@
-"""Parsing of durations, rates and sizes as scenario files write them. Seconds inside, always."""
+"""Units, one definition each: durations, rates and percentages as people write them, seconds and fractions
+inside, milliseconds on display, and floats as JSON carries them."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def parse_duration(value) -> float:
     return seconds
 
 
+def parse_percent(text: str) -> float:
+    """'10%' -> 0.1, '0.1' -> 0.1 (a bare number is already a fraction). Raises ValueError, also for NaN/inf."""
+    t = str(text).strip()
+    v = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    if not math.isfinite(v):
+        raise ValueError(f"expected a finite percentage, got {text!r}")
+    return v
+
+
 def parse_rate(value, expected_qps: float | None):
     """A rate in requests per second: a number, or 'N%' of ``expected_qps``. Returns a float."""
     if isinstance(value, bool):
@@ -35,12 +45,12 @@ def parse_rate(value, expected_qps: float | None):
         rate = float(value)
     elif isinstance(value, str) and value.strip().endswith("%"):
         try:
-            pct = float(value.strip()[:-1])
+            share = parse_percent(value)
         except ValueError:
             raise ValueError(f"expected a number or a percentage, got {value!r}") from None
         if expected_qps is None:
             raise ValueError(f"a percentage rate ({value!r}) needs load.expected_qps")
-        rate = expected_qps * pct / 100.0
+        rate = expected_qps * share
     elif isinstance(value, str):
         try:
             rate = float(value)
@@ -60,3 +70,12 @@ def fmt_ms(seconds: float | None, digits: int = 1) -> str:
     if math.isinf(seconds):
         return "inf"
     return f"{seconds * 1e3:.{digits}f} ms"
+
+
+def json_num(v: float | None):
+    """A float as JSON carries it: NaN -> None; infinities as the strings 'inf' / '-inf'."""
+    if v is None or math.isnan(v):
+        return None
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return float(v)

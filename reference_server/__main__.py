@@ -22,16 +22,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="TCP port; 0 picks a free one (default 0)")
     p.add_argument("--arch", choices=ARCHS, default="naive", help="architecture preset (default naive)")
-    p.add_argument("--model", default=None, help="tiny | small | medium | large | 1b | 3b (default: small on CPU, 1b on CUDA)")
+    p.add_argument("--model", default=None,
+                   help="tiny | small | medium | large | 1b | 3b (default: small on CPU, 1b on CUDA)")
     p.add_argument("--backend", default=None, help="auto | numpy | torch | sim:<gpu>-<model>, e.g. sim:h200-8b")
-    p.add_argument("--cache-dir", default=None, help="weights cache (default $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights)")
+    p.add_argument("--cache-dir", default=None,
+                   help="weights cache (default $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights)")
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: the preset name)")
     p.add_argument("--weights-seed", type=int, default=None, help="seed of the random weights (default 0)")
     p.add_argument("--prepare-weights", action="store_true",
-                   help="write the weights file if it is missing, print LATBENCH_WEIGHTS_FILE=<path> and exit (no server)")
+                   help="write the weights file if it is missing, print LATBENCH_WEIGHTS={path, bytes, "
+                        "generated_s} and exit (no server)")
     k = p.add_argument_group("architecture knobs (override the preset)")
     k.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None, help="load the model at start")
-    k.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="warm up before /health is 200")
+    k.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
+                   help="warm up before /health is 200")
     k.add_argument("--max-batch-size", type=int, default=None, help="running batch bound; 1 = one request at a time")
     k.add_argument("--max-queue-delay-ms", type=float, default=None, help="max wait for the oldest request when idle")
     k.add_argument("--max-step-tokens", type=int, default=None,
@@ -40,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--precision", choices=PRECISIONS, default=None)
     k.add_argument("--threads", type=int, default=None, help="torch CPU intra-op threads (default 1)")
     k.add_argument("--step-threads", type=int, default=None,
-                   help="numpy backend: threads splitting each forward pass by sequence (default 1; 2 for optimized/batching)")
+                   help="numpy backend: threads splitting each forward pass by sequence "
+                        "(default 1; 2 for optimized/batching)")
     k.add_argument("--max-queue-size", type=int, default=None, help="waiting requests before 429")
     k.add_argument("--request-timeout-s", type=float, default=None, help="whole-request deadline; 0 = none")
     k.add_argument("--default-max-tokens", type=int, default=None, help="max_tokens when a request omits it")

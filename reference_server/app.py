@@ -85,7 +85,8 @@ def _build_app(state: ServerState) -> web.Application:
         return web.json_response({"object": "list", "data": [card]})
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=state.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(body=state.metrics.render(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def chat(request: web.Request) -> web.StreamResponse:
         return await handle_generation(state, request, "chat")
@@ -141,7 +142,8 @@ async def start(config: ServerConfig, *, announce: TextIO | None = None) -> Runn
     port = runner.addresses[0][1]
     host = f"[{config.host}]" if ":" in config.host else config.host
     url = f"http://{host}:{port}"
-    resolved_config = dict(config.to_dict(), port=port, backend_requested=config.backend, model=resolved.spec.name, served_model_name=state.served_model,
+    resolved_config = dict(config.to_dict(), port=port, backend_requested=config.backend, model=resolved.spec.name,
+                           served_model_name=state.served_model,
                            parameter_count=resolved.spec.parameter_count(), cache_dir=str(resolved.cache_dir),
                            **resolved.to_dict())
     if announce is not None:

@@ -88,8 +88,8 @@ class ServerConfig:
             raise ValueError(f"precision: {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if not (self.backend in ("auto", "numpy", "torch") or self.backend.startswith("sim:")):
             raise ValueError(f"backend: {self.backend!r} is not auto, numpy, torch or sim:<profile>")
-        for name in ("max_batch_size", "max_queue_size", "default_max_tokens", "max_body_bytes", "threads", "max_step_tokens",
-                     "step_threads"):
+        for name in ("max_batch_size", "max_queue_size", "default_max_tokens", "max_body_bytes", "threads",
+                     "max_step_tokens", "step_threads"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         for name in ("max_queue_delay_s", "request_timeout_s", "slow_s", "stall_s", "stall_every_s"):

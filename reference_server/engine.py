@@ -229,7 +229,8 @@ class Engine:
                     step([([32 + i], c) for c in caches])
         if cfg.max_batch_size > 1 and getattr(self.model, "chunked_prefill", False):
             for _ in range(passes):
-                step([(prompt * (cfg.max_step_tokens // len(prompt) + 1), self.model.new_cache(cfg.max_step_tokens + 8))])
+                step([(prompt * (cfg.max_step_tokens // len(prompt) + 1),
+                       self.model.new_cache(cfg.max_step_tokens + 8))])
 
     def _wait_for_work(self) -> bool:
         """Block until there is work (admitting what may start now); False to stop."""

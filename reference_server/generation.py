@@ -15,8 +15,19 @@ from .config import ServerConfig
 from .engine import Engine, EngineFailed, GenRequest, QueueFull
 from .faults import FaultInjector, FaultPlan
 from .metrics import Metrics
-from .protocol import (SSE_DONE, ApiError, ChunkTemplate, ParsedRequest, chunk, full_response, new_id, parse_json,
-                       parse_request, sse, usage_chunk)
+from .protocol import (
+    SSE_DONE,
+    ApiError,
+    ChunkTemplate,
+    ParsedRequest,
+    chunk,
+    full_response,
+    new_id,
+    parse_json,
+    parse_request,
+    sse,
+    usage_chunk,
+)
 
 
 @dataclass
@@ -98,7 +109,8 @@ async def handle_generation(state: ServerState, request: web.Request, kind: str)
     if hit is not None:
         events, prompt_tokens = _replay(state, hit), hit.prompt_tokens
     else:
-        gen = GenRequest(req.prompt_ids, req.max_tokens, req.temperature, req.top_p, req.seed, req.stop, arrival=arrival)
+        gen = GenRequest(req.prompt_ids, req.max_tokens, req.temperature, req.top_p, req.seed, req.stop,
+                         arrival=arrival)
         try:
             state.engine.submit(gen)
         except QueueFull:
@@ -158,7 +170,8 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
                         if out:
                             await resp.write(b"".join(out))
                         raise _Cut()
-                    out.append(template.encode(event[1]) if pieces else sse(chunk(req, rid, created, event[1], first=True)))
+                    out.append(template.encode(event[1]) if pieces
+                               else sse(chunk(req, rid, created, event[1], first=True)))
                     pieces.append(event[1])
                 elif event[0] == "error":
                     out.append(sse(ApiError(500, event[1], "server_error").body()) + SSE_DONE)

@@ -33,7 +33,8 @@ class Metrics:
             return metric.labels(backend=backend)
 
         self.running = bound(Gauge("refserver:num_requests_running", "Requests in the decode batch.", lb, registry=r))
-        self.waiting = bound(Gauge("refserver:num_requests_waiting", "Requests queued, not yet running.", lb, registry=r))
+        self.waiting = bound(Gauge("refserver:num_requests_waiting", "Requests queued, not yet running.", lb,
+                                   registry=r))
         self.queue_time = bound(hist("request_queue_time_seconds", "Arrival to start of prefill."))
         self.ttft = bound(hist("time_to_first_token_seconds", "Arrival to first generated token."))
         self.itl = bound(hist("inter_token_latency_seconds", "Gap between consecutive tokens of a request."))
@@ -47,11 +48,14 @@ class Metrics:
         self.cache_misses = bound(Counter("refserver:cache_misses", "Result cache misses.", lb, registry=r))
         self.prompt_tokens = bound(Counter("refserver:prompt_tokens", "Prompt tokens prefilled.", lb, registry=r))
         self.generation_tokens = bound(Counter("refserver:generation_tokens", "Tokens generated.", lb, registry=r))
-        self._requests = Counter("refserver:requests", "Finished HTTP API requests by status.", lb + ["status"], registry=r)
-        self.model_load = bound(Gauge("refserver:model_load_seconds", "Seconds the last model load took.", lb, registry=r))
+        self._requests = Counter("refserver:requests", "Finished HTTP API requests by status.", lb + ["status"],
+                                 registry=r)
+        self.model_load = bound(Gauge("refserver:model_load_seconds", "Seconds the last model load took.", lb,
+                                      registry=r))
         self.warmup = bound(Gauge("refserver:warmup_seconds", "Seconds the warm-up took.", lb, registry=r))
         self.faults = Counter("refserver:injected_faults", "Faults injected, by kind.", lb + ["kind"], registry=r)
-        self.sim_overrun = bound(Counter("refserver:sim_overrun_seconds", "Sim steps' compute beyond the modelled time.", lb, registry=r))
+        self.sim_overrun = bound(Counter("refserver:sim_overrun_seconds",
+                                         "Sim steps' compute beyond the modelled time.", lb, registry=r))
 
     def step(self, phase: str):
         """The step-duration histogram child of ``phase`` (prefill, decode or mixed)."""

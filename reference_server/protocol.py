@@ -122,7 +122,8 @@ def _prompt(body: dict, kind: str) -> tuple[list[int], object]:
         prompt = prompt[0]
     if isinstance(prompt, str):
         ids = encode(prompt)
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 256 for t in prompt):
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 256
+                                                     for t in prompt):
         ids = list(prompt)
     else:
         raise _bad("'prompt' must be a string, a one-string list, or a list of token ids in [0, 255]", "prompt")
@@ -131,7 +132,8 @@ def _prompt(body: dict, kind: str) -> tuple[list[int], object]:
     return ids, ids
 
 
-def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: int, default_max_tokens: int) -> ParsedRequest:
+def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: int,
+                  default_max_tokens: int) -> ParsedRequest:
     """Validate a chat (``kind="chat"``) or completions body; raise ApiError naming the bad field."""
     model = body.get("model")
     if not isinstance(model, str):
@@ -194,10 +196,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def full_response(req: ParsedRequest, rid: str, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict:
+def full_response(req: ParsedRequest, rid: str, text: str, finish_reason: str, prompt_tokens: int,
+                  completion_tokens: int) -> dict:
     """The non-streaming response body."""
     if req.kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish_reason}
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                  "finish_reason": finish_reason}
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}

@@ -58,7 +58,8 @@ class SimProfile:
 
     def decode_time(self, batch: int, context_tokens: int) -> float:
         """Seconds for one decode step of ``batch`` sequences holding ``context_tokens`` in total."""
-        memory = (self.weight_bytes + self.kv_bytes_per_token * context_tokens) / (self.bandwidth * BANDWIDTH_EFFICIENCY)
+        memory = ((self.weight_bytes + self.kv_bytes_per_token * context_tokens)
+                  / (self.bandwidth * BANDWIDTH_EFFICIENCY))
         compute = 2 * self.params * batch / (self.flops * COMPUTE_EFFICIENCY)
         return max(memory, compute) + STEP_OVERHEAD_S
 
@@ -66,7 +67,8 @@ class SimProfile:
         """Seconds for one mixed pass: ``decodes`` decode tokens over ``context_tokens`` of KV cache plus
         ``prompt_tokens`` prompt tokens. Equals ``decode_time`` without prompt tokens and ``prefill_time``
         without decodes."""
-        memory = (self.weight_bytes + self.kv_bytes_per_token * context_tokens) / (self.bandwidth * BANDWIDTH_EFFICIENCY)
+        memory = ((self.weight_bytes + self.kv_bytes_per_token * context_tokens)
+                  / (self.bandwidth * BANDWIDTH_EFFICIENCY))
         compute = 2 * self.params * (decodes + prompt_tokens) / (self.flops * COMPUTE_EFFICIENCY)
         return max(memory, compute) + STEP_OVERHEAD_S
 

@@ -39,15 +39,18 @@ class _Net(nn.Module):
     def __init__(self, spec: ModelSpec, w: dict[str, np.ndarray]):
         super().__init__()
         self.embed = nn.Parameter(_tensor(w["embed"]), requires_grad=False)
-        self.norm1 = nn.ParameterList([nn.Parameter(_tensor(w[f"l{i}.norm1"]), requires_grad=False) for i in range(spec.n_layers)])
-        self.norm2 = nn.ParameterList([nn.Parameter(_tensor(w[f"l{i}.norm2"]), requires_grad=False) for i in range(spec.n_layers)])
+        self.norm1 = nn.ParameterList([nn.Parameter(_tensor(w[f"l{i}.norm1"]), requires_grad=False)
+                                       for i in range(spec.n_layers)])
+        self.norm2 = nn.ParameterList([nn.Parameter(_tensor(w[f"l{i}.norm2"]), requires_grad=False)
+                                       for i in range(spec.n_layers)])
         self.wqkv = nn.ModuleList([_linear(w[f"l{i}.wqkv"]) for i in range(spec.n_layers)])
         self.wo = nn.ModuleList([_linear(w[f"l{i}.wo"]) for i in range(spec.n_layers)])
         self.w1 = nn.ModuleList([_linear(w[f"l{i}.w1"]) for i in range(spec.n_layers)])
         self.w2 = nn.ModuleList([_linear(w[f"l{i}.w2"]) for i in range(spec.n_layers)])
         self.norm_f = nn.Parameter(_tensor(w["norm_f"]), requires_grad=False)
         self.lm_head = _linear(w["lm_head"])
-        self.pos = nn.Parameter(torch.from_numpy(sinusoidal_positions(spec.max_model_len, spec.d_model)), requires_grad=False)
+        self.pos = nn.Parameter(torch.from_numpy(sinusoidal_positions(spec.max_model_len, spec.d_model)),
+                                requires_grad=False)
 
 
 def _rmsnorm(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from loadgen.analysis.capacity import headline
+from loadgen.scenario.slo import parse_slo
 from reports.html import render
-from reports.plots import _style, figure, ms_log_axis, to_uri
+from reports.plots import figure, ms_log_axis, plot_style, to_uri
 
 
 def _curve(result: dict) -> str:
     steps = sorted(result["steps"], key=lambda s: s["qps"])
-    with _style():
+    with plot_style():
         fig, axes = figure(10, 3.6, 1, 2)
         lat, thr = axes[0][0], axes[0][1]
         for key, label, color in (("latency_p50", "p50", "#1f77b4"), ("latency_p99", "p99", "#d62728")):
@@ -49,8 +51,6 @@ def _curve(result: dict) -> str:
 
 
 def _latency_limits(result: dict):
-    from loadgen.slo import parse_slo
-
     for expr in result["slo"]:
         s = parse_slo(expr)
         if s.metric == "latency" and s.stat in ("p50", "p99"):
@@ -59,8 +59,6 @@ def _latency_limits(result: dict):
 
 def write_capacity_report(rundir_path) -> Path:
     """report.html of a capacity RunDir."""
-    from loadgen.capacity import headline
-
     root = Path(rundir_path)
     result = json.loads((root / "capacity.json").read_text())
     html = render("capacity.html", title=f"capacity: {result['scenario']}", r=result, headline=headline(result),

@@ -1,6 +1,6 @@
 """``latbench report`` and ``latbench compare``: thin click commands over reports' library functions.
 
-The lead registers them on the main group: ``main.add_command(report)``, ``main.add_command(compare)``.
+``latbench`` loads them by name (``loadgen.cli.main.COMMANDS``).
 Exit codes: 0 written; 2 a path is not a readable RunDir.
 """
 
@@ -10,16 +10,18 @@ import sys
 
 import click
 
+from loadgen.errors import RunDirError
+from reports.compare import write_compare
+from reports.loader import load_rundir
+from reports.outputs import write_outputs
+from reports.report import write_report
+
 
 @click.command(help="Render a RunDir's report again from its files alone (sends nothing): report.html, "
                     "summary.md and junit.xml in the RunDir, or only the HTML to -o FILE.")
 @click.argument("rundir", type=click.Path(exists=True, file_okay=False))
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="write the HTML report here instead")
 def report(rundir: str, output: str | None) -> None:
-    from reports import write_outputs
-    from reports.loader import RunDirError, load_rundir
-    from reports.report import write_report
-
     try:
         if output:
             paths = [write_report(load_rundir(rundir), output)]
@@ -37,9 +39,6 @@ def report(rundir: str, output: str | None) -> None:
 @click.argument("rundirs", nargs=-1, required=True)
 @click.option("-o", "--output", "output", default="compare.html", show_default=True, type=click.Path(dir_okay=False))
 def compare(rundirs: tuple[str, ...], output: str) -> None:
-    from reports.compare import write_compare
-    from reports.loader import RunDirError
-
     try:
         path = write_compare(list(rundirs), output)
     except (RunDirError, ValueError) as exc:

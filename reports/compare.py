@@ -14,7 +14,9 @@ from pathlib import Path
 from reports import model
 from reports.figures import overview_figures, warmup_figure
 from reports.headline import architectures_headline, cold_start_headline
+from reports.html import render
 from reports.loader import RunData, TargetData, load_rundir
+from reports.plots import overlay_timeseries_plot
 
 
 @dataclass
@@ -60,8 +62,6 @@ def entries_of(specs: list[str]) -> list[Entry]:
 
 
 def compare_context(entries: list[Entry]) -> dict:
-    from reports.plots import overlay_timeseries_plot
-
     rows = []
     for e in entries:
         tds = e.starts or [e.target]
@@ -96,8 +96,6 @@ def compare_context(entries: list[Entry]) -> dict:
 
 
 def render_compare(specs: list[str]) -> str:
-    from reports.html import render
-
     entries = entries_of(specs)
     if not entries:
         raise ValueError("nothing to compare: the RunDirs hold no targets")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadgen.metrics import itl_samples  # the one definition of inter-token latency
+from loadgen.analysis.metrics import itl_samples  # the one definition of inter-token latency
 from reports import plots
 from reports.loader import TargetData
+from reports.server import server_plot
 
 ITL_SAMPLE = 5000  # requests whose token gaps feed the ITL histogram
 HIST_SAMPLE = 200_000
@@ -73,7 +74,8 @@ def overview_figures(targets: list[tuple[str, TargetData | list[TargetData]]]) -
         ok = _ok_recorded(td)
         if ok.empty:
             continue
-        dist.append((label, _sample(ok["ttft"].dropna().to_numpy(), HIST_SAMPLE), _sample(itl_sample(td, ok), HIST_SAMPLE)))
+        dist.append((label, _sample(ok["ttft"].dropna().to_numpy(), HIST_SAMPLE),
+                     _sample(itl_sample(td, ok), HIST_SAMPLE)))
         bars.append((f"{label} · all recorded", plots.breakdown_means(ok)))
         phases = list((td.summary or {}).get("phases", {}).items())
         if sum(1 for _, ph in phases if ph.get("recorded", True)) > 1:
@@ -134,14 +136,13 @@ def warmup_figure(cold_start: dict) -> dict | None:
 
 def target_figures(td: TargetData) -> list[dict]:
     """Per-target figures: time series with phases shaded, and server metrics beside client p99."""
-    from reports.server import server_plot
-
     figs = []
     if td.summary:
         ts = plots.timeseries_plot(td.summary)
         if ts:
-            marked = (" Green: from the spike's end to the recovery time (dashed: the objective recovered to); "
-                      "purple: the drain back to the baseline's peak in flight (dashed)." if td.summary.get("burst") else "")
+            marked = "" if not td.summary.get("burst") else (
+                " Green: from the spike's end to the recovery time (dashed: the objective recovered to; dash-dot: "
+                "the recovery rule's own windows); purple: the drain back to the baseline's peak in flight (dashed).")
             figs.append({"id": "timeseries", "title": "Over time", "uri": ts,
                          "caption": "Per second: latency p50 / p99 of completed requests; target, sent and achieved "
                                     "request rates; errors by class; requests in flight. Phases shaded." + marked})

@@ -17,7 +17,7 @@ A sentence is a list of parts, each a str or a Cell; HTML and Markdown lay the s
 
 from __future__ import annotations
 
-from loadgen.headline import architectures
+from loadgen.analysis.headline import architectures
 from reports import fmt
 from reports.loader import RunData, TargetData
 from reports.model import COLD, Cell, get
@@ -86,7 +86,8 @@ def headline(run: RunData) -> dict | None:
     if kind == "cold_start":
         return cold_start_headline(run.cold_start)
     if kind == "burst":
-        return burst_headline([(td, i) for td in run.targets for i, _ in enumerate((td.summary or {}).get("burst") or [])])
+        return burst_headline([(td, i) for td in run.targets
+                               for i in range(len((td.summary or {}).get("burst") or []))])
     if kind == "headroom":
         return headroom_headline([td for td in run.targets if (td.summary or {}).get("headroom")])
     if kind == "architectures":
@@ -105,7 +106,8 @@ def cold_start_headline(cs: dict) -> dict:
     for group in cs:
         o = f"{group}/over_starts"
         s = [Cell(group), " (", _cell(cs, COLD, f"{group}/starts", "count"), " fresh starts, ",
-             _cell(cs, COLD, f"{group}/cold_starts", "count"), " cold): ready after ", *_spread(cs, COLD, f"{o}/ready_s"),
+             _cell(cs, COLD, f"{group}/cold_starts", "count"), " cold): ready after ",
+             *_spread(cs, COLD, f"{o}/ready_s"),
              "; first request ", *_spread(cs, COLD, f"{o}/first_latency_s"), ", ", *_spread(cs, COLD, f"{o}/penalty_s"),
              " over its steady ", _cell(cs, COLD, f"{o}/steady_latency_s/median", "ms"), " ms"]
         if get(cs, f"{o}/first_ttft_s/n"):
@@ -152,7 +154,8 @@ def cold_note(cs: dict, group: str) -> str:
         text += (f" {group} starts {', '.join(str(r['start']) for r in unknown)}: unknown (the platform could not "
                  "tell).")
     if prepared.get("generated_s") is not None:
-        text += f" The weights were generated once before the first start ({fmt.seconds(prepared['generated_s'])}, no part of any start)."
+        text += (" The weights were generated once before the first start "
+                 f"({fmt.seconds(prepared['generated_s'])}, no part of any start).")
     elif prepared.get("path"):
         text += " The weights file existed before the first start (generation is no part of any start)."
     return text
@@ -289,8 +292,10 @@ def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None
               _cell(a, ARCH, f"rows/{i}/p99/value", "ms"), " ms"]
         vs = r.get("p99_vs_first")
         if vs and vs.get("value") is not None:
-            s += [" (p99 ", *_with_ci(a, ARCH, f"rows/{i}/p99_vs_first", "x", ""),
-                  f" {'lower' if vs['lower'] else 'higher'} than {a['base']})"]
+            s += [" (p99 ", _cell(a, ARCH, f"rows/{i}/p99_vs_first/value", "x"),
+                  f" {'lower' if vs['lower'] else 'higher'} than {a['base']}"]
+            ci = _ci(a, ARCH, f"rows/{i}/p99_vs_first/ci", "x")
+            s += [", interval ", ci, ")"] if ci is not None else [")"]
     s.append(".")
     sentences = [s]
     if a["knobs"]:

@@ -2,7 +2,7 @@
 
 The one place reports touch files. A run that did not finish still loads: a target with records but
 no summary.json (the run was killed) has its summary recomputed from the records with
-:func:`loadgen.metrics.summarize`, and is marked incomplete.
+:func:`loadgen.analysis.metrics.summarize`, and is marked incomplete.
 """
 
 from __future__ import annotations
@@ -14,20 +14,20 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
-from loadgen.coldstart import cold_start_summary
-from loadgen.metrics import records_frame, summarize
-from loadgen.records import read_records
-from loadgen.rundir import COLD_START, META, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
+from loadgen.analysis.coldstart import cold_start_summary
+from loadgen.analysis.metrics import records_frame, summarize
+from loadgen.errors import RunDirError
+from loadgen.records.rundir import COLD_START, META, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
+from loadgen.records.schema import read_records, records_exist
+from loadgen.scenario.model import Load, slo_line
+from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
 #: Record columns the plots read (token times are read separately, for a sample only).
 PLOT_COLUMNS = ("phase", "recorded", "scheduled", "sent", "connect_start", "connected", "tls",
                 "first_byte", "first_token", "done", "error", "output_tokens")
-
-
-class RunDirError(Exception):
-    """The path is not a RunDir latbench can read."""
 
 
 @dataclass
@@ -43,7 +43,7 @@ class TargetData:
 
     @property
     def has_records(self) -> bool:
-        return (self.dir / REQUESTS).exists() or (self.dir / (REQUESTS + ".partial")).exists()
+        return records_exist(self.dir / REQUESTS)
 
     def table(self) -> pa.Table:
         """All records (read once)."""
@@ -52,7 +52,7 @@ class TargetData:
         return self._table
 
     def frame(self) -> pd.DataFrame:
-        """Records without token times, with the derived columns of :func:`loadgen.metrics.records_frame`."""
+        """Records without token times, with the derived columns of :func:`loadgen.analysis.metrics.records_frame`."""
         if self._frame is None:
             t = self.table()
             self._frame = records_frame(t.select([c for c in PLOT_COLUMNS if c in t.column_names]))
@@ -101,7 +101,8 @@ class RunData:
 
     @property
     def complete(self) -> bool:
-        return bool(self.meta.get("complete")) and all(t.summary and t.summary.get("complete", True) and not t.recomputed
+        return bool(self.meta.get("complete")) and all(t.summary and t.summary.get("complete", True)
+                                                        and not t.recomputed
                                                         for t in self.targets)
 
 
@@ -126,7 +127,7 @@ def load_rundir(path) -> RunData:
         scenario = {}
     entries = meta.get("targets") or [
         {"name": p.name, "dir": p.name} for p in sorted(path.iterdir())
-        if p.is_dir() and ((p / SUMMARY).exists() or (p / REQUESTS).exists() or (p / (REQUESTS + ".partial")).exists())]
+        if p.is_dir() and ((p / SUMMARY).exists() or records_exist(p / REQUESTS))]
     if not meta and not entries:
         raise RunDirError(f"{path}: no meta.json and no target folders: not a latbench RunDir")
     run = RunData(path, meta, scenario)
@@ -153,15 +154,12 @@ def _cold_start(path: Path, meta: dict) -> dict | None:
 
 
 def _plans_and_slos(scenario: dict):
-    from loadgen.scenario import Load, _slo_line
-    from loadgen.schedule import plan_phases
-
     load = scenario.get("load") or {}
     plans = plan_phases(Load.model_validate(load, context={"expected_qps": load.get("expected_qps")}))
     slos = []
     for line in scenario.get("slo") or []:
         try:  # the scenario's own reading: `- burst: latency.p99 < 800ms` comes back from YAML as a mapping
-            slos.append(_slo_line(line))
+            slos.append(slo_line(line))
         except (ValueError, TypeError):
             pass  # the run validated it; a hand-edited file must not stop the report
     return plans, slos
@@ -173,8 +171,6 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
     try:
         plans, slos = _plans_and_slos(run.scenario)
     except Exception:  # no usable scenario.yaml: one phase spanning the records
-        from loadgen.schedule import PhasePlan
-
         plans, slos = [PhasePlan(0, "run", 0.0, max(_span(table), 1e-3))], []
     duration = td.meta.get("duration_s") or _span(table)
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
@@ -187,8 +183,6 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
 def _span(table: pa.Table) -> float:
     if table.num_rows == 0:
         return 0.0
-    import pyarrow.compute as pc
-
     hi = [pc.max(table.column(c)).as_py() for c in ("done", "scheduled")]
     hi = [v for v in hi if v is not None and not math.isnan(v)]
     return float(max(hi)) if hi else 0.0

@@ -24,7 +24,8 @@ def code(text) -> str:
 
 
 def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < text_cols else "---:" for i in range(len(head))) + "|"]
+    out = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---" if i < text_cols else "---:" for i in range(len(head))) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out + [""]
 
@@ -53,10 +54,12 @@ def _slo_table(run: RunData) -> list[str]:
     """Objectives, one row each; a cold-start study's starts are grouped under their architecture: one row
     per architecture and objective, with each start's measurement."""
     slos = model.slo_rows(run.targets)
-    if not run.cold_start or not slos:
+    if not slos:
+        return []
+    if not run.cold_start:
         return _table(["target", "objective", "measured", "95% CI", "result"],
                       [[esc(r["target"]), code(r["expr"]), r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
-                        r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2) if slos else []
+                        r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
     rows = []
     for group, tds in run.groups():
         by_expr: dict[str, list[dict]] = {}
@@ -98,13 +101,17 @@ def render_markdown(run: RunData) -> str:
         if not s:
             rows.append([esc(td.name)] + ["did not run"] + [fmt.DASH] * 6)
             continue
-        g = lambda p, k: fmt.fmt(model.get(s, p), k)
+
+        def g(path: str, kind: str, s=s) -> str:
+            return fmt.fmt(model.get(s, path), kind)
+
         rows.append([esc(td.name), g("overall/count", "count"), g("overall/error_rate", "pct"),
                      g("overall/metrics/latency/mean", "ms"), g("overall/metrics/latency/percentiles/p50/value", "ms"),
                      g("overall/metrics/latency/percentiles/p99/value", "ms"),
                      g("overall/metrics/ttft/percentiles/p99/value", "ms"), g("overall/achieved_qps", "rate")])
     if rows:
-        lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)", "achieved req/s"], rows)
+        lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
+                         "achieved req/s"], rows)
     cmp = model.comparison([(td.name, td.summary) for td in run.targets])
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(

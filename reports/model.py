@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from reports import fmt
 from reports.loader import RunData, TargetData
 
@@ -148,38 +149,46 @@ def comparison(entries: list[tuple[str, dict]]) -> dict | None:
     return {"columns": [c[0] for c in COMPARE], "rows": rows, "base": entries[0][0]}
 
 
-def verdict(run: RunData, use_meta: bool = True) -> dict:
-    """The banner: state (passed | failed | invalid), headline, reasons, and warnings.
+def stored_verdict(run: RunData) -> Verdict | None:
+    """The verdict the run stored in meta.json (computed once, by ``latbench run``), if it has one."""
+    v = run.meta.get("verdict")
+    if isinstance(v, dict):
+        try:
+            return Verdict.from_json(v)
+        except (KeyError, TypeError, ValueError):
+            return None
+    return None
 
-    ``use_meta``: take the run's own verdict from meta.json when it has one (the whole run);
-    False computes it from the targets given alone (one entry of a comparison).
+
+def computed_verdict(run: RunData) -> Verdict:
+    """The verdict of the targets given alone (one entry of a comparison, or a RunDir from before verdicts
+    were stored), by the same rules as the run's own (:func:`loadgen.analysis.verdict.judge`)."""
+    outcomes = [TargetOutcome(td.name, td.summary, failed_fast=(td.summary or {}).get("failed_fast"))
+                for td in run.targets if td.summary is not None]
+    return judge(outcomes, interrupted=not run.complete)
+
+
+def verdict(run: RunData, use_meta: bool = True) -> dict:
+    """The banner: state (passed | failed | invalid), headline, objectives missed, and warnings.
+
+    ``use_meta``: the run's own verdict from meta.json (the whole run); False judges the targets given
+    alone (one entry of a comparison). Either way the reasons are the verdict's, never re-derived from text.
     """
-    failed, total, warnings = [], 0, []
-    for td in run.targets:
-        s = td.summary
-        if s is None:
-            warnings.append(f"{td.name}: no records: this target did not run")
-            continue
-        for r in s.get("slo") or []:
-            if r.get("applies", True):
-                total += 1
-                if not r.get("passed"):
-                    failed.append(f"{td.name}: {r.get('expr')} (measured {fmt.fmt(r.get('value'), fmt.slo_kind(r))}"
-                                  f"{'' if fmt.slo_kind(r) == 'pct' else ' ms' if r.get('stat') else ''})")
-        if s.get("generator_limited"):
-            g = s.get("generator") or {}
-            warnings.append(f"{td.name}: generator-limited: send lag p99 {fmt.ms(g.get('send_lag_p99'))} ms "
-                            f"(threshold {fmt.ms(g.get('send_lag_threshold'))} ms); these numbers describe the load "
-                            "generator, not the server")
-        if td.recomputed:
-            warnings.append(f"{td.name}: summary recomputed from the records the run left behind")
+    v = (stored_verdict(run) if use_meta else None) or computed_verdict(run)
+    total = sum(1 for td in run.targets for r in (td.summary or {}).get("slo") or [] if r.get("applies", True))
+    failed = [r.text for r in v.reasons if r.kind is Kind.SLO]
+    warnings = [f"{td.name}: no records: this target did not run" for td in run.targets if td.summary is None]
+    warnings += [r.text + ("; these numbers describe the load generator, not the server"
+                           if r.kind is Kind.GENERATOR_LIMITED else "")
+                 for r in v.reasons if r.kind is not Kind.SLO and r.kind is not Kind.INTERRUPTED]
+    warnings += [f"{td.name}: summary recomputed from the records the run left behind"
+                 for td in run.targets if td.recomputed]
     incomplete = not run.complete
+    state = v.outcome
     if incomplete:
-        warnings.insert(0, "INCOMPLETE RUN: the run was interrupted or crashed; the report shows the requests recorded "
-                           "before it stopped")
-    state = run.meta.get("verdict") if use_meta and run.meta.get("verdict") in ("passed", "failed", "invalid") else None
-    if state is None or incomplete:
-        state = "invalid" if incomplete or any("generator-limited" in w for w in warnings) else ("failed" if failed else "passed")
+        state = "invalid"
+        warnings.insert(0, "INCOMPLETE RUN: the run was interrupted or crashed; the report shows the requests "
+                           "recorded before it stopped")
     if failed:
         headline = f"{len(failed)} of {total} objectives missed"
     elif total:
@@ -188,11 +197,8 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
         headline = "no objectives defined"
     if state == "invalid":
         headline += ", but the run is not valid: see the warnings below"
-    slo_reasons = tuple(f"{td.name}: {r.get('expr')} (" for td in run.targets for r in (td.summary or {}).get("slo") or [])
-    extra = [r for r in (run.meta.get("reasons") or [] if use_meta else [])  # the runner's other reasons, once
-             if not r.startswith(slo_reasons) and "generator-limited" not in r and not r.startswith("the run was interrupted")]
     return {"state": state, "word": state.upper(), "headline": headline, "failed": failed,
-            "warnings": warnings + extra, "incomplete": incomplete}
+            "warnings": warnings, "incomplete": incomplete}
 
 
 def header(run: RunData) -> list[tuple[str, str]]:

@@ -23,11 +23,12 @@ ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728
 BREAKDOWN = (("send lag", "#bcbd22"), ("connect", "#9467bd"), ("TLS", "#e377c2"),
              ("first byte", "#1f77b4"), ("first token", "#ff7f0e"), ("generation / transfer", "#2ca02c"))
 CDF_POINTS = 1500
-OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), "fontsize": 8}  # legends beside time series, never over them
+# legends beside time series, never over them
+OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), "fontsize": 8}
 
 
 @contextmanager
-def _style():
+def plot_style():
     import matplotlib
 
     if "matplotlib.pyplot" not in sys.modules:
@@ -96,7 +97,7 @@ def cdf_plot(series: list[tuple[str, np.ndarray]], title: str = "Latency CDF") -
     series = [(n, v) for n, v in series if len(v)]
     if not series:
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 3.6, 1, 2)
         for i, (label, v) in enumerate(series):
             x, f = cdf_points(v)
@@ -127,8 +128,11 @@ def timeseries_plot(summary: dict) -> str | None:
     step = float(ts.get("step_s") or 1.0)
     mid = t + step / 2
     phases = phase_windows(summary)
-    f = lambda k: np.asarray([np.nan if v is None else v for v in ts.get(k) or [np.nan] * t.size], dtype=float)
-    with _style():
+
+    def f(k: str) -> np.ndarray:
+        return np.asarray([np.nan if v is None else v for v in ts.get(k) or [np.nan] * t.size], dtype=float)
+
+    with plot_style():
         fig, ax = figure(11, 7.2, 4, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2.2, 1.5, 1.5]})
         a = ax[0, 0]
         a.plot(mid, f("latency_p50") * 1e3, color=PALETTE[0], lw=1.3, label="p50")
@@ -154,7 +158,7 @@ def timeseries_plot(summary: dict) -> str | None:
         n.plot(t + step, f("in_flight"), color=PALETTE[3], lw=1.2)  # counted at each bin's end
         n.set_ylabel("in flight"), n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
         for row in ax[:, 0]:
-            shade_phases(row, phases) if row is a else _shade_only(row, phases)
+            shade_phases(row, phases) if row is a else shade_windows(row, phases)
         mark_bursts(a, n, summary.get("burst") or [])
         a.legend(**OUTSIDE)
         a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
@@ -205,7 +209,7 @@ def warmup_plot(cold_start: dict) -> str | None:
     groups = [(g, d) for g, d in cold_start.items() if d.get("per_start")]
     if not groups:
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 3.8)
         a = ax[0, 0]
         values = []
@@ -218,10 +222,10 @@ def warmup_plot(cold_start: dict) -> str | None:
                     continue
                 values.append(y)
                 cold = row.get("cold")
+                n_cold = sum(1 for r in d["per_start"] if r.get("cold"))
                 a.plot(np.arange(1, y.size + 1), np.where(np.isfinite(y), y, np.nan), color=c, lw=1.2, alpha=0.75,
                        marker="o", ms=3, ls="-" if cold is not False else ":",
-                       label=f"{group} ({sum(1 for r in d['per_start'] if r.get('cold'))} of {len(d['per_start'])} starts cold)"
-                       if si == 0 else None)
+                       label=f"{group} ({n_cold} of {len(d['per_start'])} starts cold)" if si == 0 else None)
             steady = (d.get("over_starts") or {}).get("steady_latency_s", {}).get("median")
             if steady:
                 a.axhline(steady * 1e3, color=c, lw=0.9, ls="--", label=f"{group} steady {steady * 1e3:.0f} ms")
@@ -235,7 +239,8 @@ def warmup_plot(cold_start: dict) -> str | None:
         return to_uri(fig)
 
 
-def _shade_only(ax, phases) -> None:
+def shade_windows(ax, phases) -> None:
+    """Shade each phase window, unlabelled (the panels below a labelled one)."""
     for i, ph in enumerate(phases):
         color = "#000000" if ph["recorded"] else "#ff9900"
         ax.axvspan(ph["start"], ph["end"], color=color, alpha=0.06 if i % 2 == 0 or not ph["recorded"] else 0.0, lw=0)
@@ -272,7 +277,7 @@ def distributions_plot(series: list[tuple[str, np.ndarray, np.ndarray]]) -> str 
     """TTFT and inter-token latency histograms (log ms) for each (label, ttft s, itl s)."""
     if not any(len(tt) or len(it) for _, tt, it in series):
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 3.2, 1, 2)
         for col, (idx, title) in enumerate(((1, "Time to first token"), (2, "Inter-token latency"))):
             a = ax[0, col]
@@ -291,7 +296,8 @@ def distributions_plot(series: list[tuple[str, np.ndarray, np.ndarray]]) -> str 
                     a.hist(v, bins=bins, weights=w, histtype="stepfilled", alpha=0.35, color=PALETTE[i % len(PALETTE)],
                            label=s[0])
                     a.hist(v, bins=bins, weights=w, histtype="step", color=PALETTE[i % len(PALETTE)], lw=1.0)
-            a.set_xscale("log"), ms_log_axis(a.xaxis), a.set_xlabel("ms (log)"), a.set_ylabel("fraction"), a.set_title(title)
+            (a.set_xscale("log"), ms_log_axis(a.xaxis), a.set_xlabel("ms (log)"), a.set_ylabel("fraction"),
+             a.set_title(title))
             a.legend(loc="best")
         return to_uri(fig)
 
@@ -325,7 +331,7 @@ def breakdown_plot(rows: list[tuple[str, dict[str, float]]]) -> str | None:
     rows = [(label, m) for label, m in rows if not all(math.isnan(v) for v in m.values())]
     if not rows:
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 0.9 + 0.38 * len(rows))
         a = ax[0, 0]
         y = np.arange(len(rows))[::-1]
@@ -348,7 +354,7 @@ def overlay_timeseries_plot(series: list[tuple[str, dict]]) -> str | None:
     series = [(label, s) for label, s in series if (s.get("timeseries") or {}).get("t")]
     if len(series) < 1:
         return None
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 5.0, 2, 1, sharex=True)
         for i, (label, s) in enumerate(series):
             ts = s["timeseries"]
@@ -359,10 +365,14 @@ def overlay_timeseries_plot(series: list[tuple[str, dict]]) -> str | None:
             ax[0, 0].plot(mid[: p99.size], p99 * 1e3, color=c, lw=1.3, label=label)
             ax[1, 0].plot(mid, np.asarray(ts.get("ok") or [], dtype=float) / step, color=c, lw=1.3, label=label)
         ax[0, 0].legend(**OUTSIDE)
-        latency_axis(ax[0, 0], np.concatenate([np.asarray([np.nan if v is None else v for v in (s["timeseries"].get("latency_p99") or [])], dtype=float) for _, s in series]) * 1e3, "latency p99")
+        latency_axis(ax[0, 0],
+                     np.concatenate([np.asarray([np.nan if v is None else v
+                                                 for v in (s["timeseries"].get("latency_p99") or [])], dtype=float)
+                                     for _, s in series]) * 1e3,
+                     "latency p99")
         ax[1, 0].set_ylabel("achieved req/s"), ax[1, 0].set_ylim(bottom=0), ax[1, 0].set_xlabel("time since start (s)")
         shade_phases(ax[0, 0], phase_windows(series[0][1]))
         end = max(float(s["timeseries"]["t"][-1]) + float(s["timeseries"].get("step_s") or 1.0) for _, s in series)
         ax[0, 0].set_xlim(0, end)
-        _shade_only(ax[1, 0], phase_windows(series[0][1]))
+        shade_windows(ax[1, 0], phase_windows(series[0][1]))
         return to_uri(fig)

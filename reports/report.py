@@ -7,14 +7,15 @@ from pathlib import Path
 from reports import model
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
+from reports.html import render
 from reports.loader import RunData
 
 
 def target_section(td, i: int) -> dict:
     s = td.summary
     sec = {"name": model.target_label(td), "target_name": td.name, "anchor": f"target-{i}", "moved": "",
-           "info": model.target_info(td), "ran": s is not None,
-           "notes": list((s or {}).get("notes") or []), "complete": bool(s and s.get("complete", True)) and not td.recomputed}
+           "info": model.target_info(td), "ran": s is not None, "notes": list((s or {}).get("notes") or []),
+           "complete": bool(s and s.get("complete", True)) and not td.recomputed}
     if s is None:
         return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": []}
     sec["scopes"] = [{"label": label, "recorded": rec, "rows": model.percentile_table(s, td.name, prefix)}
@@ -82,8 +83,6 @@ def run_context(run: RunData) -> dict:
 
 
 def render_run(run: RunData) -> str:
-    from reports.html import render
-
     return render("report.html", **run_context(run))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from reports.plots import PALETTE, _shade_only, _style, figure, latency_axis, phase_windows, shade_phases, to_uri
+from reports.plots import PALETTE, figure, latency_axis, phase_windows, plot_style, shade_phases, shade_windows, to_uri
 
 PREFIXES = ("refserver_", "vllm_")
 
@@ -100,7 +100,7 @@ def server_plot(summary: dict, df: pd.DataFrame | None) -> tuple[str | None, lis
     step = float(ts.get("step_s") or 1.0)
     p99 = np.asarray([np.nan if v is None else v for v in ts.get("latency_p99") or []], dtype=float)
     phases = phase_windows(summary)
-    with _style():
+    with plot_style():
         fig, ax = figure(11, 1.6 + 1.5 * len(panels), 1 + len(panels), 1, sharex=True)
         a = ax[0, 0]
         if t.size:
@@ -111,7 +111,7 @@ def server_plot(summary: dict, df: pd.DataFrame | None) -> tuple[str | None, lis
             b = ax[i, 0]
             b.plot(s.index.to_numpy(), s.to_numpy(), color=PALETTE[(i + 1) % len(PALETTE)], lw=1.3, marker=".", ms=3)
             b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(0, None if np.nanmax(s.to_numpy()) > 0 else 1)
-            _shade_only(b, phases)
+            shade_windows(b, phases)
         ax[-1, 0].set_xlabel("time since start (s)")
         end = max([t[-1] + step if t.size else 0] + [p["end"] for p in phases] + [float(df["time"].max())])
         a.set_xlim(0, end)

@@ -19,7 +19,6 @@ import socket
 import ssl
 import struct
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -57,8 +56,10 @@ def _cert_with_cryptography(cert: Path, key: Path) -> None:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
     c = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(k.public_key())
-         .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+         .serial_number(x509.random_serial_number()).not_valid_before(now)
+         .not_valid_after(now + datetime.timedelta(days=1))
+         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                        critical=False)
          .sign(k, hashes.SHA256()))
     key.write_bytes(k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption()))
@@ -97,7 +98,8 @@ def _token(text: str) -> bytes:
 
 def good_stream() -> bytes:
     """A complete, valid chat stream: a role chunk, 3 tokens, a usage chunk, [DONE]."""
-    role = _event({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+    role = _event({"id": "x", "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
     usage = _event({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": USAGE})
     return role + _token("a") + _token("b") + _token("c") + usage + b"data: [DONE]\n\n"
 
@@ -322,8 +324,10 @@ async def sse_json(req, w):
 
 async def big(req, w):
     """A 100 MB JSON body with `usage` at its end, sent in 1 MB writes."""
-    head = b'{"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "'
-    tail = b'"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}}'
+    head = (b'{"id": "x", "object": "chat.completion", '
+            b'"choices": [{"index": 0, "message": {"role": "assistant", "content": "')
+    tail = (b'"}, "finish_reason": "length"}], '
+            b'"usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}}')
     fill = BIG_BYTES - len(head) - len(tail)
     w.write(_head(200, {"Content-Type": "application/json", "Content-Length": str(BIG_BYTES)}) + head)
     block = b"a" * (1 << 20)

@@ -17,7 +17,8 @@ from aiohttp import web
 def _chat_body(n_tokens: int) -> dict:
     return {
         "id": "x", "object": "chat.completion", "model": "known",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok " * n_tokens}, "finish_reason": "length"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok " * n_tokens},
+                     "finish_reason": "length"}],
         "usage": {"prompt_tokens": 5, "completion_tokens": n_tokens, "total_tokens": 5 + n_tokens},
     }
 

@@ -1,0 +1,291 @@
+"""Derived metrics, each defined once, and the summary of a target's records.
+
+Definitions (seconds; see ``loadgen.records.definitions``, written to metrics.json):
+
+    latency      = done - scheduled            what a user waits; corrects coordinated omission
+    service_time = done - sent                 what the server and network took
+    ttft         = first_token - scheduled     streaming only
+    itl          = gaps between consecutive token chunks of one response
+    tpot         = (done - first_token) / (output_tokens - 1)
+    send_lag     = sent - scheduled            the generator's own lag
+
+Distributions are taken over successful requests of recorded phases. Errors are never dropped from
+view: ``error_rate`` counts them, and ``latency_errors_inf`` gives the latency percentiles with every
+failed request counted as infinitely slow. A request belongs to the phase of its scheduled time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from loadgen.analysis.headline import burst_effects, headroom
+from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
+from loadgen.records.definitions import SCHEMA_VERSION
+from loadgen.records.schema import ERROR_CLASSES
+from loadgen.scenario.slo import DISTRIBUTIONS, SLO, percentile_of
+from loadgen.schedule.arrivals import PhasePlan
+from loadgen.units import json_num
+
+
+def records_frame(table: pa.Table) -> pd.DataFrame:
+    """The records as a DataFrame with the derived per-request columns added (token_times kept as arrays)."""
+    df = table.to_pandas()
+    df["ok"] = df["error"] == ""
+    df["latency"] = df["done"] - df["scheduled"]
+    df["service_time"] = df["done"] - df["sent"]
+    df["ttft"] = df["first_token"] - df["scheduled"]
+    n = df["output_tokens"].astype(np.float64)
+    df["tpot"] = np.where(n > 1, (df["done"] - df["first_token"]) / (n - 1), np.nan)
+    df["send_lag"] = df["sent"] - df["scheduled"]
+    return df
+
+
+def itl_samples(df: pd.DataFrame) -> np.ndarray:
+    tt = df["token_times"]
+    parts = [np.diff(np.asarray(a, dtype=np.float64)) for a in tt if a is not None and len(a) > 1]
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def _per_request_limits(slos: list[SLO]) -> dict[str, float]:
+    """The tightest '<' threshold per distribution metric: the per-request bound used by goodput."""
+    limits: dict[str, float] = {}
+    for s in slos:
+        if s.metric in ("latency", "ttft", "tpot", "service_time") and s.op in ("<", "<="):
+            limits[s.metric] = min(limits.get(s.metric, math.inf), s.threshold)
+    return limits
+
+
+def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, extra_pcts, limits) -> dict:
+    duration = max(end - start, 1e-9)
+    ok = df[df["ok"]]
+    count = len(df)
+    errors = {c: int(v) for c, v in df.loc[~df["ok"], "error"].value_counts().items()}
+    n_err = int((~df["ok"]).sum())
+    in_window = ok[(ok["done"] >= start) & (ok["done"] < end)]
+    metrics = {}
+    pcts = tuple(sorted(set(PERCENTILES) | set(extra_pcts)))
+    for m in DISTRIBUTIONS:
+        if m == "itl":
+            metrics[m] = describe(itl_samples(ok), pcts)
+        elif m == "send_lag":
+            metrics[m] = describe(df["send_lag"].to_numpy(), pcts)
+        else:
+            metrics[m] = describe(ok[m].to_numpy(), pcts)
+    lat_inf = np.where(df["ok"], df["latency"], np.inf)
+    good = df["ok"].to_numpy().copy()
+    for m, lim in limits.items():
+        good &= ~(df[m].to_numpy() > lim)  # NaN (no stream) does not disqualify
+    return {
+        "start": start,
+        "end": end,
+        "duration_s": end - start,
+        "count": count,
+        "ok": int(len(ok)),
+        "errors": errors,
+        "error_rate": (n_err / count) if count else None,
+        "target_qps": target_qps,
+        "sent_qps": int((df["error"] != "dropped").sum()) / duration,
+        "achieved_qps": len(in_window) / duration,
+        "output_tokens_per_s": float(in_window["output_tokens"].sum()) / duration,
+        "goodput": (float(good.sum()) / count) if count else None,
+        "metrics": metrics,
+        "latency_errors_inf": describe(lat_inf, pcts)["percentiles"],
+    }
+
+
+RECOVERY_WINDOW_S = 2.0
+RECOVERY_STEP_S = 0.5  # the windows slide by this much: the resolution of a recovery time
+
+
+def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[dict]:
+    """After each spike (an open-loop phase whose rate is above the next one's), how long until the
+    rolling p99 latency (2 s windows by scheduled time sliding by 0.5 s, failed requests as infinitely
+    slow) is back under the latency.p99 objective of the phase after it, and stays there. ``seconds`` None:
+    did not recover. ``window_requests``: the median count of requests in a window (a window's p99 is its
+    maximum below 100 requests: how coarse the rule is); ``windows``: each window's start and p99."""
+    out = []
+    for cur, nxt in zip(plans, plans[1:]):
+        if cur.closed or nxt.closed or 0.5 * (cur.rate_start + cur.rate_end) <= 0.5 * (nxt.rate_start + nxt.rate_end):
+            continue
+        limits = [s.threshold for s in slos if s.metric == "latency" and s.stat == "p99" and s.op in ("<", "<=")
+                  and s.scope_parts()[1] in (None, nxt.name)]
+        if not limits:
+            continue
+        limit = min(limits)
+        sel = df[(df["scheduled"] >= nxt.start) & (df["scheduled"] < nxt.end)]
+        lat = np.where(sel["ok"], sel["latency"], np.inf)
+        sched = sel["scheduled"].to_numpy()
+        ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, RECOVERY_STEP_S)
+        good, sizes, p99s = [], [], []
+        for e in ends:
+            w = lat[(sched >= e - RECOVERY_WINDOW_S) & (sched < e)]
+            p99s.append(nearest_rank_unsorted(w, 99) if w.size else math.nan)
+            good.append(w.size == 0 or p99s[-1] < limit)
+            sizes.append(w.size)
+        seconds = None
+        for i in range(len(good)):
+            if all(good[i:]):
+                seconds = float(ends[i] - RECOVERY_WINDOW_S - nxt.start)  # the first good window's start
+                break
+        out.append({"spike": cur.name, "phase": nxt.name, "threshold": limit, "window_s": RECOVERY_WINDOW_S,
+                    "step_s": RECOVERY_STEP_S, "window_requests": float(np.median(sizes)) if sizes else 0.0,
+                    "seconds": seconds, "recovered": seconds is not None,
+                    "windows": {"start": [float(e - RECOVERY_WINDOW_S) for e in ends],
+                                "p99": [json_num(v) for v in p99s]}})
+    return out
+
+
+def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: float = 1.0) -> dict:
+    """Per-second series over the whole run (all phases, recorded or not)."""
+    nb = max(1, int(math.ceil(duration / step)))
+    edges = np.arange(nb + 1) * step
+    done = df["done"].to_numpy()
+    sent = df["sent"].to_numpy()
+    okm = df["ok"].to_numpy()
+    lat = df["latency"].to_numpy()
+    b = np.clip((done // step).astype(np.int64), 0, nb - 1)
+    p50 = np.full(nb, np.nan)
+    p99 = np.full(nb, np.nan)
+    order = np.lexsort((lat, b))
+    bs, ls, oks = b[order], lat[order], okm[order]
+    bounds = np.searchsorted(bs, np.arange(nb + 1))
+    for i in range(nb):
+        seg = ls[bounds[i] : bounds[i + 1]][oks[bounds[i] : bounds[i + 1]]]
+        if seg.size:
+            p50[i] = nearest_rank(seg, 50)  # seg is sorted: the lexsort ordered latencies within a bin
+            p99[i] = nearest_rank(seg, 99)
+    sent_sorted = np.sort(sent[~np.isnan(sent)])
+    done_sent = np.sort(done[~np.isnan(sent)])
+    in_flight = np.searchsorted(sent_sorted, edges[1:], "right") - np.searchsorted(done_sent, edges[1:], "right")
+    mid = edges[:-1] + step / 2
+    target = [sum(p.rate_at(t) for p in plans) for t in mid]
+    errs = {}
+    for cls in sorted(set(df.loc[~df["ok"], "error"])):
+        sel = df["error"].to_numpy() == cls
+        errs[cls] = np.bincount(b[sel], minlength=nb).tolist()
+    return {
+        "t": edges[:-1].tolist(),
+        "step_s": step,
+        "completed": np.bincount(b, minlength=nb).tolist(),
+        "ok": np.bincount(b[okm], minlength=nb).tolist(),
+        "sent": np.bincount(np.clip((sent_sorted // step).astype(np.int64), 0, nb - 1), minlength=nb).tolist(),
+        "errors": errs,
+        "latency_p50": [json_num(v) for v in p50],
+        "latency_p99": [json_num(v) for v in p99],
+        "in_flight": in_flight.tolist(),
+        "target_qps": target,
+    }
+
+
+def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *, target: str = "target",
+              scenario: str = "", complete: bool = True, notes: list[str] | None = None,
+              send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
+              failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None) -> dict:
+    """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts; with
+    the headline numbers of :mod:`loadgen.analysis.headline` (``burst``, ``headroom``: ``expected_qps`` is
+    the scenario's, ``capacity`` the fields of a capacity search of the same target).
+
+    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it)."""
+    df = records_frame(table)
+    extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
+    limits = _per_request_limits(slos)
+    phases = {}
+    for p in plans:
+        sel = df[df["phase"] == p.index]
+        tq = 0.5 * (p.rate_start + p.rate_end) if not p.closed else None
+        st = _scope_stats(sel, p.start, min(p.end, max(duration, p.start)), tq, extra, limits)
+        st.update(recorded=p.recorded, concurrency=p.concurrency)
+        phases[p.name] = st
+    rec_plans = [p for p in plans if p.recorded]
+    rec = df[df["recorded"]]
+    if rec_plans:
+        start, end = min(p.start for p in rec_plans), min(max(p.end for p in rec_plans), max(duration, 0))
+        span = sum(p.duration for p in rec_plans)
+        tq = ((sum(0.5 * (p.rate_start + p.rate_end) * p.duration for p in rec_plans if not p.closed) / span)
+              if span else 0)
+    else:
+        start, end, tq = 0.0, duration, 0.0
+    overall = _scope_stats(rec, start, max(end, start + 1e-9), tq, extra, limits)
+    lag = overall["metrics"]["send_lag"]
+    lag_p99 = stat_value(lag, "p99")
+    cpu_util = (cpu_seconds / duration / processes) if (cpu_seconds is not None and duration > 0) else None
+    # Lagging when the p99 is clearly over the threshold: its 95% interval's lower bound is (one hiccup in
+    # a short run moves the p99 of 20 samples, not that bound), and the lag is large enough to matter: a
+    # latency counts from the intended send time, so a lag can distort it by at most its own size, and a
+    # lag under a tenth of the median latency is reported but cannot change what the run concludes.
+    ci = lag["percentiles"]["p99"]["ci"]
+    lat_p50 = stat_value(overall["metrics"]["latency"], "p50")
+    lag_low = ci[0] if ci and ci[0] is not None else None
+    lagging = bool(lag_low is not None and lag_low > send_lag_threshold
+                   and (lat_p50 is None or lag_low > 0.1 * lat_p50))
+    if not lagging and lag_p99 is not None and lag_p99 > send_lag_threshold:
+        notes = list(notes or []) + [f"send lag p99 {lag_p99 * 1e3:.1f} ms is above the "
+                                     f"{send_lag_threshold * 1e3:g} ms "
+                                     "threshold, but small against the latencies measured"]
+    saturated = cpu_util is not None and cpu_util > 0.9
+    summary = {
+        "schema_version": SCHEMA_VERSION,
+        "scenario": scenario,
+        "target": target,
+        "complete": complete,
+        "failed_fast": failed_fast,
+        "notes": list(notes or []),
+        "duration_s": duration,
+        "generator": {"send_lag_p99": lag_p99, "send_lag_threshold": send_lag_threshold,
+                      "cpu_utilization": cpu_util, "lagging": lagging, "cpu_saturated": saturated},
+        "generator_limited": bool(lagging or saturated),
+        "error_classes": list(ERROR_CLASSES),
+        "overall": overall,
+        "phases": phases,
+        "timeseries": timeseries(df, plans, duration),
+        "recovery": recovery(df, plans, slos),
+    }
+    summary["slo"] = evaluate_slos(summary, slos, target)
+    summary["passed"] = all(r["passed"] for r in summary["slo"] if r["applies"])
+    summary["burst"] = burst_effects(df, plans, phases, summary["recovery"])
+    summary["headroom"] = headroom(plans, phases, summary["slo"], expected_qps, capacity)
+    return summary
+
+
+def slo_value(scope: dict, slo: SLO):
+    """(value, ci) of an objective within one scope's statistics."""
+    if slo.stat is None:
+        return scope.get(slo.metric), None
+    desc = scope["metrics"][slo.metric]
+    value = stat_value(desc, slo.stat)
+    ci = desc["percentiles"].get(slo.stat, {}).get("ci") if slo.stat.startswith("p") else None
+    return value, ci
+
+
+def evaluate_slos(summary: dict, slos: list[SLO], target: str) -> list[dict]:
+    """One result per objective; an objective scoped to another target does not apply here."""
+    out = []
+    for s in slos:
+        tgt, name = s.scope_parts()
+        applies, scope = True, summary["overall"]
+        if tgt is not None and tgt != target:
+            applies = False
+        elif name is not None:
+            if name in summary["phases"]:
+                scope = summary["phases"][name]
+            elif tgt is None and name == target:
+                scope = summary["overall"]
+            elif tgt is None:
+                applies = False  # scoped to another target's name
+            else:
+                scope = None
+        if not applies:
+            out.append({"expr": s.expr, "applies": False, "passed": True, "value": None, "ci": None})
+            continue
+        if scope is None:
+            out.append({"expr": s.expr, "applies": True, "passed": False, "value": None, "ci": None,
+                        "reason": f"no phase named {name!r}"})
+            continue
+        value, ci = slo_value(scope, s)
+        out.append({"expr": s.expr, "metric": s.metric, "stat": s.stat, "op": s.op, "threshold": s.threshold,
+                    "scope": s.scope, "applies": True, "value": value, "ci": ci, "passed": s.check(value)})
+    return out

@@ -1,0 +1,138 @@
+"""The verdict of a run: computed once, from the targets' summaries, stored in meta.json, read by everyone.
+
+A verdict is data: an outcome (passed | failed | invalid), its exit code, and a list of :class:`Reason`
+values, each a kind, the target it concerns (or None) and a sentence for people. Reports, ``gate`` and
+``compare`` read the stored value; no consumer parses the sentences.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from loadgen.scenario.slo import show_value
+
+UNREACHABLE_CLASSES = frozenset({"connect", "dns", "tls"})
+
+
+class Kind(str, Enum):
+    """Why a run did not pass. The first five make a run invalid (exit 3); the rest make it fail (exit 1)."""
+
+    INTERRUPTED = "interrupted"  # stopped by a signal, a dead worker, or a crash: the numbers are incomplete
+    TARGET_ERROR = "target_error"  # a managed target did not start
+    UNREACHABLE = "unreachable"  # every request failed to connect
+    GENERATOR_LIMITED = "generator_limited"  # the numbers describe the load generator, not the server
+    MISSING_TARGETS = "missing_targets"  # fewer targets ran than the scenario has
+    FAILED_FAST = "failed_fast"  # --fail-fast stopped a target: an objective can no longer be met
+    SLO = "slo"  # an objective was missed
+    REGRESSION = "regression"  # a significant regression against the baseline
+
+    @property
+    def invalid(self) -> bool:
+        return self in _INVALID
+
+
+_INVALID = frozenset({Kind.INTERRUPTED, Kind.TARGET_ERROR, Kind.UNREACHABLE, Kind.GENERATOR_LIMITED,
+                      Kind.MISSING_TARGETS})
+
+
+@dataclass(frozen=True)
+class Reason:
+    kind: Kind
+    target: str | None
+    text: str  # one sentence, for people; never parsed
+
+    def __str__(self) -> str:
+        return self.text
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind.value, "target": self.target, "text": self.text}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Reason":
+        return cls(Kind(d["kind"]), d.get("target"), d["text"])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: str  # passed | failed | invalid
+    exit_code: int
+    reasons: list[Reason] = field(default_factory=list)
+
+    def texts(self) -> list[str]:
+        return [r.text for r in self.reasons]
+
+    def to_json(self) -> dict:
+        return {"outcome": self.outcome, "exit_code": self.exit_code, "reasons": [r.to_json() for r in self.reasons]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Verdict":
+        return cls(d["outcome"], int(d["exit_code"]), [Reason.from_json(r) for r in d.get("reasons", [])])
+
+
+@dataclass
+class TargetOutcome:
+    """What the verdict needs of one target's run: its summary, or why it has none."""
+
+    name: str
+    summary: dict | None = None
+    error: str | None = None  # the target did not start (its message)
+    failed_fast: str | None = None  # the objective --fail-fast stopped it on
+    interrupted: bool = False
+
+
+def target_reasons(t: TargetOutcome) -> list[Reason]:
+    """The reasons one target gives, from its summary alone (also for one entry of a comparison)."""
+    if t.error:
+        return [Reason(Kind.TARGET_ERROR, t.name, f"{t.name}: {t.error}")]
+    s = t.summary
+    if s is None:
+        return []
+    out = []
+    ov = s["overall"]
+    if ov["count"] and ov["ok"] == 0 and set(ov["errors"]) <= UNREACHABLE_CLASSES:
+        out.append(Reason(Kind.UNREACHABLE, t.name,
+                          f"{t.name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)"))
+    if s.get("generator_limited"):
+        out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
+    if t.failed_fast:
+        out.append(Reason(Kind.FAILED_FAST, t.name,
+                          f"{t.name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
+    for slo in s["slo"]:
+        if slo["applies"] and not slo["passed"]:
+            out.append(Reason(Kind.SLO, t.name, f"{t.name}: {slo['expr']} (measured {show_value(slo)})"))
+    return out
+
+
+def generator_limited_text(g: dict) -> str:
+    """Only what held: the send lag when it was over its threshold, the CPU when it was saturated."""
+    parts = []
+    lag = g.get("send_lag_p99")
+    if g.get("lagging", True) and lag is not None and not math.isnan(lag):
+        parts.append(f"send lag p99 {lag * 1e3:.1f} ms > {g['send_lag_threshold'] * 1e3:g} ms")
+    if g.get("cpu_saturated"):
+        parts.append("generator CPU saturated")
+    return "generator-limited" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def judge(targets: list[TargetOutcome], *, interrupted: bool = False, expected_targets: int | None = None,
+          regressions: list[Reason] | None = None) -> Verdict:
+    """The verdict over a run's targets. Invalid runs (exit 3) outrank failed objectives (exit 1)."""
+    reasons: list[Reason] = []
+    if interrupted:
+        reasons.append(Reason(Kind.INTERRUPTED, None, "the run was interrupted: its numbers are incomplete"))
+    reasons += list(regressions or [])
+    for t in targets:
+        reasons += target_reasons(t)
+    expected = len(targets) if expected_targets is None else expected_targets
+    if len(targets) < expected and not interrupted and not any(t.failed_fast for t in targets):
+        reasons.append(Reason(Kind.MISSING_TARGETS, None, f"only {len(targets)} of {expected} targets ran"))
+    invalid = [r for r in reasons if r.kind.invalid]
+    failed = [r for r in reasons if not r.kind.invalid]
+    if invalid:
+        return Verdict("invalid", EXIT_INVALID, invalid + failed)
+    if failed:
+        return Verdict("failed", EXIT_FAILED, failed)
+    return Verdict("passed", EXIT_OK, [])

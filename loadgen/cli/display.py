@@ -1,0 +1,80 @@
+"""What a person sees in the terminal: one live status line during a run, a table at the end."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from loadgen.analysis.stats import stat_value
+from loadgen.units import fmt_ms
+
+
+def status_line(engine) -> str:
+    live = engine.live
+    now = engine.now() if engine.t0 else 0.0
+    w = live.window(now)
+    return (f"{now:6.1f}/{live.total_duration:.0f}s  phase {live.phase or '-':<10} "
+            f"qps {w['qps']:7.1f} (target {live.target_rate:.0f})  in-flight {live.in_flight:5d}  "
+            f"errors {live.errors:5d}  p50 {fmt_ms(w['p50'])}  p99 {fmt_ms(w['p99'])}")
+
+
+class StatusDisplay:
+    """Attach to each engine (``attach``), refreshes a line 4x/s; on a non-terminal, a line every 5 s."""
+
+    def __init__(self, console: Console, label: str = ""):
+        self.console = console
+        self.engine = None
+        self.label = label
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def attach(self, engine) -> None:
+        self.close()
+        self.engine = engine
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        if self.console.is_terminal:
+            with Live(Text(""), console=self.console, refresh_per_second=4, transient=True) as lv:
+                while not self._stop.wait(0.25):
+                    lv.update(Text(self.label + status_line(self.engine)))
+        else:
+            while not self._stop.wait(5.0):
+                self.console.print(self.label + status_line(self.engine), highlight=False)
+
+    def close(self) -> None:
+        if self._thread:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def say(self, msg: str) -> None:
+        self.console.print(msg, style="yellow", highlight=False)
+
+
+def summary_table(name: str, summary: dict) -> Table:
+    """Per-phase table: requests, errors, achieved vs target QPS, latency and TTFT percentiles."""
+    t = Table(title=f"{name}", title_justify="left")
+    for col in ("phase", "requests", "errors", "qps (target)", "lat p50", "lat p99", "lat max", "ttft p50", "ttft p99",
+                "itl p50"):
+        t.add_column(col, justify="right" if col != "phase" else "left")
+    rows = [(k, v) for k, v in summary["phases"].items()] + [("overall", summary["overall"])]
+    for label, s in rows:
+        m = s["metrics"]
+        lat, ttft, itl = m["latency"], m["ttft"], m["itl"]
+        tq = s.get("target_qps")
+        err = f"{s['error_rate'] * 100:.2f}%" if s.get("error_rate") is not None else "-"
+        name_cell = label + ("" if s.get("recorded", True) else " (not recorded)")
+        t.add_row(name_cell, str(s["count"]), err,
+                  (f"{s['achieved_qps']:.1f} ({tq:.0f})" if tq is not None and not math.isnan(tq)
+                   else f"{s['achieved_qps']:.1f}"),
+                  fmt_ms(stat_value(lat, "p50")), fmt_ms(stat_value(lat, "p99")), fmt_ms(stat_value(lat, "max")),
+                  fmt_ms(stat_value(ttft, "p50")), fmt_ms(stat_value(ttft, "p99")), fmt_ms(stat_value(itl, "p50"), 2))
+    return t

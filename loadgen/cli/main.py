@@ -1,0 +1,54 @@
+"""The ``latbench`` command group. Each command lives in its own module, imported only when it runs, so
+``latbench --version`` and ``latbench validate`` do not load pandas, pyarrow or matplotlib."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import click
+
+from loadgen.cli.common import EXIT_CODES
+from loadgen.version import __version__
+
+#: command name -> "module:attribute" (click's documented pattern for lazily loaded subcommands)
+COMMANDS = {
+    "validate": "loadgen.cli.scenario:validate",
+    "schema": "loadgen.cli.scenario:schema",
+    "run": "loadgen.cli.run:run",
+    "gate": "loadgen.cli.run:gate",
+    "capacity": "loadgen.cli.capacity:capacity",
+    "report": "reports.cli:report",
+    "compare": "reports.cli:compare",
+    "serve": "loadgen.cli.serve:serve",
+    "worker": "loadgen.cli.worker:worker",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported by name when first used."""
+
+    def __init__(self, *args, lazy: dict[str, str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            module, attr = self.lazy[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS,
+             help="latbench: latency benchmarking and load testing for AI inference APIs.\n\n" + EXIT_CODES)
+@click.version_option(__version__, prog_name="latbench")
+@click.option("-v", "--verbose", is_flag=True, help="log every failed request's exception class")
+def main(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="latbench: %(message)s")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

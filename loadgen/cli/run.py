@@ -1,0 +1,136 @@
+"""``latbench run`` and ``latbench gate``: send a scenario's load and judge it, or judge a RunDir again."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from loadgen.cli.common import (
+    EXIT_CODES,
+    console,
+    exits_on_errors,
+    fraction_option,
+    load_or_exit,
+    print_reasons,
+    scrub_logs,
+)
+from loadgen.cli.display import StatusDisplay, summary_table
+from loadgen.engine.options import EngineOptions
+from loadgen.errors import RunDirWriteError
+from loadgen.run.gate import gate_rundir
+from loadgen.run.runner import RunResult, run_scenario
+from loadgen.run.signals import install_signal_handlers
+from reports import write_outputs
+
+
+@click.command(help="Run a scenario: send its load, record every request, write a RunDir, check its SLOs.\n\n"
+                    + EXIT_CODES)
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--target", "target_url", metavar="URL",
+              help="run against this base URL instead of the scenario's target(s)")
+@click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
+@click.option("--quiet", is_flag=True, help="no live status line")
+@click.option("--fail-fast", is_flag=True, help="stop as soon as an SLO can no longer be met (exit 1)")
+@click.option("--baseline", metavar="RUNDIR", type=click.Path(file_okay=False),
+              help="fail on a significant regression against this run")
+@click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
+              help="allowed worsening of a percentile before it counts")
+@click.option("--capacity", "capacity", metavar="RUNDIR", type=click.Path(file_okay=False),
+              help="a `latbench capacity` RunDir of the same target: the headroom headline says how far from its knee")
+@click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
+              help="native: one asyncio process; locust: Locust's master/worker runners (scales past one machine)")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="locust: local worker processes")
+@click.option("--expect-workers", default=0, show_default=True, type=click.IntRange(0, 10000),
+              help="locust: also wait for this many workers from other hosts (`latbench worker --master HOST:PORT`)")
+@click.option("--master-bind", default="127.0.0.1", show_default=True, metavar="HOST[:PORT]",
+              help="locust: where the master listens")
+@click.option("--processes", default=0, type=click.IntRange(0, 64), metavar="N",
+              help="native: generator processes [default: 1 when the target runs on this machine, else cores - 1]")
+@exits_on_errors
+def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
+        baseline: str | None, max_regression: str, capacity: str | None, engine: str, workers: int,
+        expect_workers: int, master_bind: str, processes: int) -> None:
+    out_console = console()
+    allowance = fraction_option(max_regression, "--max-regression")
+    if baseline is not None and not (Path(baseline) / "meta.json").is_file():
+        raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
+    if capacity is not None and not (Path(capacity) / "capacity.json").is_file():
+        raise click.BadParameter(f"{capacity} is not a capacity RunDir (no capacity.json)", param_hint="--capacity")
+    loaded = load_or_exit(scenario)
+    scrub_logs(loaded.secrets)
+    display = StatusDisplay(out_console)
+    current = {}
+    if engine == "locust" and fail_fast:
+        raise click.UsageError("--fail-fast is only available with the native engine")
+
+    last = [-10.0]
+
+    def on_progress(p: dict) -> None:
+        if not quiet and p.get("t", 0) - last[0] >= 5.0:
+            last[0] = p.get("t", 0)
+            out_console.print(f"{p.get('t', 0):6.1f}s  sent {p.get('sent', 0)}  records {p.get('records', 0)}  "
+                              f"in-flight {p.get('in_flight', 0)}  errors {p.get('errors', 0)}  "
+                              f"workers {p.get('workers', 0)}/{p.get('of', 0)}")
+
+    opts = EngineOptions(engine, workers, expect_workers or None, master_bind, on_progress, processes)
+
+    def on_engine(control) -> None:
+        current["engine"] = control
+        if not quiet:
+            display.attach(control)
+
+    install_signal_handlers(lambda: current.get("engine"), display.say)
+    try:
+        result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
+                              baseline=baseline, max_regression=allowance, opts=opts, capacity=capacity)
+    except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
+        display.close()
+        click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "
+                   "(latbench report RUNDIR renders them once there is space)", err=True)
+        sys.exit(exc.exit_code)
+    finally:
+        display.close()
+    write_reports(out_console, result.rundir.path)
+    for tr in result.targets:
+        if tr.summary:
+            out_console.print(summary_table(tr.name, tr.summary))
+            for r in tr.summary.get("recovery", []):
+                when = (f"recovered {r['seconds']:.1f} s into {r['phase']}" if r["recovered"]
+                        else f"did not recover during {r['phase']}")
+                out_console.print(f"after {r['spike']}: rolling p99 (2 s windows) vs "
+                                  f"{r['threshold'] * 1e3:g} ms: {when}")
+    print_verdict(out_console, result)
+    sys.exit(result.exit_code)
+
+
+def write_reports(out: Console, rundir: Path) -> None:
+    """report.html, summary.md and junit.xml; a report that fails to render never loses the run."""
+    try:
+        write_outputs(rundir)
+    except Exception as exc:  # the records and summaries are already on disk
+        logging.getLogger("latbench").exception("the report could not be rendered")
+        out.print(f"report not rendered: {type(exc).__name__}: {exc} (re-render with: latbench report {rundir})")
+
+
+def print_verdict(out: Console, result: RunResult) -> None:
+    print_reasons(out, result.verdict.outcome, result.reasons)
+    out.print(f"RunDir: {result.rundir.path}   report: {result.rundir.path / 'report.html'}", highlight=False)
+
+
+@click.command(help="The verdict of an existing RunDir, optionally against a baseline RunDir. Sends nothing.\n\n"
+                    + EXIT_CODES)
+@click.argument("rundir", type=click.Path(exists=True, file_okay=False))
+@click.option("--baseline", metavar="RUNDIR", type=click.Path(exists=True, file_okay=False))
+@click.option("--max-regression", default="10%", show_default=True, metavar="PCT")
+@exits_on_errors
+def gate(rundir: str, baseline: str | None, max_regression: str) -> None:
+    if not (Path(rundir) / "meta.json").is_file():
+        raise click.BadParameter(f"{rundir} is not a RunDir (no meta.json)", param_hint="RUNDIR")
+    verdict = gate_rundir(rundir, baseline, fraction_option(max_regression, "--max-regression"))
+    print_reasons(console(), verdict.outcome, verdict.texts())
+    sys.exit(verdict.exit_code)

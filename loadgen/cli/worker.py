@@ -1,0 +1,28 @@
+"""``latbench worker``: join a master started by ``latbench run ... --engine locust --expect-workers N``.
+
+The command replaces its own process by ``python -m loadgen.engine.locust.worker`` (``os.execve``), so locust's
+gevent monkey-patching starts in a fresh interpreter, before anything else is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from loadgen.engine.locust.launch import child_env
+
+
+@click.command(help="Join a latbench Locust master and send its share of the load "
+                    "(the master: latbench run SCENARIO --engine locust --expect-workers N --master-bind HOST:PORT).")
+@click.option("--master", "master", required=True, metavar="HOST[:PORT]",
+              help="the master's address (port default 5557)")
+@click.option("--label", default=None, metavar="NAME", help="this worker's name in the run's notes (default host:pid)")
+def worker(master: str, label: str | None) -> None:
+    argv = [sys.executable, "-m", "loadgen.engine.locust.worker", "--master", master]
+    if label:
+        argv += ["--label", label]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, child_env())

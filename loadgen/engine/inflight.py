@@ -1,0 +1,190 @@
+"""Requests in flight: the two ways a request travels, its timeout, its cancellation (a mixin of NativeEngine).
+
+- **Callbacks** (a transport with ``submit``, the lean one): no asyncio Task, no future per request. The
+  engine hands the transport the request and :meth:`InFlight._on_done`; the transport's protocol drives the
+  request and calls back once. A closed-loop phase is a chain: each finished request starts the next.
+- **A Task per request** (any other transport's ``send``): :meth:`InFlight._one`; closed-loop workers are
+  Tasks that await one request after another.
+
+Either way one sweeper (:meth:`InFlight._timeout_loop`) enforces every timeout: deadlines are in send order
+(one timeout for all), so it looks at the oldest requests only. A timed-out request is recorded as
+``timeout``, one still in flight at the run's end or at an abort as ``cancelled``; every request has a record.
+
+The engine provides ``s`` (settings), ``t0``, ``live``, ``protocol``, ``transport``, ``_requests``,
+``_record``, ``_live_tick``, ``_stopping``, ``_seq``, ``count`` and ``_loop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import OrderedDict, deque
+
+from loadgen.records.schema import Outcome
+from loadgen.schedule.arrivals import PhasePlan
+from loadgen.transports.base import Transport
+
+clock = time.perf_counter
+LIVE_EVERY_S = 0.1  # seconds between updates of the live stats from the buffered records
+
+
+def _uncancel(task) -> None:
+    """Forget a cancellation that was handled (Python 3.11+ counts them; 3.10 does not)."""
+    if hasattr(task, "uncancel"):
+        task.uncancel()
+
+
+class ClosedPhase:
+    """One closed-loop phase's state on the callback path: each finished request starts the next."""
+
+    __slots__ = ("plan", "budget", "n")
+
+    def __init__(self, plan: PhasePlan, budget: float):
+        self.plan, self.budget, self.n = plan, budget, 0
+
+
+class InFlight:
+    """The request paths of :class:`~loadgen.engine.native.NativeEngine`; see the module's docstring."""
+
+    def _init_in_flight(self, transport: Transport) -> None:
+        # The Task path: requests in flight, oldest first: seq -> (deadline, task). One sweeper enforces every
+        # timeout; a timer per request (asyncio.timeout) costs ~5 us of a ~25 us request.
+        self._tasks: set[asyncio.Task] = set()
+        self._deadlines: OrderedDict[int, tuple[float, asyncio.Task]] = OrderedDict()
+        self._timed_out: set[int] = set()
+        # The callback path: calls in send order (so in deadline order); finished ones are skipped.
+        self._submit = transport.submit
+        self._calls: deque = deque()
+        self._idle: asyncio.Future | None = None  # set when the last call in flight ends, once stopping
+
+    async def _timeout_loop(self) -> None:
+        """Time out every request past its deadline, and feed the live stats. Deadlines are in send order
+        (one timeout for all), so only the oldest requests are looked at; a timeout fires at most ``tick`` late."""
+        timeout = self.s.timeout
+        tick = min(0.01, timeout / 20)
+        pending = self._deadlines
+        last_live = 0.0
+        while True:
+            await asyncio.sleep(tick)
+            now = clock()
+            while pending:
+                seq, (deadline, task) = next(iter(pending.items()))
+                if deadline > now:
+                    break
+                del pending[seq]
+                self._timed_out.add(seq)
+                task.cancel()
+            calls = self._calls
+            while calls:
+                call = calls[0]
+                if call.finished:
+                    calls.popleft()
+                elif call.out.sent + timeout <= now:
+                    calls.popleft()
+                    self._abandon(call, "timeout")
+                else:
+                    break
+            if len(calls) > 2 * self.live.in_flight + 4096:  # a slow oldest request holds finished ones behind it
+                self._calls = deque(c for c in calls if not c.finished)
+            if now - last_live >= LIVE_EVERY_S:
+                last_live = now
+                self._live_tick()
+
+    # -- requests: the callback path -----------------------------------------------------------
+    def _start(self, seq: int, plan: PhasePlan, sched: float, closed: "ClosedPhase | None") -> None:
+        """Hand request ``seq`` to the transport (counted in flight by the caller); ``_on_done`` records it."""
+        out = Outcome()
+        try:
+            req = self._requests.get(seq)
+            self.live.sent += 1
+            call = self._submit(req, self.protocol.handler(), out, self._on_done, (seq, plan, sched, closed))
+        except Exception as exc:  # a bug in a protocol or transport must not lose the record
+            out.error, out.done = "other", clock()
+            out.error_detail = f"{type(exc).__name__}: {exc}"
+            self.live.in_flight -= 1
+            self._record(seq, plan, sched, out)
+            if closed is not None:  # not from here: a failure at every request would never yield to the loop
+                self._loop.call_soon(self._closed_next, closed)
+            return
+        self._calls.append(call)
+
+    def _on_done(self, call) -> None:
+        """A request ended (the transport's callback, or a timeout/cancellation): record it; closed loop: next."""
+        seq, plan, sched, closed = call.ctx
+        self.live.in_flight -= 1
+        self._record(seq, plan, sched, call.out)
+        if closed is not None:
+            self._closed_next(closed)
+        elif self._idle is not None and self.live.in_flight == 0 and not self._idle.done():
+            self._idle.set_result(None)
+
+    def _abandon(self, call, error: str) -> None:
+        """End a call in flight as ``timeout`` or ``cancelled`` (its connection is dropped)."""
+        call.cancel()
+        out = call.out
+        out.error, out.done = error, clock()
+        self._on_done(call)
+
+    def _cancel_calls(self) -> int:
+        calls, self._calls = self._calls, deque()
+        n = 0
+        for call in calls:
+            if not call.finished:
+                n += 1
+                self._abandon(call, "cancelled")
+        return n
+
+    def _closed_seq(self, state: ClosedPhase) -> int:
+        """The number of a closed-loop phase's next request."""
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def _closed_next(self, state: ClosedPhase) -> None:
+        """Start a closed-loop phase's next request, unless stopping, past the phase's end or out of budget."""
+        if self._stopping or state.budget <= 0:
+            self._check_idle()
+            return
+        now = clock() - self.t0
+        if now >= state.plan.end:
+            self._check_idle()
+            return
+        state.budget -= 1
+        seq = self._closed_seq(state)
+        state.n += 1
+        self.count += 1
+        self.live.in_flight += 1
+        self._start(seq, state.plan, now, state)
+
+    def _check_idle(self) -> None:
+        if self._idle is not None and self.live.in_flight == 0 and not self._idle.done():
+            self._idle.set_result(None)
+
+    # -- requests: the Task path ---------------------------------------------------------------
+    async def _one(self, seq: int, plan: PhasePlan, sched: float) -> None:
+        out = Outcome()
+        pending = self._deadlines
+        try:
+            req = self._requests.get(seq)
+            handler = self.protocol.handler()
+            self.live.sent += 1
+            pending[seq] = (clock() + self.s.timeout, asyncio.current_task())
+            await self.transport.send(req, handler, out)
+        except asyncio.CancelledError:
+            if seq in self._timed_out:
+                self._timed_out.discard(seq)
+                out.error, out.done = "timeout", clock()
+                _uncancel(asyncio.current_task())  # a closed-loop worker goes on with its next request
+            else:
+                out.error, out.done = "cancelled", clock()
+        except Exception as exc:  # a bug in a protocol or transport must not lose the record
+            out.error, out.done = "other", clock()
+            out.error_detail = f"{type(exc).__name__}: {exc}"
+        finally:
+            pending.pop(seq, None)
+            self.live.in_flight -= 1
+            if math.isnan(out.done):
+                out.done = clock()
+            self._record(seq, plan, sched, out)
+

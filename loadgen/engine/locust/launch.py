@@ -1,0 +1,135 @@
+"""The caller's side of the Locust engine: start the master process, relay its progress, read its result.
+
+Nothing here imports locust or gevent: the master and the workers are separate processes (locust
+monkey-patches the standard library through gevent, which must never happen to the process that
+runs the native engine or the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
+from loadgen.records.rundir import REQUESTS
+from loadgen.records.schema import RecordWriter, records_exist
+
+_ROOT = Path(__file__).resolve().parents[3]  # the folder holding the loadgen package
+
+
+@dataclass
+class LocustResult(EngineResult):
+    """An :class:`EngineResult` with what a distributed run adds.
+
+    ``cpu_seconds`` is the sum over workers and ``processes`` how many there were. ``workers``: one dict
+    per worker with ``k``, ``label``, ``host``, ``pid``, ``records`` (received by the master) and ``state``
+    (``done`` | ``dead`` | ``unfinished``).
+    """
+
+    workers: list[dict] = field(default_factory=list)
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def master_argv(scenario_path: Path, target_index: int, url: str, model: str, tdir: Path, workers: int,
+                expect_workers: int | None, master_bind: str, connect_timeout: float) -> list[str]:
+    return [sys.executable, "-m", "loadgen.engine.locust.master", "--scenario", str(scenario_path),
+            "--target-index", str(target_index), "--url", url, "--model", model or "", "--out", str(tdir),
+            "--workers", str(workers), "--expect-workers", str(expect_workers or 0), "--bind", master_bind,
+            "--connect-timeout", str(connect_timeout)]
+
+
+def run_target_locust(scenario_path: Path, target_index: int, url: str, model: str, tdir: Path, workers: int = 1,
+                      expect_workers: int | None = None, master_bind: str = "127.0.0.1",
+                      on_progress: Callable[[dict], None] | None = None, connect_timeout: float = 60.0,
+                      on_master: Callable[[dict], None] | None = None) -> LocustResult:
+    """Run one target of a scenario on Locust's master/worker runners; records go to ``tdir/requests.parquet``.
+
+    The caller summarizes from ``requests.parquet`` as for the native engine. ``workers`` local worker processes
+    are started; ``expect_workers`` more are awaited from other hosts (``latbench worker --master
+    HOST:PORT``) for up to ``connect_timeout`` seconds. ``master_bind`` is ``HOST[:PORT]``; without a port,
+    5557 when remote workers are expected, else a free port.
+
+    ``on_progress(dict)`` about once a second: ``t`` (run seconds), ``records`` (written), ``sent``,
+    ``in_flight``, ``errors``, ``workers`` (alive) and ``of``. ``on_master(dict)`` once the master is
+    bound: ``host``, ``port``.
+
+    Interruption: a KeyboardInterrupt while waiting stops sending (in-flight requests get the grace
+    period); a second aborts them. Either way the records taken are kept and ``interrupted`` is True.
+    A worker that dies mid-run also makes ``interrupted`` True, with a note naming it. A master that
+    fails returns ``interrupted`` with a note (never raises for it).
+    """
+    tdir = Path(tdir)
+    tdir.mkdir(parents=True, exist_ok=True)
+    argv = master_argv(scenario_path, target_index, url, model, tdir, workers, expect_workers, master_bind,
+                       connect_timeout)
+    started_wall, started = time.time(), time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=child_env(),
+                            start_new_session=True)  # a terminal's Ctrl-C reaches us, and we decide
+    result = None
+    interrupts = 0
+    while True:
+        try:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            kind, _, data = line.partition(" ")
+            if kind == "LATBENCH_PROGRESS" and on_progress:
+                on_progress(json.loads(data))
+            elif kind == "LATBENCH_MASTER" and on_master:
+                on_master(json.loads(data))
+            elif kind == "LATBENCH_RESULT":
+                result = json.loads(data)
+        except KeyboardInterrupt:
+            interrupts += 1
+            proc.send_signal(signal.SIGTERM if interrupts <= 2 else signal.SIGKILL)
+    rc = proc.wait()
+    if result is None:
+        _ensure_records(tdir)
+        return LocustResult(t0=started, wall_start=started_wall, duration=time.perf_counter() - started,
+                                   requests=0, interrupted=True, cpu_seconds=0.0,
+                                   notes=[f"the Locust master exited with code {rc} before reporting; "
+                                          "records it had written are kept"])
+    return LocustResult(t0=result["t0"], wall_start=result["wall_start"], duration=result["duration"],
+                               requests=result["requests"], interrupted=result["interrupted"] or interrupts > 0,
+                               cpu_seconds=result["cpu_seconds"], notes=result["notes"],
+                               processes=result["processes"], workers=result["workers"])
+
+
+def _ensure_records(tdir: Path) -> None:
+    """A master that died before opening the writer leaves no file; the runner expects one."""
+    path = tdir / REQUESTS
+    if not records_exist(path):
+        RecordWriter(path).close()
+
+
+class LocustEngine:
+    """The :class:`~loadgen.engine.base.Engine` on Locust's master/worker runners (``--engine locust``).
+
+    ``on_engine`` and ``fail_fast`` are not available here: the master process owns the run; progress
+    arrives through ``on_progress`` about once a second.
+    """
+
+    name = "locust"
+
+    def __init__(self, workers: int = 1, expect_workers: int | None = None, master_bind: str = "127.0.0.1",
+                 on_progress: Callable[[dict], None] | None = None):
+        self.workers, self.expect_workers = workers, expect_workers
+        self.master_bind, self.on_progress = master_bind, on_progress
+
+    def run(self, mt: MeasuredTarget, on_engine: OnEngine | None = None,
+            fail_fast: float | None = None) -> LocustResult:
+        return run_target_locust(mt.loaded.path, mt.index, mt.url, mt.model, mt.tdir, workers=self.workers,
+                                 expect_workers=self.expect_workers, master_bind=self.master_bind,
+                                 on_progress=self.on_progress)

@@ -1,0 +1,295 @@
+"""The native engine: one asyncio loop, an absolute timetable, every request recorded.
+
+Open loop: request i is due at ``t0 + scheduled_i``; at each wake-up every due request is launched,
+whether or not earlier ones have returned. Nothing waits in a client pool: past ``max_in_flight`` a
+request is recorded as ``dropped``, never delayed. Closed loop: N workers, each sending when its last
+answer is complete. Latency is measured from ``scheduled`` (coordinated omission corrected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import time
+
+from loadgen.engine.base import EngineResult, EngineSettings
+from loadgen.engine.inflight import ClosedPhase, InFlight
+from loadgen.engine.live import LiveStats
+from loadgen.protocols.base import ApiProtocol
+from loadgen.protocols.reqcache import RequestCache
+from loadgen.records.schema import Outcome, RecordBuffer, RecordWriter
+from loadgen.schedule.arrivals import PhasePlan, arrivals
+from loadgen.schedule.pacing import FLUSH_EVERY_S, sleep_for
+
+clock = time.perf_counter
+FLUSH_ROWS = 10_000
+
+
+class NativeEngine(InFlight):
+    """Runs the phases of one target. ``transport`` is started and closed by the caller.
+
+    Two request paths, the same records (:mod:`loadgen.engine.inflight`): a transport with ``submit`` (the lean one)
+    is driven by callbacks, no asyncio Task per request; any other transport's ``send`` runs in a Task per
+    request.
+    """
+
+    def __init__(self, settings: EngineSettings, protocol: ApiProtocol, prompts, transport, writer: RecordWriter):
+        self.s = settings
+        self.protocol = protocol
+        self.prompts = prompts
+        self.transport = transport
+        self.writer = writer
+        self.buffer = RecordBuffer()
+        total = max((p.end for p in settings.plans), default=0.0)
+        self.live = LiveStats(total)
+        self.t0 = 0.0
+        self._seq = 0
+        self.count = 0  # requests recorded or to be: started, or dropped at the in-flight cap
+        self._stopping = False
+        self._flush_now = asyncio.Event()
+        self._flush_done = False
+        self.interrupted = False
+        self.spin_seconds = 0.0  # wall time spent yielding just before due sends (see _sleep_until)
+        self.write_error: OSError | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._requests = RequestCache(protocol, prompts)
+        self._live_mark = 0  # buffer rows already counted in self.live
+        self._init_in_flight(transport)
+
+    # -- control -------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Stop sending; in-flight requests get the grace period to finish."""
+        self._stopping = True
+        self.interrupted = True
+
+    def abort(self) -> None:
+        """Stop at once: in-flight requests are recorded as ``cancelled``."""
+        self.request_stop()
+        for t in list(self._tasks):
+            t.cancel()
+        self._cancel_calls()
+
+    def now(self) -> float:
+        return clock() - self.t0
+
+    def call_soon(self, fn) -> None:
+        """Run ``fn`` on this engine's loop: from a signal handler or another thread, safely."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(fn)
+        else:
+            fn()
+
+    def _start_time(self) -> float:
+        """The run's ``t0`` (a subclass may share one between processes)."""
+        return clock()
+
+    # -- recording -----------------------------------------------------------------------------
+    def _record(self, seq: int, plan: PhasePlan, sched: float, out: Outcome) -> None:
+        buffer = self.buffer
+        buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
+        ff = self.s.failfast
+        if ff is not None and not self._stopping:
+            t0 = self.t0
+            if ff.observe(plan.index, plan.recorded, not out.error, out.done - t0 - sched,
+                          out.first_token - t0 - sched, out.done - out.sent):
+                self._stopping = True  # not an interruption: the verdict is already known
+        if buffer.n >= FLUSH_ROWS:
+            self._flush_now.set()
+
+    def _live_tick(self) -> None:
+        """Count the records buffered since the last tick in the live stats (in one go, not per request)."""
+        buffer, mark = self.buffer, self._live_mark
+        n = len(buffer)
+        if n > mark:
+            done = buffer.column("done", mark, n)
+            self.live.add_many(done, done - buffer.column("scheduled", mark, n), buffer.column("error", mark, n) == 0)
+            self._live_mark = n
+
+    def _drain(self):
+        self._live_tick()
+        self._live_mark = 0
+        return self.buffer.drain()
+
+    async def _flush_loop(self) -> None:
+        """Write the buffered records every ``FLUSH_EVERY_S`` or ``FLUSH_ROWS``, in a thread, until
+        ``_flush_done`` (then once more). Never cancelled: a write cut from its await would still run in its
+        thread, perhaps after the writer was closed, and its batch would be lost."""
+        while not self._flush_done:
+            try:
+                await asyncio.wait_for(self._flush_now.wait(), FLUSH_EVERY_S)
+            except asyncio.TimeoutError:
+                pass
+            self._flush_now.clear()
+            batch = self._drain()
+            if batch is not None:
+                try:
+                    await asyncio.to_thread(self.writer.write, batch)
+                except OSError as exc:  # RunDirWriteError (disk full): stop sending what can no longer be recorded
+                    self.write_error = exc
+                    self.request_stop()
+                    return
+
+    # -- phases --------------------------------------------------------------------------------
+    def _launch(self, plan: PhasePlan, seq: int, sched: float) -> None:
+        """Open loop: send request ``seq`` now (it was due at ``sched``), or record it ``dropped`` at the cap."""
+        self.count += 1
+        live = self.live
+        if live.in_flight >= self.s.max_in_flight:
+            self._record(seq, plan, sched, Outcome(error="dropped", done=clock()))
+            return
+        live.in_flight += 1
+        if self._submit is not None:
+            self._start(seq, plan, sched, None)
+            return
+        task = self._loop.create_task(self._one(seq, plan, sched))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _sleep_until(self, t: float) -> bool:
+        """Sleep until run time ``t``; False when a stop was requested meanwhile.
+
+        Event-loop timers fire up to a millisecond early or late (uvloop counts whole milliseconds), which
+        would show up as send lag; so the timer is set early and the rest is spent yielding (:mod:`pacing`).
+        """
+        t0 = self.t0
+        spin_from = None
+        while not self._stopping:
+            now = clock()
+            wait = sleep_for(t - (now - t0))
+            if wait is None:
+                if spin_from is not None:  # spinning burns CPU without work: not counted as load below
+                    self.spin_seconds += now - spin_from
+                return True
+            if wait == 0.0 and spin_from is None:
+                spin_from = now
+            await asyncio.sleep(wait)
+        return False
+
+    def _schedule(self, plan: PhasePlan):
+        """This engine's arrivals of an open-loop phase: ``(times, first seq, seq stride)`` per chunk."""
+        for times in arrivals(plan, self.s.seed, self.s.burstiness):
+            seq = self._seq
+            self._seq += len(times)
+            yield times.tolist(), seq, 1
+
+    async def _open_phase(self, plan: PhasePlan) -> None:
+        launch, t0 = self._launch, self.t0
+        for times, seq0, stride in self._schedule(plan):
+            n, i = len(times), 0
+            while i < n:
+                if not await self._sleep_until(times[i]):
+                    return
+                now = clock() - t0
+                j = i + 1
+                while j < n and times[j] <= now:
+                    j += 1
+                for k in range(i, j):  # every request due by now, in one go
+                    launch(plan, seq0 + k * stride, times[k])
+                i = j
+        await self._sleep_until(plan.end)
+
+    def _closed_share(self, plan: PhasePlan) -> tuple[int, float]:
+        """Workers and request budget of a closed-loop phase for this engine."""
+        return plan.concurrency, (plan.max_requests if plan.max_requests else math.inf)
+
+    async def _closed_phase(self, plan: PhasePlan) -> None:
+        if not await self._sleep_until(plan.start):
+            return
+        workers, budget = self._closed_share(plan)
+        state = ClosedPhase(plan, budget)
+        if self._submit is not None:
+            for _ in range(workers):
+                self._closed_next(state)
+        else:
+            async def worker() -> None:
+                while not self._stopping and self.now() < plan.end and state.budget > 0:
+                    state.budget -= 1
+                    seq = self._closed_seq(state)
+                    state.n += 1
+                    self.count += 1
+                    self.live.in_flight += 1
+                    await self._one(seq, plan, self.now())
+
+            for _ in range(workers):
+                w = asyncio.ensure_future(worker())
+                self._tasks.add(w)
+                w.add_done_callback(self._tasks.discard)
+        await self._sleep_until(plan.end)  # requests still in flight finish on their own
+
+    # -- the run -------------------------------------------------------------------------------
+    async def _finish_in_flight(self, notes: list[str]) -> None:
+        """After the last phase: wait up to the grace period for requests in flight, then cancel the rest."""
+        self._stopping = True  # closed loop: no new requests after the last phase
+        loop = self._loop
+        deadline = loop.time() + self.s.grace
+        left = 0
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=self.s.grace)
+            if pending:
+                left += len(pending)
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        if self.live.in_flight > 0 and self._submit is not None:
+            self._idle = loop.create_future()
+            try:
+                await asyncio.wait_for(self._idle, max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                pass
+            left += self._cancel_calls()
+        if left:
+            notes.append(f"{left} requests still in flight after the {self.s.grace:g} s grace were cancelled")
+
+    async def run(self) -> EngineResult:
+        self._loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)
+        # A full collection walks every object of the process (pyarrow, pandas: ~45 ms here) and would show
+        # as a stall in send lag and latency; what exists before the run is set aside for the run's length
+        # (gc.freeze is a list splice, not a collection).
+        gc.freeze()
+        cpu0 = time.process_time()
+        wall0 = time.time()
+        self.t0 = self._start_time()
+        flusher = asyncio.ensure_future(self._flush_loop())
+        sweeper = asyncio.ensure_future(self._timeout_loop())
+        notes: list[str] = []
+        try:
+            for plan in self.s.plans:
+                if self._stopping:
+                    break
+                self.live.phase = plan.name
+                if plan.closed:
+                    await self._closed_phase(plan)
+                else:
+                    self.live.target_rate = plan.rate_start
+                    await self._open_phase(plan)
+            await self._finish_in_flight(notes)
+        except asyncio.CancelledError:
+            self.interrupted = True
+            for t in list(self._tasks):
+                t.cancel()
+            self._cancel_calls()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            end = self.now()
+            self._flush_done = True
+            self._flush_now.set()
+            sweeper.cancel()
+            await asyncio.gather(flusher, sweeper, return_exceptions=True)
+            try:
+                self.writer.write(self._drain())
+            except OSError as exc:
+                self.write_error = self.write_error or exc
+            self.writer.close()
+            gc.unfreeze()
+        if self.write_error is not None:
+            raise self.write_error
+        ff = self.s.failfast.breached if self.s.failfast else None
+        if ff:
+            notes.append(f"stopped early (--fail-fast): {ff} can no longer be met")
+        # CPU time minus the time spent spinning before due sends: what the generator needed, so that a
+        # high rate of precise sends is not mistaken for a saturated generator (send lag tells that).
+        cpu = max(0.0, time.process_time() - cpu0 - self.spin_seconds)
+        return EngineResult(self.t0, wall0, end, self.count, self.interrupted, cpu, notes, ff)

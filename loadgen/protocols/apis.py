@@ -1,0 +1,386 @@
+"""The API protocols: openai-chat, openai-completions, embeddings and plain http.
+
+Each turns ``(seq, prompt)`` into a pre-encoded :class:`~loadgen.protocols.base.Request` and gives one
+:class:`~loadgen.protocols.base.ResponseHandler` per request, which reads the body as it arrives and writes
+what it means into the :class:`~loadgen.records.schema.Outcome`:
+
+- **streams** (``stream: true``): the first chunk carrying non-empty ``content``, ``reasoning_content``,
+  ``reasoning`` or ``tool_calls`` (chat ``choices[].delta``) or ``text`` (completions ``choices[].text``)
+  sets ``first_token``; every such chunk's arrival time is kept in ``token_times``. A role-only or empty
+  delta and a usage-only chunk are not tokens. ``output_tokens`` and ``prompt_tokens`` come from the
+  ``usage`` chunk when the server sends one (``usage_tokens`` True), else output_tokens is the count of
+  token chunks. ``bad_stream``: no ``[DONE]`` before the body ended, an error object or ``event: error``
+  in the stream, or a data line that is not JSON.
+- **JSON bodies**: parsed once at the end; tokens from ``usage``. ``bad_response``: invalid JSON, an
+  ``error`` object, no ``choices`` (chat, completions) or no ``data`` list (embeddings).
+- **http**: success by status alone.
+
+An HTTP error status (>= 400) keeps the status's error class; its body is counted, not parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import quote
+
+from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
+from loadgen.protocols.sse import SSEParser
+from loadgen.records.schema import Outcome
+from loadgen.scenario.model import HttpRequest, Target, Workload
+from loadgen.scenario.prompts import Prompt
+
+__all__ = [
+    "ChatProtocol",
+    "CompletionsProtocol",
+    "EmbeddingsProtocol",
+    "HttpProtocol",
+    "MAX_PARSED_BODY",
+    "make_protocol",
+]
+
+#: A JSON body is kept for parsing up to this many bytes; beyond it only a tail is kept (for ``usage``).
+MAX_PARSED_BODY = 1 << 20
+_TAIL = 1 << 16
+_DETAIL = 200  # characters of a server's message kept in error_detail
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _headers(base: dict[str, str], target: Target) -> tuple[tuple[str, str], ...]:
+    """Protocol headers, then the target's own; a target header replaces one of the same name."""
+    own = {k.lower() for k in target.headers}
+    return tuple((k, v) for k, v in base.items() if k.lower() not in own) + tuple(target.headers.items())
+
+
+def _base_url(target: Target, base_url: str | None) -> str:
+    url = base_url if base_url is not None else target.url
+    if not url:
+        raise ValueError("the target has no URL yet: start it and pass base_url")
+    return url.rstrip("/")
+
+
+def _path_of(url: str) -> str:
+    """Path and query of an absolute URL ('/' when it has none)."""
+    rest = url.split("://", 1)[-1]
+    i = rest.find("/")
+    return rest[i:] if i >= 0 else "/"
+
+
+def _usage(out: Outcome, usage: dict, output: bool = True) -> None:
+    pt = usage.get("prompt_tokens")
+    if isinstance(pt, int):
+        out.prompt_tokens = pt
+    if output:
+        ct = usage.get("completion_tokens")
+        if isinstance(ct, int):
+            out.output_tokens = ct
+            out.usage_tokens = True
+
+
+# --- handlers ------------------------------------------------------------------------------------
+
+
+class StreamHandler(ResponseHandler):
+    """Reads an OpenAI server-sent-event stream (chat or completions)."""
+
+    __slots__ = ("_sse", "_live", "_done", "_count", "_chat")
+
+    def __init__(self, chat: bool):
+        self._sse = SSEParser()
+        self._live = True  # parsing: a success status and no protocol error yet
+        self._done = False
+        self._count = 0
+        self._chat = chat
+
+    def on_status(self, status: int, out: Outcome) -> None:
+        ResponseHandler.on_status(self, status, out)
+        self._live = not out.error and status < 400
+
+    def _fail(self, out: Outcome, detail: str) -> None:
+        out.error = "bad_stream"
+        out.error_detail = detail[:_DETAIL]
+        self._live = False
+
+    def on_body(self, data: bytes, now: float, out: Outcome) -> None:
+        out.bytes_in += len(data)
+        if not self._live:
+            return
+        events = self._sse.feed(data)
+        if self._sse.error is not None:
+            return self._fail(out, "event: error: " + self._sse.error.decode("utf-8", "replace"))
+        for ev in events:
+            if self._done:
+                continue  # after [DONE] nothing counts
+            if ev == b"[DONE]":
+                self._done = True
+                continue
+            try:
+                obj = json.loads(ev)
+            except ValueError:
+                return self._fail(out, "not JSON: " + ev.decode("utf-8", "replace"))
+            if not isinstance(obj, dict):
+                return self._fail(out, "not a JSON object: " + ev.decode("utf-8", "replace"))
+            if obj.get("error"):
+                return self._fail(out, "error in stream: " + ev.decode("utf-8", "replace"))
+            choices = obj.get("choices")
+            if choices and self._has_token(choices):
+                if self._count == 0:
+                    out.first_token = now
+                self._count += 1
+                out.token_times.append(now)
+            usage = obj.get("usage")
+            if usage:
+                _usage(out, usage)
+
+    def _has_token(self, choices) -> bool:
+        for c in choices:
+            if not isinstance(c, dict):
+                continue
+            if self._chat:
+                d = c.get("delta")
+                if d and (d.get("content") or d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls")):
+                    return True
+            elif c.get("text"):
+                return True
+        return False
+
+    def on_end(self, out: Outcome) -> None:
+        if not out.usage_tokens:
+            out.output_tokens = self._count
+        if self._live and not self._done:
+            self._fail(out, "the stream ended without [DONE]")
+
+
+class JsonHandler(ResponseHandler):
+    """Reads a whole JSON body (bounded) and checks it holds ``key`` as a list."""
+
+    __slots__ = ("_parts", "_size", "_tail", "_live", "_key", "_output")
+
+    def __init__(self, key: str, output: bool):
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._tail = b""  # the last bytes of a body too long to keep whole
+        self._live = True
+        self._key = key  # "choices" or "data"
+        self._output = output  # usage has completion_tokens
+
+    def on_status(self, status: int, out: Outcome) -> None:
+        ResponseHandler.on_status(self, status, out)
+        self._live = not out.error and status < 400
+
+    def on_body(self, data: bytes, now: float, out: Outcome) -> None:
+        out.bytes_in += len(data)
+        if not self._live:
+            return
+        if self._size < MAX_PARSED_BODY:
+            self._parts.append(data)
+        else:  # too long to parse: keep only a tail, where OpenAI-style bodies put `usage`
+            self._parts.clear()
+            self._tail = (self._tail + data)[-_TAIL:]
+        self._size += len(data)
+
+    def on_end(self, out: Outcome) -> None:
+        if not self._live:
+            return
+        if self._tail:
+            self._usage_from_tail(out)  # too long to parse whole: trust the status, read usage if we can
+            return
+        body = b"".join(self._parts)
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return self._bad(out, "not JSON: " + body[:_DETAIL].decode("utf-8", "replace"))
+        if not isinstance(obj, dict):
+            return self._bad(out, "not a JSON object")
+        if obj.get("error"):
+            return self._bad(out, "error: " + json.dumps(obj["error"])[:_DETAIL])
+        if not isinstance(obj.get(self._key), list):
+            return self._bad(out, f"no {self._key!r} list in the response")
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            _usage(out, usage, self._output)
+
+    _COUNT = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
+
+    def _usage_from_tail(self, out: Outcome) -> None:
+        for name, value in self._COUNT.findall(self._tail):
+            if name == b"prompt_tokens":
+                out.prompt_tokens = int(value)
+            elif self._output:
+                out.output_tokens = int(value)
+                out.usage_tokens = True
+
+    @staticmethod
+    def _bad(out: Outcome, detail: str) -> None:
+        out.error = "bad_response"
+        out.error_detail = detail[:_DETAIL]
+
+
+# --- protocols -----------------------------------------------------------------------------------
+
+
+class _OpenAI(ApiProtocol):
+    endpoint = ""
+    per_request = False  # a request depends on its prompt alone: built once per prompt (loadgen.protocols.reqcache)
+
+    def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
+        self.url = _base_url(target, base_url) + self.endpoint
+        self.path = _path_of(self.url)
+        self.stream = target.stream
+        self.headers = _headers(
+            {"Content-Type": "application/json", "Accept": "text/event-stream" if self.stream else "application/json"},
+            target,
+        )
+        # Fields every request shares, in the order they are sent.
+        self.fixed: dict = {}
+        if model is not None:
+            self.fixed["model"] = model
+        self.ignore_eos = workload.ignore_eos
+
+    def _body(self, prompt: Prompt) -> dict:
+        body = dict(self.fixed)
+        self._input(body, prompt)
+        body["max_tokens"] = prompt.max_tokens
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        else:
+            body["stream"] = False
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        return body
+
+    def _input(self, body: dict, prompt: Prompt) -> None:
+        raise NotImplementedError
+
+    def build(self, seq: int, prompt: Prompt) -> Request:
+        return Request("POST", self.url, self.path, self.headers, _dumps(self._body(prompt)).encode(), self.stream)
+
+
+class ChatProtocol(_OpenAI):
+    """``POST {base}/chat/completions`` with ``messages`` (a text prompt is one user message)."""
+
+    name = "openai-chat"
+    endpoint = "/chat/completions"
+
+    def _input(self, body: dict, prompt: Prompt) -> None:
+        body["messages"] = (prompt.messages if prompt.messages is not None
+                            else [{"role": "user", "content": prompt.text}])
+
+    def handler(self) -> ResponseHandler:
+        return StreamHandler(chat=True) if self.stream else JsonHandler("choices", output=True)
+
+
+class CompletionsProtocol(_OpenAI):
+    """``POST {base}/completions`` with ``prompt`` (chat messages flattened to text)."""
+
+    name = "openai-completions"
+    endpoint = "/completions"
+
+    def _input(self, body: dict, prompt: Prompt) -> None:
+        body["prompt"] = prompt.text
+
+    def handler(self) -> ResponseHandler:
+        return StreamHandler(chat=False) if self.stream else JsonHandler("choices", output=True)
+
+
+class EmbeddingsProtocol(_OpenAI):
+    """``POST {base}/embeddings`` with ``input``; never streamed. ``output_tokens`` stays 0."""
+
+    name = "embeddings"
+    endpoint = "/embeddings"
+
+    def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
+        super().__init__(target.model_copy(update={"stream": False}), workload, model, base_url)
+
+    def _body(self, prompt: Prompt) -> dict:
+        body = dict(self.fixed)
+        body["input"] = prompt.text
+        return body
+
+    def handler(self) -> ResponseHandler:
+        return JsonHandler("data", output=False)
+
+
+_FIELD = re.compile(r"(\{seq\}|\{prompt\})")
+
+
+class HttpProtocol(ApiProtocol):
+    """Any HTTP endpoint: ``target.request``'s method, path and body, ``{seq}`` and ``{prompt}`` filled per request.
+
+    In a ``body`` (JSON) the placeholders are filled inside the encoded JSON, the prompt JSON-escaped.
+    In a ``template`` the prompt is JSON-escaped when ``content_type`` says JSON, else inserted as is.
+    In the path the prompt is percent-encoded. Without ``request``: ``GET`` the target URL.
+    Success is the status alone.
+    """
+
+    name = "http"
+
+    def __init__(self, target: Target, workload: Workload, model: str | None = None, base_url: str | None = None):
+        req = target.request
+        base = _base_url(target, base_url)
+        self.method = req.method if req else "GET"
+        path = req.path if req else ""
+        if path and not path.startswith("/"):
+            path = "/" + path
+        self._url = _FIELD.split(base + path)
+        body_text, self._json = self._body_text(req)
+        self._body = _FIELD.split(body_text) if body_text is not None else None
+        base_headers = {"Content-Type": req.content_type} if self._body is not None else {}
+        self.headers = _headers(base_headers, target)
+        # with {seq} the request differs per request; else it depends on its prompt alone (loadgen.protocols.reqcache)
+        self.per_request = "{seq}" in self._url or (self._body is not None and "{seq}" in self._body)
+
+    @staticmethod
+    def _body_text(req: HttpRequest | None) -> tuple[str | None, bool]:
+        if req is None:
+            return None, False
+        if req.template is not None:
+            return req.template, "json" in req.content_type.lower()
+        if req.body is not None:
+            return json.dumps(req.body, ensure_ascii=False, separators=(",", ":")), True
+        return None, False
+
+    @staticmethod
+    def _fill(parts: list[str], seq: int, prompt: str) -> str:
+        if len(parts) == 1:
+            return parts[0]
+        return "".join(str(seq) if p == "{seq}" else prompt if p == "{prompt}" else p for p in parts)
+
+    def build(self, seq: int, prompt: Prompt) -> Request:
+        url = self._fill(self._url, seq, quote(prompt.text, safe="") if "{prompt}" in self._url else "")
+        body = b""
+        if self._body is not None:
+            text = prompt.text
+            if self._json and "{prompt}" in self._body:
+                text = _dumps(text)[1:-1]
+            body = self._fill(self._body, seq, text).encode()
+        return Request(self.method, url, _path_of(url), self.headers, body, False)
+
+    def handler(self) -> ResponseHandler:
+        return _STATUS_ONLY  # it holds no state: one for every request
+
+
+_STATUS_ONLY = ResponseHandler()
+
+
+_PROTOCOLS = {
+    "openai-chat": ChatProtocol,
+    "openai-completions": CompletionsProtocol,
+    "embeddings": EmbeddingsProtocol,
+    "http": HttpProtocol,
+}
+
+
+def make_protocol(target: Target, workload: Workload, model: str | None, base_url: str | None = None) -> ApiProtocol:
+    """The protocol of ``target.api``.
+
+    ``model`` is sent as ``model`` (None: ``target.model``; when both are None no model field is sent).
+    ``base_url`` replaces ``target.url`` for targets whose URL is known only once started (reference,
+    command); a trailing slash is dropped, so ``http://host:8000/v1`` and ``.../v1/`` are the same.
+    """
+    cls = _PROTOCOLS.get(target.api)
+    if cls is None:
+        raise ValueError(f"unknown api {target.api!r}; expected one of {', '.join(_PROTOCOLS)}")
+    return cls(target, workload, model if model is not None else target.model, base_url)

@@ -1,0 +1,78 @@
+"""The one small interface between engines/transports and API protocols.
+
+An :class:`ApiProtocol` (openai-chat, openai-completions, embeddings, http) turns a request number and
+a prompt into a :class:`Request` of pre-encoded bytes, and creates one :class:`ResponseHandler` per
+request that reads the response as the transport receives it. A transport (aiohttp, the lean
+asyncio.Protocol client, httpx for HTTP/2, Locust's FastHttpUser) owns the socket and the clock
+readings of the connection; the handler owns everything the body means (tokens, usage, protocol
+errors). Neither raises for a failed request: failures are written into the :class:`Outcome`.
+
+Call order a transport guarantees for one request::
+
+    out.sent = now()                    # transport, when the request is written
+    handler.on_status(status, out)      # once, when the status line and headers arrived
+    handler.on_body(chunk, now, out)    # zero or more times, in order, as bytes arrive
+    handler.on_end(out)                 # once, when the body is complete (not called on transport errors)
+
+On a transport error (connect, reset, timeout) the transport or engine sets ``out.error`` and
+``out.done`` and does not call ``on_end``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadgen.records.schema import Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One HTTP request, fully encoded before its scheduled time so nothing is built on the hot path."""
+
+    method: str
+    url: str  # absolute URL, for transports that take one
+    path: str  # path and query, for transports that write the request line themselves
+    headers: tuple[tuple[str, str], ...]  # without Host and Content-Length; transports add those
+    body: bytes
+    stream: bool  # the response is a server-sent-event stream
+
+
+def status_error(status: int) -> str:
+    """The error class of an HTTP status, '' for success (2xx and 3xx)."""
+    if status == 429:
+        return "http_429"
+    if status >= 500:
+        return "http_5xx"
+    if status >= 400:
+        return "http_4xx"
+    return ""
+
+
+class ResponseHandler:
+    """Reads one response. Subclasses override :meth:`on_body` and :meth:`on_end`."""
+
+    __slots__ = ()
+
+    def on_status(self, status: int, out: Outcome) -> None:
+        out.status = status
+        err = status_error(status)
+        if err:
+            out.error = err
+
+    def on_body(self, data: bytes, now: float, out: Outcome) -> None:
+        out.bytes_in += len(data)
+
+    def on_end(self, out: Outcome) -> None:
+        pass
+
+
+class ApiProtocol:
+    """Builds requests for one API. ``build`` must be cheap and deterministic for a given ``seq``."""
+
+    name = "base"
+
+    def build(self, seq: int, prompt: "Prompt") -> Request:  # noqa: F821 (Prompt from loadgen.scenario.prompts)
+        raise NotImplementedError
+
+    def handler(self) -> ResponseHandler:
+        return ResponseHandler()

@@ -1,0 +1,27 @@
+"""What every metric in a RunDir means and in which unit: written to metrics.json, one definition each."""
+
+SCHEMA_VERSION = 1
+
+METRIC_DEFINITIONS = {
+    "latency": {"unit": "s", "definition": ("done - scheduled: from the intended send time to the last byte "
+                                            "(coordinated omission corrected)")},
+    "service_time": {"unit": "s", "definition": "done - sent: from the moment the request left to the last byte"},
+    "ttft": {"unit": "s",
+             "definition": "first_token - scheduled: time to the first non-empty content token of a stream"},
+    "itl": {"unit": "s", "definition": "gaps between consecutive token chunks of one streamed response"},
+    "tpot": {"unit": "s",
+             "definition": "(done - first_token) / (output_tokens - 1): time per output token after the first"},
+    "send_lag": {"unit": "s", "definition": "sent - scheduled: how late the generator sent the request"},
+    "error_rate": {"unit": "fraction",
+                   "definition": "failed requests (any error class, dropped included) / all requests"},
+    "goodput": {"unit": "fraction", "definition": ("requests that succeeded and met every per-request "
+                                                   "latency/ttft/tpot objective / all requests")},
+    "achieved_qps": {"unit": "1/s",
+                     "definition": "successful responses completed inside the phase window / phase duration"},
+    "sent_qps": {"unit": "1/s", "definition": "requests sent (not dropped) scheduled in the phase / phase duration"},
+    "target_qps": {"unit": "1/s", "definition": "mean intended arrival rate of the phase"},
+    "output_tokens_per_s": {"unit": "1/s", "definition": ("output tokens of successful requests completed "
+                                                          "inside the window / duration")},
+    "latency_errors_inf": {"unit": "s",
+                           "definition": "latency percentiles with every failed request counted as infinitely slow"},
+}

@@ -1,0 +1,118 @@
+"""The RunDir: everything a run leaves behind, laid out as DESIGN.md says.
+
+    runs/2026-12-02T10-31-07_burst/
+      scenario.yaml                 the scenario as written, secrets redacted
+      meta.json                     version, engine, host, start time, targets, verdict
+      metrics.json                  each metric's definition and unit
+      <target>/requests.parquet     one row per request, written incrementally
+      <target>/summary.json         per phase and overall
+      <target>/server_metrics.csv   scraped Prometheus metrics, when the target has them
+
+Nothing here ever holds a secret: values are scrubbed with :func:`scrub` before they are written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadgen.errors import RunDirWriteError
+from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
+from loadgen.records.schema import records_exist
+from loadgen.redact import scrub
+from loadgen.units import json_num
+
+REQUESTS = "requests.parquet"
+SUMMARY = "summary.json"
+SERVER_METRICS = "server_metrics.csv"
+META = "meta.json"
+REGRESSION = "regression.json"
+COLD_START = "cold_start.json"
+_SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe folder name for a scenario or target."""
+    return _SAFE.sub("_", name).strip("._") or "target"
+
+
+def jsonable(obj: Any) -> Any:
+    """What ``obj`` reads like after a round trip through JSON: NaN as None, infinities as 'inf', no numpy."""
+    if isinstance(obj, float):
+        return json_num(obj)
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "item"):  # numpy scalars
+        return jsonable(obj.item())
+    return obj
+
+
+def write_json(path: str | os.PathLike, obj: Any, secrets: list[str] | None = None) -> None:
+    """Write JSON atomically (a temp file renamed over the target), NaN as null."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    text = json.dumps(jsonable(scrub(obj, secrets or [])), indent=1, allow_nan=False)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)  # the old file stays whole until the new one is
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise RunDirWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+class RunDir:
+    """A run's folder. Create with :meth:`create`, or open an existing one with ``RunDir(path)``."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    @classmethod
+    def create(cls, out: str | os.PathLike | None, scenario_name: str, exact: bool = False) -> "RunDir":
+        """A new folder under ``out`` (default ``runs/``), named by time and scenario; ``exact`` uses ``out`` itself."""
+        if exact:
+            path = Path(out)
+        else:
+            stamp = time.strftime("%Y-%m-%dT%H-%M-%S")
+            base = Path(out or "runs") / f"{stamp}_{safe_name(scenario_name)}"
+            path, i = base, 1
+            while path.exists():
+                i += 1
+                path = base.with_name(f"{base.name}-{i}")
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    def target_dir(self, target: str) -> Path:
+        d = self.path / safe_name(target)
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def write_scenario(self, data: dict) -> None:
+        path = self.path / "scenario.yaml"
+        try:
+            path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        except OSError as exc:
+            raise RunDirWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+
+    def write_meta(self, meta: dict, secrets: list[str]) -> None:
+        write_json(self.path / META, meta, secrets)
+
+    def write_metric_definitions(self) -> None:
+        write_json(self.path / "metrics.json", {"schema_version": SCHEMA_VERSION, "metrics": METRIC_DEFINITIONS})
+
+    def meta(self) -> dict:
+        return json.loads((self.path / META).read_text())
+
+    def targets(self) -> list[str]:
+        """Target folder names in run order (from meta.json when present)."""
+        try:
+            return [t["dir"] for t in self.meta().get("targets", [])]
+        except (OSError, ValueError, KeyError):
+            return sorted(p.name for p in self.path.iterdir() if records_exist(p / REQUESTS))

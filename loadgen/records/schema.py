@@ -1,0 +1,304 @@
+"""The per-request record: its schema, a columnar buffer, and the incremental parquet writer.
+
+Every request the engine sends yields exactly one record. All times are seconds from the run's start
+(``t0``) on one monotonic clock, ``time.perf_counter``. A time that did not happen is NaN.
+
+| column          | type          | meaning                                                               |
+|-----------------|---------------|-----------------------------------------------------------------------|
+| seq             | int64         | index of the request in the run's arrival schedule                    |
+| phase           | int16         | index into the scenario's phases                                      |
+| recorded        | bool          | False for phases with ``record: false`` (warm-up): stored, not counted |
+| scheduled       | float64       | intended send time (open loop) or send time (closed loop)             |
+| sent            | float64       | when the request was handed to the socket                             |
+| connect_start   | float64       | a new connection was started for this request (NaN when reused)       |
+| connected       | float64       | that connection was ready (TCP and TLS done; NaN when reused)         |
+| tls             | float64       | TLS handshake duration in seconds, when it could be measured         |
+| first_byte      | float64       | first response byte (status line)                                     |
+| first_token     | float64       | first non-empty content token of a stream (NaN when not streaming)    |
+| done            | float64       | last byte, or the moment the error was known                          |
+| status          | int16         | HTTP status, 0 when no response came                                  |
+| error           | string        | '' for success, else one of ERROR_CLASSES                             |
+| prompt_tokens   | int32         | from the server's usage, -1 when unknown                              |
+| output_tokens   | int32         | from usage when ``usage_tokens``, else counted token chunks           |
+| usage_tokens    | bool          | True when output_tokens came from the server's usage object           |
+| bytes_in        | int64         | response bytes received (body)                                        |
+| worker          | int16         | the generator process or Locust worker that sent it                   |
+| token_times     | list<float32> | arrival of each token chunk, seconds after ``first_token``           |
+
+Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
+first minute of a stream), which keeps a 1000-token stream at 4 kB.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loadgen.errors import RunDirWriteError
+
+#: Error classes a record may carry. '' means success.
+ERROR_CLASSES = (
+    "connect",  # connection refused / unreachable
+    "dns",  # the name did not resolve
+    "tls",  # TLS handshake or certificate failure
+    "timeout",  # the per-request timeout fired
+    "reset",  # the peer closed or reset the connection before the response was complete
+    "http_429",  # rate limited / queue full
+    "http_4xx",  # other client errors
+    "http_5xx",  # server errors
+    "bad_stream",  # a stream that broke protocol: no [DONE], an error event, garbage
+    "bad_response",  # a non-streaming body that is not what the protocol expects
+    "dropped",  # never sent: the in-flight cap was reached (open loop never delays)
+    "cancelled",  # still in flight when the run stopped (interrupt, or the end-of-run grace expired)
+    "other",  # anything else; the run's log names the exception type
+)
+
+FLOAT_COLUMNS = ("scheduled", "sent", "connect_start", "connected", "tls", "first_byte", "first_token", "done")
+
+SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("phase", pa.int16()),
+        ("recorded", pa.bool_()),
+        *[(name, pa.float64()) for name in FLOAT_COLUMNS],
+        ("status", pa.int16()),
+        ("error", pa.string()),
+        ("prompt_tokens", pa.int32()),
+        ("output_tokens", pa.int32()),
+        ("usage_tokens", pa.bool_()),
+        ("bytes_in", pa.int64()),
+        ("worker", pa.int16()),
+        ("token_times", pa.list_(pa.float32())),
+    ]
+)
+
+_NUMPY_DTYPES = {
+    "seq": np.int64,
+    "phase": np.int16,
+    "recorded": np.bool_,
+    **{name: np.float64 for name in FLOAT_COLUMNS},
+    "status": np.int16,
+    "error": np.int8,  # index into ("",) + ERROR_CLASSES while buffered
+    "prompt_tokens": np.int32,
+    "output_tokens": np.int32,
+    "usage_tokens": np.bool_,
+    "bytes_in": np.int64,
+    "worker": np.int16,
+}
+_ERROR_NAMES = ("",) + ERROR_CLASSES
+_ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a transport learns about one request while it is in flight.
+
+    A short-lived object: the engine copies it into a :class:`RecordBuffer` when the request
+    ends, so no Python object per request survives. Times are absolute ``perf_counter`` values
+    until :meth:`RecordBuffer.append` subtracts the run's ``t0``.
+    """
+
+    sent: float = math.nan
+    connect_start: float = math.nan
+    connected: float = math.nan
+    tls: float = math.nan
+    first_byte: float = math.nan
+    first_token: float = math.nan
+    done: float = math.nan
+    status: int = 0
+    error: str = ""
+    error_detail: str = ""  # for logs only, never written to the RunDir
+    prompt_tokens: int = -1
+    output_tokens: int = 0
+    usage_tokens: bool = False
+    bytes_in: int = 0
+    token_times: list = field(default_factory=list)  # absolute perf_counter of each token chunk
+
+
+_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 97 bytes a record
+_OTHER = _ERROR_INDEX["other"]
+_ABSOLUTE = frozenset(FLOAT_COLUMNS) - {"scheduled", "tls"}  # buffered as perf_counter values
+
+
+class RecordBuffer:
+    """Preallocated row storage for records (one packed numpy row each), grown by doubling, drained in batches.
+
+    One structured-array row per record: :meth:`append` is one tuple and one row assignment (about half
+    the cost of one assignment per column); :meth:`drain` turns the rows into Arrow columns.
+    """
+
+    def __init__(self, capacity: int = 16384):
+        self._cap = capacity
+        self.n = 0  # rows buffered; public, read per record on the hot path (cheaper than len())
+        self._rows = np.empty(capacity, dtype=_ROW)
+        self._tok = np.empty(capacity * 4, dtype=np.float32)
+        self._tok_n = 0
+        self._tok_offsets = np.zeros(capacity + 1, dtype=np.int32)
+        self._t0 = 0.0
+        # pyarrow imports pandas at its first conversion (0.2-1.5 s): not at the first flush
+        pa.array(self._tok_offsets[:0])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _grow(self) -> None:
+        self._cap *= 2
+        rows = np.empty(self._cap, dtype=_ROW)
+        rows[: self.n] = self._rows[: self.n]
+        self._rows = rows
+        offs = np.zeros(self._cap + 1, dtype=np.int32)
+        offs[: self.n + 1] = self._tok_offsets[: self.n + 1]
+        self._tok_offsets = offs
+
+    def append(self, seq: int, phase: int, recorded: bool, scheduled: float, out: Outcome, t0: float,
+               worker: int = 0) -> None:
+        """Store one finished request. ``scheduled`` is already relative to t0; ``out`` is absolute.
+
+        ``t0`` is the same for every record of a buffer: absolute times are stored as they are and made
+        relative in :meth:`drain`, one vector subtraction per column (the same float64 arithmetic).
+        """
+        i = self.n
+        if i == self._cap:
+            self._grow()
+        self._t0 = t0
+        self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
+                         out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
+                         out.prompt_tokens, out.output_tokens, out.usage_tokens, out.bytes_in, worker)
+        times = out.token_times
+        if times:
+            k = len(times)
+            need = self._tok_n + k
+            if need > len(self._tok):
+                new = np.empty(max(need, 2 * len(self._tok)), dtype=np.float32)
+                new[: self._tok_n] = self._tok[: self._tok_n]
+                self._tok = new
+            self._tok[self._tok_n : need] = np.asarray(times, dtype=np.float64) - out.first_token
+            self._tok_n = need
+        self._tok_offsets[i + 1] = self._tok_n
+        self.n = i + 1
+
+    def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """One buffered column, rows ``start:stop``, times relative to t0 as :meth:`drain` gives them."""
+        col = self._rows[name][start : self.n if stop is None else stop]
+        return col - self._t0 if name in _ABSOLUTE else col
+
+    def drain(self) -> pa.RecordBatch | None:
+        """Return everything buffered as one Arrow batch and empty the buffer (None when empty)."""
+        n = self.n
+        if n == 0:
+            return None
+        rows = self._rows[:n]
+        arrays = []
+        for name in SCHEMA.names:
+            if name == "token_times":
+                offsets = pa.array(self._tok_offsets[: n + 1].copy(), type=pa.int32())
+                values = pa.array(self._tok[: self._tok_n].copy(), type=pa.float32())
+                arrays.append(pa.ListArray.from_arrays(offsets, values))
+            elif name == "error":
+                arrays.append(pa.array(np.asarray(_ERROR_NAMES, dtype=object)[rows["error"]], type=pa.string()))
+            elif name in _ABSOLUTE:
+                arrays.append(pa.array(rows[name] - self._t0, type=pa.float64()))
+            else:
+                arrays.append(pa.array(np.ascontiguousarray(rows[name]), type=SCHEMA.field(name).type))
+        self.n = 0
+        self._tok_n = 0
+        self._tok_offsets[0] = 0
+        return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+def partial_path(path: str | os.PathLike) -> str:
+    """Where a RecordWriter streams records before they become ``path`` (read back if the run dies)."""
+    return os.fspath(path) + ".partial"
+
+
+def records_exist(path: str | os.PathLike) -> bool:
+    """Whether records were written to ``path``: the finished file or its partial stream."""
+    return os.path.exists(path) or os.path.exists(partial_path(path))
+
+
+class RecordWriter:
+    """Appends record batches to ``requests.parquet`` as row groups, so a killed run keeps its data.
+
+    The parquet footer is written by :meth:`close`. A process killed with SIGKILL before ``close``
+    leaves a file without a footer; to guard against that every flush also rewrites nothing but
+    appends a row group, and :func:`read_records` falls back to the side-car ``.partial`` Arrow
+    stream, which is readable at any moment.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self.partial_path = partial_path(self.path)
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self._pq = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+            self._sink = pa.OSFile(self.partial_path, "wb")
+            self._stream = pa.ipc.new_stream(self._sink, SCHEMA)
+        except OSError as exc:
+            raise RunDirWriteError(exc.errno, f"cannot write records to {self.path}: {exc.strerror or exc}") from exc
+        self.rows = 0
+        self.closed = False
+        #: the first write failure; after it nothing more is appended (a torn batch must stay the last one)
+        self.error: RunDirWriteError | None = None
+        self._lock = threading.Lock()  # the engine writes from a worker thread, and once more at the end
+
+    def write(self, batch: pa.RecordBatch | None) -> None:
+        """Append a batch to both files. Raises :class:`RunDirWriteError` on a write failure, and again on
+        every later call; rows already written stay readable through :func:`read_records`."""
+        if batch is None or batch.num_rows == 0:
+            return
+        with self._lock:
+            if self.error is not None:
+                raise self.error
+            try:
+                self._stream.write_batch(batch)  # the partial stream first: it is what survives a failure
+                self._sink.flush()
+                self._pq.write_batch(batch)
+            except OSError as exc:  # ENOSPC, EFBIG, EIO...: say which file, keep what is there
+                self.error = RunDirWriteError(exc.errno, f"cannot write records to {self.path}: {exc.strerror or exc}")
+                raise self.error from exc
+            self.rows += batch.num_rows
+
+    def close(self) -> None:
+        """Finish the parquet file and drop the partial stream; after a write failure, keep the partial
+        stream (the parquet file has no footer) and close quietly."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self.error is not None:
+                for f in (self._stream.close, self._sink.close, self._pq.close):
+                    try:
+                        f()
+                    except (OSError, pa.ArrowException):
+                        pass
+                return
+            self._pq.close()
+            self._stream.close()
+            self._sink.close()
+            os.remove(self.partial_path)
+
+
+def read_records(path: str | os.PathLike) -> pa.Table:
+    """Read a target's records, from ``requests.parquet`` or, for a run killed mid-write, the partial stream."""
+    path = os.fspath(path)
+    partial = partial_path(path)
+    if os.path.exists(partial):
+        batches = []
+        try:
+            with pa.OSFile(partial, "rb") as f:
+                reader = pa.ipc.open_stream(f)
+                while True:
+                    try:
+                        batches.append(reader.read_next_batch())
+                    except StopIteration:
+                        break
+        except (pa.ArrowInvalid, OSError):
+            pass  # a torn last batch: keep the whole ones
+        return pa.Table.from_batches(batches, schema=SCHEMA)
+    return pq.read_table(path, schema=SCHEMA)

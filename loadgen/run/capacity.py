@@ -1,0 +1,165 @@
+"""The capacity search: steady open-loop steps against one running target, as ``latbench capacity`` runs it.
+
+Doubling from ``qps_min`` until a step fails (or ``qps_max`` passes), then geometric bisection between the
+last passing and the first failing rate until they are within ``tolerance``. Whether a step held is
+judged by :func:`loadgen.analysis.capacity.judge` (the rules are described there).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from loadgen.analysis.capacity import (
+    CAPACITY,
+    LONGER,
+    STEP_FAIL_FAST,
+    Step,
+    judge,
+    knee,
+    sectioned_intervals,
+    step_load,
+    step_objectives,
+)
+from loadgen.analysis.metrics import records_frame, summarize
+from loadgen.analysis.stats import stat_value
+from loadgen.engine.base import MeasuredTarget, OnEngine
+from loadgen.engine.single import SingleProcess
+from loadgen.records.rundir import REQUESTS, SUMMARY, RunDir, write_json
+from loadgen.records.schema import read_records
+from loadgen.run.runner import host_meta, resolve_model
+from loadgen.run.targets import start_managed
+from loadgen.scenario.loader import LoadedScenario
+from loadgen.scenario.slo import SLO
+from loadgen.schedule.arrivals import plan_phases
+
+
+def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO], qps_min: float, qps_max: float,
+                  step_duration: float, warmup: float, tolerance: float = 0.1, max_steps: int = 12,
+                  on_step=None) -> dict:
+    """Search for the highest sustainable rate. ``run_step(loaded_for_step, tdir) -> EngineResult`` sends one
+    step's load (the caller owns the target's lifetime). Returns capacity.json's content."""
+    sc = loaded.scenario
+    slos = step_objectives(slos)
+    steps: list[Step] = []
+
+    def run_at(qps: float, longer: bool = False) -> Step:
+        load = step_load(sc.load, qps, step_duration * (LONGER if longer else 1), warmup, len(steps))
+        step_sc = sc.model_copy(update={"load": load, "slo": slos})
+        name = f"qps-{qps:.4g}" + (f"-x{LONGER}" if longer else "")
+        tdir = rd.target_dir(name)
+        res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.secrets), tdir)
+        table = read_records(tdir / REQUESTS)
+        summary = summarize(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,
+                            complete=not res.interrupted, notes=res.notes,
+                            send_lag_threshold=sc.load.send_lag_threshold,
+                            cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast)
+        sectioned_intervals(records_frame(table), summary["slo"])
+        write_json(tdir / SUMMARY, summary, loaded.secrets)
+        ok, reasons, unsure = judge(summary, qps)
+        m = summary["phases"]["step"]["metrics"]
+        st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
+                  stat_value(m["latency"], "p50"), stat_value(m["latency"], "p99"), stat_value(m["ttft"], "p99"),
+                  summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name,
+                  inconclusive=unsure and not longer)
+        steps.append(st)
+        if on_step:
+            on_step(st)
+        if res.interrupted:
+            raise KeyboardInterrupt
+        return st
+
+    def holds(qps: float) -> bool:
+        """One step at ``qps``; an inconclusive one is run again, LONGER times as long, and that run decides
+        (still in doubt, it does not hold). Taking a doubtful step as failed would pull the answer below
+        what the target holds whenever one short step was unlucky, and taking it as passed, above."""
+        st = run_at(qps)
+        if st.inconclusive and len(steps) < max_steps:
+            st = run_at(qps, longer=True)
+        return st.passed
+
+    t_start = time.perf_counter()
+    lo, hi = None, None  # last passing, first failing
+    qps = qps_min
+    interrupted = False
+    try:
+        while qps <= qps_max * (1 + 1e-9) and len(steps) < max_steps:
+            if holds(qps):
+                lo = qps
+                if qps >= qps_max:
+                    break
+                qps = min(qps * 2, qps_max)
+            else:
+                hi = qps
+                break
+        while lo is not None and hi is not None and hi / lo > 1 + tolerance and len(steps) < max_steps:
+            mid = math.sqrt(lo * hi)
+            if holds(mid):
+                lo = mid
+            else:
+                hi = mid
+    except KeyboardInterrupt:
+        interrupted = True
+    expected = sc.load.expected_qps
+    failing = next((st for st in steps if hi is not None and st.qps == hi), None)
+    return {
+        "limited_by_generator": bool(failing and failing.reasons == ["generator-limited"]),
+        "scenario": sc.name,
+        "slo": [s.expr for s in slos],
+        "search": {"qps_min": qps_min, "qps_max": qps_max, "step_duration_s": step_duration, "warmup_s": warmup,
+                   "tolerance": tolerance, "seconds": time.perf_counter() - t_start},
+        "max_sustainable_qps": lo,
+        "first_failing_qps": hi,
+        "bracket": [lo, hi],
+        "knee_qps": knee(steps),
+        "expected_qps": expected,
+        "headroom": (lo / expected - 1.0) if (lo is not None and expected) else None,
+        "complete": not interrupted,
+        "steps": [s.__dict__ for s in steps],
+    }
+
+
+def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_max: float, step_duration: float,
+                 warmup: float, tolerance: float = 0.1, out: str | None = None, target_url: str | None = None,
+                 on_engine: OnEngine | None = None, on_step=None) -> tuple[RunDir, dict]:
+    """Start the scenario's (first) target once, search its capacity step by step, write the RunDir.
+
+    Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step."""
+    sc = loaded.scenario
+    target = sc.target_list()[0]
+    if target_url:
+        target = target.model_copy(update={"url": target_url, "reference": None, "command": None})
+    rd = RunDir.create(out, f"capacity_{sc.name}")
+    rd.write_scenario(loaded.redacted())
+    rd.write_metric_definitions()
+    meta = host_meta(sc.name, "native", kind="capacity")
+    rd.write_meta(meta, loaded.secrets)
+    server = start_managed(target)
+    engine = SingleProcess()
+    try:
+        url = server.url if server else target.url
+        model = resolve_model(target, url, server)
+        measured = target.model_copy(update={"url": url})
+
+        def run_step(step_loaded: LoadedScenario, tdir):
+            mt = MeasuredTarget(step_loaded, measured, url, model, tdir)
+            return engine.run(mt, on_engine, fail_fast=STEP_FAIL_FAST)
+
+        def step_done(st: Step) -> None:
+            meta["targets"].append({"name": st.dir, "dir": st.dir, "url": url, "model": model, "qps": st.qps,
+                                    "server": dict(server.config) if server else {}})
+            rd.write_meta(meta, loaded.secrets)
+            if on_step:
+                on_step(st)
+
+        result = find_capacity(loaded, run_step, rd, slos, qps_min, qps_max, step_duration, warmup, tolerance,
+                               on_step=step_done)
+    finally:
+        if server:
+            server.stop()
+    result["target"] = {"name": target.name, "url": url, "model": model,
+                        "server": dict(server.config) if server else {}}
+    write_json(rd.path / CAPACITY, result, loaded.secrets)
+    meta.update(complete=result["complete"], capacity=result["bracket"])
+    rd.write_meta(meta, loaded.secrets)
+    return rd, result

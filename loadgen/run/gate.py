@@ -1,0 +1,34 @@
+"""``latbench gate``: the verdict of an existing RunDir, as recorded, optionally against a baseline."""
+
+from __future__ import annotations
+
+import json
+
+from loadgen.analysis.regression import compare_runs, regression_reasons
+from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
+from loadgen.records.rundir import REGRESSION, SUMMARY, RunDir, write_json
+from loadgen.run.runner import check_baseline
+
+
+def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 0.10) -> Verdict:
+    """The verdict of the RunDir at ``path`` (its SLOs as recorded); with ``baseline``, regressions too.
+
+    ``max_regression`` is the allowed worsening of a percentile, as a fraction."""
+    check_baseline(baseline)
+    rd = RunDir(path)
+    meta = rd.meta()
+    targets = []
+    for t in meta.get("targets", []):
+        f = rd.path / t["dir"] / SUMMARY
+        if f.is_file():
+            summary = json.loads(f.read_text())
+            targets.append(TargetOutcome(t["name"], summary, failed_fast=summary.get("failed_fast")))
+        else:
+            targets.append(TargetOutcome(t["name"], error="no summary.json: the run did not finish this target"))
+    interrupted = not meta.get("complete", False) and not any(t.failed_fast for t in targets)
+    regressions = []
+    if baseline is not None:
+        regression = compare_runs(rd, RunDir(baseline), max_regression)
+        write_json(rd.path / REGRESSION, regression)
+        regressions = regression_reasons(regression)
+    return judge(targets, interrupted=interrupted, regressions=regressions)

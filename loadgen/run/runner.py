@@ -1,0 +1,235 @@
+"""A whole run: targets one after another, each through its engine into the RunDir, then the verdict.
+
+This is the library function behind ``latbench run``; the CLI only parses flags and prints. The run walks
+down the stages once per target: start the target if latbench manages it (:mod:`loadgen.run.targets`),
+send its load (:mod:`loadgen.engine`), summarize its records (:mod:`loadgen.analysis.metrics`), and judge
+the run (:mod:`loadgen.analysis.verdict`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import socket
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadgen.analysis.capacity import CAPACITY
+from loadgen.analysis.coldstart import cold_start_summary
+from loadgen.analysis.metrics import summarize
+from loadgen.analysis.regression import compare_runs, regression_reasons
+from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
+from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
+from loadgen.engine.failfast import FAIL_FAST_SLACK
+from loadgen.engine.options import EngineOptions
+from loadgen.errors import TargetStartError, UsageError
+from loadgen.records.rundir import COLD_START, META, REGRESSION, REQUESTS, SUMMARY, RunDir, safe_name, write_json
+from loadgen.records.schema import read_records
+from loadgen.redact import scrub
+from loadgen.run.coldstart import make_cold, prepare_weights
+from loadgen.run.targets import ManagedServer, start_managed
+from loadgen.scenario.loader import LoadedScenario
+from loadgen.scenario.model import Target
+from loadgen.schedule.arrivals import plan_phases
+from loadgen.version import __version__
+
+log = logging.getLogger("latbench")
+
+
+@dataclass
+class TargetRun:
+    """One target's part of a run (one fresh start of it, in a cold-start study)."""
+
+    name: str
+    dir: str
+    url: str
+    summary: dict | None = None
+    server: dict = field(default_factory=dict)
+    error: str | None = None
+    failed_fast: str | None = None
+    interrupted: bool = False
+    group: str | None = None  # the target a fresh start belongs to (cold-start studies)
+
+    def outcome(self) -> TargetOutcome:
+        return TargetOutcome(self.name, self.summary, self.error, self.failed_fast, self.interrupted)
+
+    @property
+    def stops_run(self) -> bool:
+        """Nothing after this target can run meaningfully: it failed to start, was interrupted, or failed fast."""
+        return bool(self.error or self.interrupted or self.failed_fast)
+
+
+@dataclass
+class RunResult:
+    rundir: RunDir
+    targets: list[TargetRun]
+    interrupted: bool
+    verdict: Verdict
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    @property
+    def reasons(self) -> list[str]:
+        return self.verdict.texts()
+
+
+def resolve_model(target: Target, url: str, server: ManagedServer | None) -> str:
+    """The model name to send: the scenario's, the managed server's, or the first one ``/models`` lists."""
+    if target.model:
+        return target.model
+    if target.reference is not None:
+        return server.config.get("model_name") or target.reference.model
+    if target.api == "http":
+        return ""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5) as resp:
+            data = json.loads(resp.read())
+        return data["data"][0]["id"]
+    except Exception:  # no /models: send a neutral name; the server's answer will say if it matters
+        return "default"
+
+
+def host_meta(scenario: str, engine: str, **extra) -> dict:
+    """The fields of meta.json every RunDir starts with."""
+    return {"latbench_version": __version__, "engine": engine, **extra, "host": socket.gethostname(),
+            "platform": platform.platform(), "python": sys.version.split()[0],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scenario": scenario, "targets": [], "complete": False}
+
+
+def capacity_fields(path: str) -> dict:
+    """What a headroom headline needs from the capacity.json of a ``latbench capacity`` RunDir."""
+    f = Path(path) / CAPACITY
+    try:
+        result = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--capacity {path}: not a capacity RunDir ({f.name}: {exc})") from None
+    return {"rundir": Path(path).name, "target": (result.get("target") or {}).get("name"), "slo": result.get("slo"),
+            **{k: result.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps")}}
+
+
+def check_baseline(baseline: str | None) -> None:
+    if baseline is not None and not (Path(baseline) / META).is_file():
+        raise UsageError(f"--baseline {baseline}: not a RunDir (no {META})")
+
+
+def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
+                 on_engine: OnEngine | None = None, exact_out: bool = False,
+                 fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10,
+                 opts: EngineOptions | None = None, capacity: str | None = None) -> RunResult:
+    """Run every target of a scenario, write the RunDir, and return the verdict.
+
+    ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
+    ``on_engine`` is called with each engine before it starts (the CLI attaches its display there).
+    ``fail_fast`` stops a target as soon as an objective can no longer be met. ``baseline`` names a
+    RunDir to check for regressions beyond ``max_regression`` (a fraction). ``capacity`` names the RunDir
+    of a capacity search of the same target: the headroom headline then says how far the run's highest
+    rate sits from its knee.
+    """
+    check_baseline(baseline)
+    cap = capacity_fields(capacity) if capacity is not None else None
+    opts = opts or EngineOptions()
+    sc = loaded.scenario
+    rd = RunDir.create(out, sc.name, exact=exact_out)
+    rd.write_scenario(loaded.redacted())
+    rd.write_metric_definitions()
+    targets = sc.target_list()
+    if target_url:
+        targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
+    secrets = loaded.secrets
+    meta = host_meta(sc.name, opts.engine)
+    if cap is not None:
+        meta["capacity"] = cap
+    rd.write_meta(meta, secrets)
+    runs: list[TargetRun] = []
+    slack = FAIL_FAST_SLACK if fail_fast else None
+    expected = 0
+    for index, target in enumerate(targets):
+        starts = sc.load.starts if (target.reference or target.command) else 1
+        expected += starts
+        weights = prepare_weights(target) if starts > 1 else None  # drawn once, before (not in) any start
+        for k in range(1, starts + 1):
+            name = target.name if starts == 1 else f"{target.name}-start{k}"
+            cold = make_cold(weights) if starts > 1 else None  # weights file out of the page cache
+            tr = _run_one(loaded, target, name, rd, meta, on_engine, slack, index, opts)
+            if starts > 1:
+                tr.group = target.name
+                meta["targets"][-1].update(group=target.name, start=k, cold=cold, weights_prepared=weights)
+                rd.write_meta(meta, secrets)
+            runs.append(tr)
+            if tr.stops_run:
+                break
+        if runs and runs[-1].stops_run:
+            break
+    interrupted = bool(runs) and runs[-1].interrupted
+    if sc.load.starts > 1:
+        write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), secrets)
+    regressions = []
+    if baseline is not None and not interrupted:
+        regression = compare_runs(rd, RunDir(baseline), max_regression)
+        write_json(rd.path / REGRESSION, regression)
+        regressions = regression_reasons(regression)
+    verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
+                    regressions=regressions)
+    meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
+                exit_code=verdict.exit_code, verdict=verdict.to_json())
+    rd.write_meta(meta, secrets)
+    return RunResult(rd, runs, interrupted, verdict)
+
+
+def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: dict,
+             on_engine: OnEngine | None, fail_fast: float | None, index: int, opts: EngineOptions) -> TargetRun:
+    """Start the target if latbench manages it, run the phases against it, summarize, stop it."""
+    secrets = loaded.secrets
+    tr = TargetRun(name, safe_name(name), target.url or "")
+    entry = {"name": name, "dir": tr.dir}
+    meta["targets"].append(entry)
+    rd.write_meta(meta, secrets)
+    tdir = rd.target_dir(name)
+    try:
+        server = start_managed(target)
+    except TargetStartError as exc:
+        tr.error = scrub(str(exc), secrets)
+        log.error("target %s did not start: %s", name, tr.error)
+        return tr
+    url = server.url if server else target.url
+    tr.url = url
+    if server:
+        tr.server = {**server.config, "listen_s": server.listen_s, "ready_s": server.ready_s}
+    try:
+        model = resolve_model(target, url, server)
+        metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
+        mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index, metrics_url)
+        res = opts.engine_for(target).run(mt, on_engine, fail_fast)
+    finally:
+        if server:
+            server.stop()
+    tr.interrupted = res.interrupted
+    tr.failed_fast = res.failed_fast
+    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"))
+    write_json(tdir / SUMMARY, tr.summary, secrets)
+    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
+                 duration_s=res.duration, requests=res.requests)
+    rd.write_meta(meta, secrets)
+    return tr
+
+
+def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
+                     capacity: dict | None = None) -> dict:
+    """summary.json of one target from its records and its engine's result (``capacity``: see
+    :func:`capacity_fields`)."""
+    sc = mt.loaded.scenario
+    summary = summarize(read_records(mt.tdir / REQUESTS), plan_phases(sc.load), sc.slo, res.duration,
+                        target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
+                        notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
+                        cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
+                        expected_qps=sc.load.expected_qps, capacity=capacity)
+    summary["model"] = mt.model
+    summary["engine"] = engine
+    summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
+    return summary

@@ -1,0 +1,30 @@
+"""Ctrl-C and SIGTERM during a run: the first stops sending, a second aborts."""
+
+from __future__ import annotations
+
+import signal
+from typing import Callable
+
+from loadgen.engine.base import RunControl
+
+
+def install_signal_handlers(get_engine: Callable[[], RunControl | None], announce: Callable[[str], None]) -> None:
+    """SIGINT/SIGTERM: the first stops sending and lets in-flight requests finish; a second aborts.
+
+    Before an engine runs (a managed server still starting), a signal raises KeyboardInterrupt."""
+    count = [0]
+
+    def handler(signum, frame):
+        count[0] += 1
+        eng = get_engine()
+        if eng is None:
+            raise KeyboardInterrupt
+        if count[0] == 1:
+            announce("stopping: no new requests; waiting for those in flight (Ctrl-C again to abort)")
+            eng.call_soon(eng.request_stop)
+        else:
+            announce("aborting: in-flight requests are recorded as cancelled")
+            eng.call_soon(eng.abort)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,150 @@
+"""Targets latbench starts itself: the bundled reference server, or any command with a readiness URL.
+
+The reference server is a separate program (``python -m reference_server``); latbench starts it on a
+free 127.0.0.1 port, reads the ``LATBENCH_SERVER_URL=`` and ``LATBENCH_SERVER_CONFIG=`` lines it
+prints, waits for ``/health``, and stops it with SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from loadgen.errors import TargetStartError
+from loadgen.scenario.model import CommandTarget, ReferenceTarget, Target
+
+STOP_GRACE_S = 5.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def reference_argv(ref: ReferenceTarget, port: int = 0) -> list[str]:
+    """The command line that starts the reference server for a scenario's ``reference:`` block."""
+    argv = [sys.executable, "-m", "reference_server", "--host", "127.0.0.1", "--port", str(port),
+            "--arch", ref.arch, "--model", ref.model, "--backend", ref.backend]
+    for key, value in ref.options.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+@dataclass
+class ManagedServer:
+    proc: subprocess.Popen
+    url: str  # base URL of the API, e.g. http://127.0.0.1:41234/v1
+    root: str  # scheme://host:port
+    config: dict = field(default_factory=dict)
+    listen_s: float = float("nan")  # start -> the port accepts connections
+    ready_s: float = float("nan")  # start -> /health answers 200
+    log: list[str] = field(default_factory=list)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after a grace period. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def _drain(stream, sink: list[str], limit: int = 200) -> None:
+    for line in iter(stream.readline, ""):
+        sink.append(line.rstrip())
+        del sink[:-limit]
+
+
+def _wait_health(url: str, deadline: float, proc: subprocess.Popen, what: str) -> None:
+    while True:
+        if proc.poll() is not None:
+            raise TargetStartError(f"{what} exited with code {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        if time.perf_counter() > deadline:
+            raise TargetStartError(f"{what} was not ready at {url} within the start-up timeout")
+        time.sleep(0.05)
+
+
+def start_reference(ref: ReferenceTarget, env: dict | None = None) -> ManagedServer:
+    """Start the reference server and wait until /health says ready."""
+    t_start = time.perf_counter()
+    proc = subprocess.Popen(reference_argv(ref), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    log: list[str] = []
+    threading.Thread(target=_drain, args=(proc.stderr, log), daemon=True).start()
+    deadline = t_start + ref.startup_timeout
+    root, config = None, {}
+    try:
+        while root is None or not config:
+            line = proc.stdout.readline()
+            if not line:
+                raise TargetStartError("the reference server exited before it listened:\n" + "\n".join(log[-20:]))
+            if line.startswith("LATBENCH_SERVER_URL="):
+                root = line.split("=", 1)[1].strip()
+                listen = time.perf_counter() - t_start
+            elif line.startswith("LATBENCH_SERVER_CONFIG="):
+                config = json.loads(line.split("=", 1)[1])
+            if time.perf_counter() > deadline:
+                raise TargetStartError("the reference server did not print its URL in time")
+        threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
+        _wait_health(root + "/health", deadline, proc, "the reference server")
+    except BaseException:
+        ManagedServer(proc, "", "").stop()
+        raise
+    return ManagedServer(proc, root + "/v1", root, config, listen, time.perf_counter() - t_start, log)
+
+
+def start_command(cmd: CommandTarget) -> ManagedServer:
+    """Start any server command ('{port}' replaced by a free port) and wait for its readiness URL."""
+    port = str(free_port())
+    sub = lambda s: s.replace("{port}", port)  # noqa: E731
+    t_start = time.perf_counter()
+    try:
+        proc = subprocess.Popen([sub(a) for a in cmd.run], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    except OSError as exc:
+        raise TargetStartError(f"cannot start {cmd.run[0]!r}: {exc}") from None
+    log: list[str] = []
+    threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
+    url = sub(cmd.url)
+    try:
+        _wait_health(sub(cmd.ready_url), t_start + cmd.startup_timeout, proc, f"command {cmd.run[0]!r}")
+    except BaseException:
+        ManagedServer(proc, "", "").stop()
+        raise
+    ready = time.perf_counter() - t_start
+    return ManagedServer(proc, url.rstrip("/"), url, {"command": cmd.run}, float("nan"), ready, log)
+
+
+def start_managed(target: Target) -> ManagedServer | None:
+    """Start the target when latbench manages it (``reference:`` or ``command:``); None for a plain URL."""
+    if target.reference is not None:
+        return start_reference(target.reference)
+    if target.command is not None:
+        return start_command(target.command)
+    return None

@@ -1,0 +1,309 @@
+"""The scenario model (pydantic v2): what a scenario YAML file may say, validated at the edge.
+
+Loading goes through :func:`load_scenario`, which reports every mistake at once, one line each, as
+``file:line:column: field.path: message`` (see :mod:`loadgen.scenario.loader`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from loadgen.scenario.slo import SLO, parse_slo
+from loadgen.units import parse_duration, parse_rate
+
+MAX_QPS = 1_000_000.0  # no single scenario line may ask for more than this
+MAX_CONCURRENCY = 100_000
+MAX_DURATION = 7 * 24 * 3600.0
+
+
+def _duration(v: Any) -> float:
+    seconds = parse_duration(v)
+    if seconds > MAX_DURATION:  # a timeout or grace of 1e12 s would overflow the event loop's timers
+        raise ValueError(f"expected a duration of at most {MAX_DURATION / 86400:.0f} days, got {v!r}")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+class Strict(BaseModel):
+    # NaN and infinity are never a meaningful rate, size or time (and NaN slips through every `ge=` bound)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+
+class ReferenceTarget(Strict):
+    """The bundled reference server, started by latbench on a free 127.0.0.1 port."""
+
+    arch: Literal["naive", "optimized", "batching", "cache"] = Field("optimized", description="architecture preset")
+    model: str = Field("tiny", description="model preset (tiny, small, medium, ...)")
+    backend: str = Field("auto", description="auto | numpy | torch | sim:<profile>")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="any other knob, as `latbench serve` flags without dashes, "
+                                                "e.g. {max_batch_size: 8, error_rate: 0.05}")
+    startup_timeout: Duration = Field(120.0, description="how long to wait for /health")
+
+
+class CommandTarget(Strict):
+    """Any server started by latbench as a command, ready when ``ready_url`` answers 200."""
+
+    run: list[str] = Field(description="argv of the command; '{port}' is replaced by a free port")
+    url: str = Field(description="base URL of the API, '{port}' replaced")
+    ready_url: str = Field(description="polled until it answers 200, '{port}' replaced")
+    startup_timeout: Duration = 120.0
+
+
+class HttpRequest(Strict):
+    """The request of an ``api: http`` target. ``{seq}`` and ``{prompt}`` in path, body or template are filled per
+    request."""
+
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "POST"
+    path: str = ""
+    body: Optional[Any] = Field(None, description="JSON body; strings inside may use {seq} and {prompt}")
+    template: Optional[str] = Field(None, description="a raw body template instead of `body`")
+    content_type: str = "application/json"
+
+
+class Target(Strict):
+    name: Optional[str] = Field(None, description="label of this target in reports; required in `targets:`")
+    url: Optional[str] = Field(None, description="base URL, e.g. http://127.0.0.1:8000/v1; ${ENV} is expanded")
+    reference: Optional[ReferenceTarget] = None
+    command: Optional[CommandTarget] = None
+    api: Literal["openai-chat", "openai-completions", "embeddings", "http"] = "openai-chat"
+    model: Optional[str] = Field(None, description="model name sent in requests; default: the reference model, "
+                                                   "else the first of /v1/models")
+    stream: bool = True
+    headers: dict[str, str] = Field(default_factory=dict,
+                                    description="extra headers; ${ENV} is expanded at run time and never written out")
+    request: Optional[HttpRequest] = None
+    timeout: Duration = Field(60.0, description="per-request timeout")
+    verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
+    http2: bool = False
+    transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
+    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run")
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        kinds = [k for k in ("url", "reference", "command") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"expected exactly one of url, reference, command; got {', '.join(kinds) or 'none'}")
+        return self
+
+
+class TokenDist(Strict):
+    mean: float = Field(gt=0, le=1_000_000)
+    stddev: float = Field(0.0, ge=0)
+    min: int = Field(1, ge=1)
+    max: Optional[int] = Field(None, ge=1)
+
+
+def _tokens(v: Any) -> Any:
+    return {"mean": v} if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
+Tokens = Annotated[TokenDist, BeforeValidator(_tokens)]
+
+
+class Prompts(Strict):
+    input_tokens: Tokens = Field(default_factory=lambda: TokenDist(mean=128))
+    output_tokens: Tokens = Field(default_factory=lambda: TokenDist(mean=64))
+    distinct: int = Field(1000, ge=1, description="number of distinct prompts; requests cycle through them")
+
+
+class Workload(Strict):
+    prompts: Prompts = Field(default_factory=Prompts)
+    dataset: Optional[str] = Field(None, description="JSONL file of {prompt: ...} or {messages: [...]}, "
+                                                     "relative to the scenario")
+    ignore_eos: bool = False
+    max_tokens: Optional[int] = Field(None, ge=1,
+                                      description="fixed max_tokens; default: output_tokens drawn per request")
+
+
+class Ramp(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    start: Union[float, str] = Field(alias="from")
+    end: Union[float, str] = Field(alias="to")
+
+
+class Phase(Strict):
+    name: str
+    duration: Duration
+    qps: Optional[Union[float, str, Ramp]] = Field(None, description="arrival rate: number, 'N%' of expected_qps, "
+                                                                     "or {from, to}")
+    concurrency: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY, description="closed loop: N workers")
+    record: bool = Field(True, description="false: traffic is sent and stored but left out of statistics")
+    arrival: Optional[Literal["constant", "poisson", "gamma"]] = None
+    max_requests: Optional[int] = Field(None, ge=1, description="stop the phase after this many requests")
+
+    @field_validator("qps")
+    @classmethod
+    def _qps(cls, v, info: ValidationInfo):
+        if v is None:
+            return v
+        expected = (info.context or {}).get("expected_qps")
+        points = [v.start, v.end] if isinstance(v, Ramp) else [v]
+        for p in points:
+            rate = parse_rate(p, expected)
+            if rate > MAX_QPS:
+                raise ValueError(f"at most {MAX_QPS:,.0f} requests per second, got {p!r}")
+        if not isinstance(v, Ramp) and parse_rate(v, expected) <= 0:
+            raise ValueError(f"expected a rate above 0, got {v!r}")
+        return v
+
+    def rates(self, expected_qps: float | None) -> tuple[float, float]:
+        """(start, end) arrival rate in requests per second; equal for a constant rate."""
+        if isinstance(self.qps, Ramp):
+            return parse_rate(self.qps.start, expected_qps), parse_rate(self.qps.end, expected_qps)
+        r = parse_rate(self.qps, expected_qps)
+        return r, r
+
+    @field_validator("duration")
+    @classmethod
+    def _dur(cls, v: float) -> float:
+        if v <= 0 or v > MAX_DURATION:
+            raise ValueError(f"expected a duration above 0 and at most {MAX_DURATION / 86400:.0f} days")
+        return v
+
+    @model_validator(mode="after")
+    def _rate_or_concurrency(self):
+        if (self.qps is None) == (self.concurrency is None):
+            raise ValueError("expected exactly one of qps (open loop) or concurrency (closed loop)")
+        return self
+
+
+class Sweep(Strict):
+    """Sugar for a list of steady phases: one per rate (open loop) or per concurrency (closed loop)."""
+
+    qps: Optional[list[Union[float, str]]] = Field(None, description="rates, numbers or percentages of expected_qps")
+    concurrency: Optional[list[int]] = None
+    duration: Duration = Field(description="length of each step")
+    warmup: Duration = Field(0.0, description="an unrecorded warm-up at the first step's load")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.qps is None) == (self.concurrency is None) or not (self.qps or self.concurrency):
+            raise ValueError("expected exactly one non-empty list: qps or concurrency")
+        return self
+
+    def phases(self) -> list[dict]:
+        key, values = ("qps", self.qps) if self.qps is not None else ("concurrency", self.concurrency)
+        out = [{"name": "warmup", "duration": self.warmup, key: values[0], "record": False}] if self.warmup > 0 else []
+        label = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+        return out + [{"name": f"{key}-{label(v)}", "duration": self.duration, key: v} for v in values]
+
+
+class Load(Strict):
+    mode: Optional[Literal["open", "closed"]] = Field(
+        None, description="open: every phase gives an arrival rate (qps); closed: every phase a concurrency; "
+                          "unset: each phase says which")
+    arrival: Literal["constant", "poisson", "gamma"] = "poisson"
+    burstiness: float = Field(1.0, gt=0, le=100, description="gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother")
+    expected_qps: Optional[float] = Field(None, gt=0, le=MAX_QPS)
+    phases: list[Phase] = Field(min_length=1, description="consecutive phases; or give `sweep` instead")
+    sweep: Optional[Sweep] = Field(None, description="a list of rates or concurrencies, expanded into phases")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of arrivals and prompts (numpy needs it non-negative)")
+    max_in_flight: int = Field(10_000, ge=1, le=1_000_000)
+    send_lag_threshold: Duration = Field(0.005, description="p99 send lag above this marks the run generator-limited")
+    grace: Duration = Field(5.0, description="after the last phase, how long in-flight requests may finish")
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_sweep(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("sweep") is not None and "phases" not in data:
+            try:
+                sweep = Sweep.model_validate(data["sweep"])
+            except Exception:
+                return {**data, "phases": [{"name": "sweep", "duration": 1, "qps": 1}]}  # the sweep's own errors report
+            return {**data, "phases": sweep.phases()}
+        return data
+
+    starts: int = Field(1, ge=1, le=100, description="cold-start studies: run the phases this many times, each "
+                                                     "against a freshly started target (reference or command targets)")
+
+    @model_validator(mode="after")
+    def _mode_fits_phases(self):
+        """``mode`` is a promise about every phase: a phase that breaks it is named."""
+        if self.mode is not None:
+            for i, ph in enumerate(self.phases):
+                closed = ph.concurrency is not None
+                if closed != (self.mode == "closed"):
+                    want = "concurrency (closed loop)" if self.mode == "closed" else "qps (open loop)"
+                    raise ValueError(f"phases[{i}] ({ph.name!r}): load.mode is {self.mode}, "
+                                     f"so every phase gives {want}")
+        return self
+
+
+def slo_line(v: Any) -> SLO:
+    """One ``slo:`` entry as written in YAML: a line, or the mapping YAML makes of a scoped line."""
+    if isinstance(v, SLO):
+        return v
+    if isinstance(v, dict) and len(v) == 1:  # YAML reads `- burst: latency.p99 < 800ms` as a mapping
+        (scope, expr), = v.items()
+        return parse_slo(f"{scope}: {expr}")
+    return parse_slo(v)
+
+
+SloLine = Annotated[
+    SLO,
+    BeforeValidator(slo_line),
+    WithJsonSchema({"type": "string", "description": "[scope:] metric.stat op value, e.g. 'latency.p99 < 300ms'"}),
+]
+
+
+class Scenario(Strict):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    name: str = Field(description="short name; used in the RunDir's name")
+    description: str = ""
+    target: Optional[Target] = None
+    targets: Optional[list[Target]] = None
+    workload: Workload = Field(default_factory=Workload)
+    load: Load
+    slo: list[SloLine] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _targets(self):
+        if (self.target is None) == (self.targets is None):
+            raise ValueError("expected exactly one of target or targets")
+        if self.targets is not None:
+            if not self.targets:
+                raise ValueError("targets: expected at least one target")
+            names = [t.name for t in self.targets]
+            if any(n is None for n in names):
+                raise ValueError("targets: every target needs a name")
+            if len(set(names)) != len(names):
+                raise ValueError("targets: names must be unique")
+        return self
+
+    @model_validator(mode="after")
+    def _slo_scopes(self):
+        phases = {p.name for p in self.load.phases}
+        targets = ({t.name for t in (self.targets or [])}
+                   | ({self.target.name} if self.target and self.target.name else set()))
+        bad = []
+        for i, s in enumerate(self.slo):
+            tgt, name = s.scope_parts()
+            if tgt is not None and (tgt not in targets or name not in phases):
+                bad.append(f"slo[{i}] {s.expr!r}: scope {s.scope!r} must be target/phase with a target among "
+                           f"{sorted(targets) or 'none'} and a phase among {sorted(phases)}")
+            elif tgt is None and name is not None and name not in phases | targets:
+                bad.append(f"slo[{i}] {s.expr!r}: unknown scope {name!r}, "
+                           f"expected a phase ({', '.join(sorted(phases))})"
+                           + (f" or a target ({', '.join(sorted(targets))})" if targets else ""))
+        if bad:
+            raise ValueError("\n".join(bad))
+        return self
+
+    def target_list(self) -> list[Target]:
+        if self.targets is not None:
+            return self.targets
+        t = self.target
+        return [t if t.name else t.model_copy(update={"name": "target"})]

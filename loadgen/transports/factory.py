@@ -1,0 +1,24 @@
+"""The one place a target's transport is chosen."""
+
+from __future__ import annotations
+
+from loadgen.errors import TransportError
+from loadgen.scenario.model import Target
+from loadgen.transports.aiohttp_client import AiohttpTransport
+from loadgen.transports.httpx_client import HttpxTransport
+from loadgen.transports.lean import LeanTransport
+
+
+def make_transport(target: Target):
+    """``transport:`` when given; else httpx for ``http2: true``, the lean asyncio transport for plain
+    http://, and aiohttp for TLS (and whatever else the lean path does not do). Not started yet."""
+    choice = target.transport
+    if choice == "auto":
+        choice = "httpx" if target.http2 else "lean" if LeanTransport.supports(target.url or "") else "aiohttp"
+    if choice == "lean":
+        if not LeanTransport.supports(target.url or ""):
+            raise TransportError(f"transport: lean sends to http:// only, not {target.url!r}; use transport: aiohttp")
+        return LeanTransport()
+    if choice == "httpx":
+        return HttpxTransport(verify=target.verify, http2=target.http2)
+    return AiohttpTransport(verify=target.verify)

@@ -1,0 +1,189 @@
+"""The Locust engine: a real master and real worker processes on 127.0.0.1 against real servers."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import urllib.request
+
+import numpy as np
+import psutil
+import pytest
+
+from loadgen.analysis.metrics import records_frame, summarize
+from loadgen.records.schema import read_records
+from loadgen.schedule import sharding as lplan
+from loadgen.schedule.arrivals import PhasePlan, arrivals
+from tests.conftest import ROOT
+
+# -- pure: the split of one schedule across workers ------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7])
+def test_worker_shares_are_the_native_schedule_exactly(n):
+    p = PhasePlan(index=1, name="x", start=2.0, end=12.0, rate_start=50, rate_end=150, arrival="poisson")
+    full = np.concatenate(list(arrivals(p, seed=3)))
+    parts = [list(lplan.shard_arrivals(p, k, n, seed=3, burstiness=1.0, base=1000)) for k in range(n)]
+    seqs = np.concatenate([first + stride * np.arange(len(t)) for part in parts for t, first, stride in part])
+    times = np.concatenate([t for part in parts for t, _, _ in part])
+    order = np.argsort(seqs)
+    assert np.array_equal(seqs[order], np.arange(1000, 1000 + len(full)))  # every arrival once, seq = its index
+    assert np.array_equal(times[order], full)  # at the native engine's intended time
+    assert [lplan.share(10, k, 3) for k in range(3)] == [4, 3, 3]
+
+
+def test_seq_bases_and_closed_seqs_do_not_collide():
+    assert lplan.seq_bases([5, 0, 7]) == [0, 5, 5]
+    seqs = {lplan.closed_seq(1, j, k, 3) for j in range(100) for k in range(3)}
+    assert len(seqs) == 300 and min(seqs) >= lplan.CLOSED_SEQ_BASE
+
+
+def test_the_calling_process_never_imports_locust_or_gevent():
+    code = ("import sys, loadgen.engine.locust as e, loadgen.engine.locust.launch, loadgen.cli.worker, "
+            "loadgen.cli.main;"
+            "e.LocustResult; assert not {'locust', 'gevent'} & set(sys.modules), sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+# -- real processes --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def reference_server():
+    proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--port", "0", "--model", "tiny",
+                             "--arch", "optimized"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    url = None
+    for line in proc.stdout:
+        if line.startswith("LATBENCH_SERVER_URL="):
+            url = line.split("=", 1)[1].strip()
+            break
+    assert url, "the reference server did not start"
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep its pipe drained
+    for _ in range(600):  # ready once warm-up is over
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        threading.Event().wait(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def requests_served(url: str) -> int:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("refserver:requests_total")))
+
+
+def scenario(tmp_path, url, qps, duration, stream=True, arrival="constant"):
+    p = tmp_path / "s.yaml"
+    p.write_text(textwrap.dedent(f"""
+        name: locust
+        target: {{url: "{url}", stream: {str(stream).lower()}}}
+        workload: {{prompts: {{input_tokens: 16, output_tokens: 8, distinct: 50}}}}
+        load:
+          arrival: {arrival}
+          phases:
+            - {{name: main, duration: {duration}s, qps: {qps}}}
+        """))
+    return p
+
+
+def run(path, url, tdir, **kw):
+    from loadgen.engine.locust import run_target_locust
+    from loadgen.scenario.loader import load_scenario
+    from loadgen.schedule.arrivals import plan_phases
+
+    res = run_target_locust(path, 0, url, kw.pop("model", "tiny"), tdir, **kw)
+    return plan_phases(load_scenario(path).scenario.load), res, read_records(tdir / "requests.parquet")
+
+
+def test_two_workers_hold_the_rate_and_record_every_request_once(tmp_path, reference_server):
+    url = reference_server + "/v1"
+    before = requests_served(reference_server)
+    plans, res, table = run(scenario(tmp_path, url, qps=30, duration=6), url, tmp_path / "t", workers=2)
+    served = requests_served(reference_server) - before
+    df = records_frame(table)
+    assert not res.interrupted and res.notes == []
+    assert len(df) == served == res.requests == 180  # nothing lost, nothing doubled
+    assert df["seq"].is_unique and set(df["worker"]) == {0, 1}
+    assert (df["error"] == "").all()
+    s = summarize(table, plans, [], res.duration, processes=res.processes, cpu_seconds=res.cpu_seconds)
+    assert s["overall"]["achieved_qps"] == pytest.approx(30, rel=0.05)
+    ok = df[df["error"] == ""]
+    assert ok["first_token"].notna().all() and (ok["first_token"] > ok["first_byte"]).all()  # TTFT of streams
+    assert ((ok["ttft"] > 0) & (ok["ttft"] <= ok["latency"])).all()
+    assert (ok["output_tokens"] > 0).all() and ok["usage_tokens"].all()
+    assert np.percentile(df["send_lag"], 50) < 0.005
+    assert res.processes == 2 and res.cpu_seconds > 0
+    locust_csv = (tmp_path / "t" / "locust_stats.csv").read_text().splitlines()
+    assert locust_csv[-1].split(",")[2] == "180"  # Locust's own stats saw every request too
+
+
+def test_a_worker_killed_mid_run_keeps_the_others_records_and_marks_the_run_incomplete(tmp_path, known_server):
+    srv = known_server(delay=0.02)
+    killed = {}
+
+    def on_progress(p):
+        if p["t"] > 2.0 and not killed:
+            for child in psutil.Process(os.getpid()).children(recursive=True):
+                if "local-1" in " ".join(child.cmdline()):
+                    killed["pid"] = child.pid
+                    os.kill(child.pid, signal.SIGKILL)
+
+    path = scenario(tmp_path, srv.url, qps=40, duration=5, stream=False)
+    plans, res, table = run(path, srv.url, tmp_path / "t", workers=2, on_progress=on_progress, model="known")
+    df = records_frame(table)
+    assert killed, "the test did not find worker local-1"
+    assert res.interrupted
+    assert any("local-1" in n and "died" in n for n in res.notes), res.notes
+    assert {w["label"]: w["state"] for w in res.workers} == {"local-0": "done", "local-1": "dead"}
+    assert df["seq"].is_unique
+    k = {w["label"]: w["k"] for w in res.workers}
+    survivor, dead = df[df["worker"] == k["local-0"]], df[df["worker"] == k["local-1"]]
+    assert len(survivor) == 100 and (survivor["error"] == "").all()  # its whole share, to the end
+    assert 0 < len(dead) < 100 and dead["scheduled"].max() < 3.0  # what it sent before it died
+
+
+def test_worker_command_is_a_click_command():
+    from click.testing import CliRunner
+
+    from loadgen.cli.worker import worker
+
+    out = CliRunner().invoke(worker, ["--help"])
+    assert out.exit_code == 0 and "--master" in out.output
+
+
+def test_a_worker_joining_from_another_process_over_the_master_port(tmp_path, known_server):
+    """The remote path, on loopback: `latbench run --expect-workers 1 --master-bind HOST:PORT` and a
+    separate `latbench worker --master HOST:PORT` process that joins it, as on another host."""
+    import socket
+
+    srv = known_server(delay=0.01)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = scenario(tmp_path, srv.url, qps=20, duration=3, stream=False)
+    latbench = [sys.executable, "-m", "loadgen.cli"]
+    master = subprocess.Popen(latbench + ["run", str(path), "--engine", "locust", "--workers", "1",
+                                          "--expect-workers", "1", "--master-bind", f"127.0.0.1:{port}",
+                                          "--out", str(tmp_path / "runs"), "--quiet"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    threading.Event().wait(2.0)
+    worker = subprocess.Popen(latbench + ["worker", "--master", f"127.0.0.1:{port}", "--label", "remote-a"], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out, _ = master.communicate(timeout=90)
+    finally:
+        worker.kill()
+    assert master.returncode == 0, out
+    (rd,) = list((tmp_path / "runs").iterdir())
+    assert json.loads((rd / "meta.json").read_text())["engine"] == "locust"
+    df = records_frame(read_records(rd / "target" / "requests.parquet"))
+    assert len(df) == 60 and df["seq"].is_unique and set(df["worker"]) == {0, 1}  # both workers sent their share

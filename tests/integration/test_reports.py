@@ -1,0 +1,158 @@
+"""Reports of a real run: two targets (KnownServers with different delays) -> report.html, summary.md,
+junit.xml. Checked structurally: the HTML parses, holds every section, every number equals summary.json's,
+text from the RunDir is escaped; plus a Chromium screenshot where chromium is installed."""
+
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from loadgen.run.runner import run_scenario
+from loadgen.scenario.loader import load_scenario
+from reports import fmt, load_rundir, write_outputs
+from reports.cli import compare, report
+from reports.headline import architectures_data
+from reports.model import get
+from tests.conftest import ServerProcess
+from tests.helpers import formatted, parse, write_scenario
+
+NAME = "two <script>alert('name')</script> & co"
+SCENARIO = f"""
+name: "{NAME}"
+targets:
+  - {{name: fast, url: "${{LB_FAST_URL}}", stream: true}}
+  - {{name: slow, url: "${{LB_SLOW_URL}}", stream: true}}
+load:
+  send_lag_threshold: 1s
+  grace: 2s
+  phases:
+    - {{name: warm, duration: 0.5s, qps: 20, record: false}}
+    - {{name: main, duration: 1.5s, qps: 40}}
+slo:
+  - latency.p99 < 150ms
+  - ttft.p99 < 300ms
+  - error_rate < 1%
+  - "fast: latency.p50 < 100ms"
+"""
+
+
+@pytest.fixture(scope="module")
+def rundir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reports")
+    fast = ServerProcess(ttft=0.02, gap=0.002, tokens=10)
+    slow = ServerProcess(ttft=0.1, gap=0.01, tokens=10)
+    try:
+        env = {**os.environ, "LB_FAST_URL": fast.url, "LB_SLOW_URL": slow.url}
+        loaded = load_scenario(write_scenario(tmp, SCENARIO), env=env)
+        result = run_scenario(loaded, out=str(tmp / "runs"))
+    finally:
+        fast.stop(), slow.stop()
+    path = result.rundir.path
+    # What a server may say ends up in the RunDir as text (a start-up log in the reasons, engine notes):
+    meta = json.loads((path / "meta.json").read_text())
+    meta["verdict"]["reasons"].append({"kind": "target_error", "target": "slow", "text": "slow: the reference server "
+                                       "exited before it listened:\n<script>alert('server')</script>"})
+    (path / "meta.json").write_text(json.dumps(meta))
+    s = json.loads((path / "slow" / "summary.json").read_text())
+    s["notes"] = ['server said: <img src=x onerror="alert(1)">']
+    (path / "slow" / "summary.json").write_text(json.dumps(s))
+    outputs = write_outputs(path)
+    assert [p.name for p in outputs] == ["report.html", "summary.md", "junit.xml"]
+    return path
+
+
+def summaries(path: Path) -> dict:
+    return {d: json.loads((path / d / "summary.json").read_text()) for d in ("fast", "slow")}
+
+
+def test_report_has_every_section_and_every_number_equals_the_summary(rundir):
+    page = parse(rundir / "report.html")
+    for section in ("header", "verdict", "run", "slo", "comparison", "overview", "fig-cdf", "fig-dist",
+                    "fig-breakdown", "target-0", "target-1", "fig-timeseries"):
+        assert section in page.ids, section
+    assert all(src.startswith("data:image/svg+xml;base64,") for src in page.imgs) and len(page.imgs) >= 5
+    sums = summaries(rundir)
+    run_ = load_rundir(rundir)  # the headline's sentence: the numbers of loadgen.analysis.headline.architectures
+    sums["@architectures"] = architectures_data([(td.name, td) for td in run_.targets])
+    assert len(page.cells) > 150
+    kinds = set()
+    for c in page.cells:
+        value = get(sums[c["target"]], c["src"])
+        assert c["text"] == formatted(value, c["fmt"]), c
+        kinds.add(c["fmt"])
+    assert kinds >= {"ms", "ci", "pct", "rate", "count"}
+    srcs = {(c["target"], c["src"]) for c in page.cells}
+    for t in ("fast", "slow"):  # the headline numbers are all there
+        for p in ("overall", "phases/main", "phases/warm"):
+            for m in ("latency", "ttft", "itl", "tpot", "service_time"):
+                for stat in ("mean", "percentiles/p50/value", "percentiles/p99.9/value", "max"):
+                    assert (t, f"{p}/metrics/{m}/{stat}") in srcs
+            for k in ("achieved_qps", "output_tokens_per_s", "goodput", "error_rate"):
+                assert (t, f"{p}/{k}") in srcs
+
+
+def test_text_from_the_rundir_is_escaped(rundir):
+    raw = (rundir / "report.html").read_text()
+    page = parse(rundir / "report.html")
+    assert page.scripts == 0 and "<script>" not in raw and "<img src=x" not in raw
+    assert "two &lt;script&gt;alert(&#39;name&#39;)&lt;/script&gt; &amp; co" in raw
+    assert "&lt;script&gt;alert(&#39;server&#39;)&lt;/script&gt;" in raw
+    text = "".join(page.text)
+    assert NAME in text and "<script>alert('server')</script>" in text and "onerror" in text
+    assert "http://" not in raw.replace(str(rundir), "").split("<body>")[0]  # nothing fetched in <head>
+
+
+def test_verdict_comparison_markdown_and_junit(rundir):
+    page = parse(rundir / "report.html")
+    text = " ".join(page.text)
+    assert "FAILED" in text and "1 of 7 objectives missed" in text
+    sums = summaries(rundir)
+    ratio = fmt.ratio_text(sums["fast"]["overall"]["metrics"]["latency"]["percentiles"]["p99"]["value"],
+                           sums["slow"]["overall"]["metrics"]["latency"]["percentiles"]["p99"]["value"], "p99")
+    assert ratio.endswith("x higher p99") and ratio in text
+    md = (rundir / "summary.md").read_text()
+    assert "**FAILED**" in md and "<script>" not in md.replace("`", "") and "latency.p99 < 150ms" in md
+    root = ET.parse(rundir / "junit.xml").getroot()
+    assert (root.get("tests"), root.get("failures")) == ("7", "1")
+    suites = {s.get("name").rsplit(" / ", 1)[1]: s for s in root.iter("testsuite")}
+    assert (suites["fast"].get("tests"), suites["fast"].get("failures")) == ("4", "0")
+    assert (suites["slow"].get("tests"), suites["slow"].get("failures")) == ("3", "1")
+    (failed,) = [c for c in root.iter("testcase") if c.find("failure") is not None]
+    assert failed.get("name") == "latency.p99 < 150ms" and failed.get("classname") == "latbench.slow"
+
+
+def test_cli_report_and_compare_of_one_multi_target_run(rundir, tmp_path):
+    g = click.Group()
+    g.add_command(report), g.add_command(compare)
+    r = CliRunner().invoke(g, ["report", str(rundir), "-o", str(tmp_path / "again.html")])
+    assert r.exit_code == 0, r.output
+    assert parse(tmp_path / "again.html").ids >= {"verdict", "slo", "target-1"}
+    r = CliRunner().invoke(g, ["compare", f"{rundir}:arch", "-o", str(tmp_path / "cmp.html")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(parse(tmp_path / "cmp.html").text)
+    assert "arch/fast" in text and "arch/slow" in text and "higher p99" in text
+    r = CliRunner().invoke(g, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and "not a latbench RunDir" in r.output
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_chromium_renders_the_report(rundir, tmp_path):
+    shot = rundir / "report.png"  # kept beside the report, to look at
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path}",
+                    f"--screenshot={shot}", "--window-size=1400,3000", f"file://{rundir / 'report.html'}"],
+                   capture_output=True, timeout=90, check=False)
+    assert shot.exists() and shot.stat().st_size > 50_000
+    from PIL import Image
+
+    im = Image.open(shot).convert("RGB")
+    assert im.size == (1400, 3000)
+    colors = im.resize((140, 300)).getcolors(140 * 300)
+    assert colors and len(colors) > 50  # not a blank page: text, tables and plots
+    print("screenshot:", shot)

@@ -1,0 +1,92 @@
+"""Reports of synthetic RunDirs with known numbers (built as a run builds them: RecordWriter + summarize):
+an interrupted run, a target left with only its partial record stream, a target that never ran, and
+comparisons with exact ratios."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import click
+from click.testing import CliRunner
+
+from benchmarks.report_speed import synthetic_rundir
+from loadgen.analysis.metrics import summarize
+from loadgen.records.schema import read_records
+from loadgen.scenario.model import Load
+from loadgen.scenario.slo import parse_slo
+from loadgen.schedule.arrivals import plan_phases
+from reports import fmt, load_rundir, write_outputs
+from reports.cli import compare
+from reports.compare import entries_of, parse_spec
+from reports.headline import architectures_data
+from reports.model import comparison, get
+from tests.helpers import formatted, parse
+
+
+def test_interrupted_run_with_a_partial_target_renders_marked_incomplete(tmp_path):
+    path = synthetic_rundir(tmp_path / "run", 3000, targets=(("a", 0.05), ("b", 0.1)), complete=False, partial=("b",))
+    assert (path / "b" / "requests.parquet.partial").exists() and not (path / "b" / "summary.json").exists()
+    assert "${SYNTH_URL}" in (path / "scenario.yaml").read_text()  # placeholders stay unexpanded
+    write_outputs(path)
+    page = parse(path / "report.html")
+    text = " ".join(page.text)
+    assert "INCOMPLETE RUN" in text and "INVALID" in text and "b: summary recomputed" in text
+    assert {"verdict", "slo", "target-0", "target-1", "fig-cdf", "fig-timeseries"} <= page.ids
+    # the recomputed numbers are those of summarize() over the partial stream and the scenario's phases
+    sc = json.loads(json.dumps(__import__("yaml").safe_load((path / "scenario.yaml").read_text())))
+    plans = plan_phases(Load.model_validate(sc["load"], context={"expected_qps": None}))
+    expected = summarize(read_records(path / "b" / "requests.parquet"), plans, [parse_slo(s) for s in sc["slo"]], 10.0)
+    b_cells = [c for c in page.cells if c["target"] == "b" and not c["src"].startswith("slo/")]
+    assert len(b_cells) > 50
+    for c in b_cells:
+        v = get(expected, c["src"])
+        assert c["text"] == (fmt.ci(v) if c["fmt"] == "ci" else fmt.fmt(v, c["fmt"])), c
+    assert 2200 < get(expected, "overall/count") < 2600  # 8 of 10 s recorded
+    root = ET.parse(path / "junit.xml").getroot()
+    assert root.get("tests") == "4"  # two objectives for each target, b's from the recomputed summary
+    assert "INCOMPLETE" in (path / "summary.md").read_text()
+
+
+def test_a_target_that_never_ran(tmp_path):
+    path = synthetic_rundir(tmp_path / "run", 500, targets=(("a", 0.05),), complete=False)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["targets"].append({"name": "<b>never</b>", "dir": "never"})
+    (path / "meta.json").write_text(json.dumps(meta))
+    write_outputs(path)
+    raw = (path / "report.html").read_text()
+    assert "&lt;b&gt;never&lt;/b&gt;: no records: this target did not run" in raw and "<b>never" not in raw
+    assert "did not run" in (path / "summary.md").read_text()
+
+
+def test_compare_two_rundirs_computes_the_ratios(tmp_path):
+    naive = synthetic_rundir(tmp_path / "naive", 4000, name="arch", targets=(("ref", 0.2),), error_rate=0.0)
+    opt = synthetic_rundir(tmp_path / "opt", 4000, name="arch", targets=(("ref", 0.05),), error_rate=0.0)
+    entries = entries_of([f"{naive}:naive", f"{opt}:optimized"])
+    assert [e.label for e in entries] == ["naive", "optimized"]
+    cmp = comparison([(e.label, e.target.summary) for e in entries])
+    assert cmp["rows"][0]["ratios"] == ["baseline"]
+    ratios = cmp["rows"][1]["ratios"]  # same random draws, latencies scaled by 4 exactly
+    assert ratios[:3] == ["4.0x lower mean", "4.0x lower p99", "4.0x lower TTFT p99"] and ratios[3] == "same QPS"
+    g = click.Group()
+    g.add_command(compare)
+    out = tmp_path / "compare.html"
+    r = CliRunner().invoke(g, ["compare", f"{naive}:naive", f"{opt}:optimized", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = parse(out)
+    text = " ".join(page.text)
+    assert "4.0x lower p99" in text and {"comparison", "fig-cdf", "fig-overlay"} <= page.ids
+    sums = {"naive": entries[0].target.summary, "optimized": entries[1].target.summary,
+            "@architectures": architectures_data([(e.label, e.target) for e in entries])}
+    for c in page.cells:
+        assert c["text"] == formatted(get(sums[c["target"]], c["src"]), c["fmt"]), c
+    words = "".join(page.text)
+    assert "naive: mean" in words and "(p99 4.0x lower than naive" in words  # the article's sentence
+    # unlabelled RunDirs whose targets share a name are told apart by their folders
+    assert [e.label for e in entries_of([str(naive), str(opt)])] == ["naive/ref", "opt/ref"]
+    assert parse_spec("runs/x:lbl") == ("runs/x", "lbl") and parse_spec(str(naive)) == (str(naive), None)
+
+
+def test_loader_reads_meta_and_targets(tmp_path):
+    path = synthetic_rundir(tmp_path / "r", 300, targets=(("x", 0.01), ("y", 0.02)))
+    run = load_rundir(path)
+    assert [t.name for t in run.targets] == ["x", "y"] and run.complete and not run.targets[0].recomputed
+    assert len(run.targets[0].frame()) == 300 and "latency" in run.targets[0].frame()

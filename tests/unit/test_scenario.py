@@ -1,0 +1,135 @@
+"""Scenario validation: every mistake at once, each with file, line, column and field path."""
+
+import json
+
+import pytest
+
+from loadgen.errors import ScenarioError
+from loadgen.scenario.loader import load_scenario, scenario_schema
+from loadgen.scenario.slo import parse_slo
+from loadgen.schedule.arrivals import plan_phases
+from tests.helpers import write_scenario
+
+GOOD = """\
+name: burst
+target:
+  url: http://127.0.0.1:8000/v1
+  headers: {Authorization: "Bearer ${TEST_API_KEY}", X-Team: latency}
+load:
+  expected_qps: 100
+  phases:
+    - {name: warmup, duration: 500ms, qps: 20, record: false}
+    - {name: baseline, duration: 30s, qps: 120%}
+    - {name: ramp, duration: 2m, qps: {from: 10, to: 200}}
+    - {name: closed, duration: 10s, concurrency: 8}
+slo:
+  - latency.p99 < 300ms
+  - "baseline: error_rate < 0.1%"
+"""
+
+
+def test_a_good_scenario_resolves_durations_rates_and_env(tmp_path):
+    loaded = load_scenario(write_scenario(tmp_path, GOOD), env={"TEST_API_KEY": "sk-secret"})
+    sc = loaded.scenario
+    assert sc.target.headers["Authorization"] == "Bearer sk-secret"
+    plans = plan_phases(sc.load)
+    assert [(p.start, p.end) for p in plans] == [(0, 0.5), (0.5, 30.5), (30.5, 150.5), (150.5, 160.5)]
+    assert (plans[1].rate_start, plans[2].rate_start, plans[2].rate_end) == (120.0, 10.0, 200.0)
+    assert plans[3].concurrency == 8 and not plans[0].recorded
+    assert sc.slo[0].threshold == 0.3 and sc.slo[1].threshold == pytest.approx(0.001)
+    # the copy written to the RunDir keeps the reference, never the value
+    assert loaded.redacted()["target"]["headers"]["Authorization"] == "Bearer ${TEST_API_KEY}"
+    assert loaded.secrets == ["sk-secret"]
+
+
+def test_three_mistakes_are_reported_together_with_their_lines(tmp_path):
+    text = GOOD.replace("qps: 120%", "qps: fast").replace("record: false", "record: false, colour: red")
+    text = text.replace("latency.p99 < 300ms", "latncy.p99 < 300ms")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write_scenario(tmp_path, text), env={"TEST_API_KEY": "x"})
+    errs = e.value.errors
+    assert len(errs) == 3
+    f = str(tmp_path / "s.yaml")
+    assert errs[0].startswith(f"{f}:8:") and "load.phases[0].colour: unknown field" in errs[0]
+    assert (errs[1].startswith(f"{f}:9:")
+            and "load.phases[1].qps: expected a number or a percentage, got 'fast'" in errs[1])
+    assert errs[2].startswith(f"{f}:13:") and "unknown metric 'latncy'" in errs[2]
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (("api: openai-chat", "api: grpc"), "'openai-chat', 'openai-completions', 'embeddings' or 'http', got 'grpc'"),
+        (("qps: 20,", "qps: -5,"), "non-negative"),
+        (("qps: 20,", "qps: 1e12,"), "at most 1,000,000 requests per second"),
+        (("qps: 20,", "qps: .nan,"), "finite"),
+        (("duration: 500ms", "duration: soon"), "expected a duration"),
+        (("expected_qps: 100", "expected_qps: 100\n  mode: openn"), "'open' or 'closed'"),
+        (("expected_qps: 100", "expected_qps: 100\n  mode: open"), "phases[3] ('closed'): load.mode is open, so every "
+                                                                    "phase gives qps"),
+        (("expected_qps: 100", "expected_qps: 100\n  mode: closed"), "phases[0] ('warmup'): load.mode is closed"),
+        (("latency.p99 < 300ms", "latency.p42x < 300ms"), "unknown statistic"),
+    ],
+)
+def test_each_kind_of_mistake_says_what_was_expected(tmp_path, change, expected):
+    text = GOOD.replace("url: http://127.0.0.1:8000/v1", "url: http://127.0.0.1:8000/v1\n  api: openai-chat")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write_scenario(tmp_path, text.replace(*change)), env={"TEST_API_KEY": "x"})
+    assert expected in str(e.value)
+    assert str(e.value).startswith(str(tmp_path / "s.yaml") + ":")
+
+
+def test_slo_scopes_must_name_a_phase_or_target(tmp_path):
+    text = GOOD.replace('"baseline: error_rate < 0.1%"', '"basline: error_rate < 0.1%"')
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write_scenario(tmp_path, text), env={"TEST_API_KEY": "x"})
+    (err,) = e.value.errors
+    assert ":14:5: slo[1]:" in err and "unknown scope 'basline'" in err and "baseline, closed, ramp, warmup" in err
+
+
+def test_missing_environment_variable_is_named(tmp_path):
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write_scenario(tmp_path, GOOD), env={})
+    assert "s.yaml:4:" in str(e.value) and "TEST_API_KEY is not set" in str(e.value)
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write_scenario(tmp_path, "name: x\nload: [\n  phases: {\n"), env={})
+    assert "invalid YAML" in str(e.value) and "s.yaml:" in str(e.value)
+
+
+def test_target_needs_exactly_one_kind(tmp_path):
+    text = GOOD.replace("  url: http://127.0.0.1:8000/v1", "  url: http://x/v1\n  reference: {arch: naive}")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write_scenario(tmp_path, text), env={"TEST_API_KEY": "x"})
+    assert "exactly one of url, reference, command" in str(e.value)
+
+
+def test_json_schema_is_complete_enough_for_editors():
+    schema = scenario_schema()
+    json.dumps(schema)
+    assert {"name", "target", "targets", "load", "slo", "workload"} <= set(schema["properties"])
+    assert "Phase" in schema["$defs"] and "qps" in schema["$defs"]["Phase"]["properties"]
+
+
+@pytest.mark.parametrize(
+    "text,metric,stat,op,threshold,scope",
+    [("latency.p99 < 300ms", "latency", "p99", "<", 0.3, None),
+     ("burst: ttft.p50 <= 1s", "ttft", "p50", "<=", 1.0, "burst"),
+     ("naive/burst: itl.p99.9 < 20ms", "itl", "p99.9", "<", 0.02, "naive/burst"),
+     ("error_rate < 0.1%", "error_rate", None, "<", 0.001, None),
+     ("goodput >= 0.99", "goodput", None, ">=", 0.99, None),
+     ("achieved_qps > 95", "achieved_qps", None, ">", 95.0, None)],
+)
+def test_slo_lines_parse(text, metric, stat, op, threshold, scope):
+    s = parse_slo(text)
+    assert (s.metric, s.stat, s.op, s.scope) == (metric, stat, op, scope)
+    assert s.threshold == pytest.approx(threshold)
+
+
+@pytest.mark.parametrize("text", ["latency < 1s", "latency.p99 = 1s", "qps.p99 < 1s", "error_rate < lots",
+                                  "latency.p99 < fast"])
+def test_bad_slo_lines_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_slo(text)
