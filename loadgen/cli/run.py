@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+import reports  # lazy (PEP 562): matplotlib and jinja2 load when the report is written, after the run
 from loadgen.cli.common import (
     EXIT_CODES,
     console,
@@ -24,7 +25,6 @@ from loadgen.errors import RunDirWriteError
 from loadgen.run.gate import gate_rundir
 from loadgen.run.runner import RunResult, run_scenario
 from loadgen.run.signals import install_signal_handlers
-from reports import write_outputs
 
 
 @click.command(help="Run a scenario: send its load, record every request, write a RunDir, check its SLOs.\n\n"
@@ -111,7 +111,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
 def write_reports(out: Console, rundir: Path) -> None:
     """report.html, summary.md and junit.xml; a report that fails to render never loses the run."""
     try:
-        write_outputs(rundir)
+        reports.write_outputs(rundir)
     except Exception as exc:  # the records and summaries are already on disk
         logging.getLogger("latbench").exception("the report could not be rendered")
         out.print(f"report not rendered: {type(exc).__name__}: {exc} (re-render with: latbench report {rundir})")
