@@ -91,12 +91,19 @@ def mb(v) -> str:
     return DASH if x is None else f"{x / 1e6:,.0f} MB"
 
 
+def num(v) -> str:
+    """A plain number with up to three significant digits ('2', '2.5'): a median of counts."""
+    x = _float(v)
+    return DASH if x is None else f"{x:.3g}"
+
+
 FORMATS = {"ms": ms, "pct": pct, "rate": rate, "count": count, "count0": count0, "s": seconds, "x": times,
-           "share": share, "mb": mb}
+           "share": share, "mb": mb, "num": num}
 
 
 def fmt(v, kind: str) -> str:
-    """Format ``v`` (a summary.json value) as ``kind``: ms | pct | rate | count | count0 | s | x | share | mb."""
+    """Format ``v`` (a summary.json value) as ``kind``: ms | pct | rate | count | count0 | s | x | share | mb |
+    num."""
     return FORMATS[kind](v)
 
 

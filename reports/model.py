@@ -236,7 +236,7 @@ COLD = "@cold_start"  # Cell.target of numbers read from cold_start.json
 START_COLUMNS = (("listen_s", "ms", "listening (ms)"), ("ready_s", "ms", "ready (ms)"),
                  ("model_load_s", "ms", "model load (ms)"), ("first_latency_s", "ms", "first request (ms)"),
                  ("first_ttft_s", "ms", "first TTFT (ms)"), ("steady_latency_s", "ms", "steady (ms)"),
-                 ("penalty_s", "ms", "penalty (ms)"), ("first_steady_request", "count", "warm from request"))
+                 ("penalty_s", "ms", "penalty (ms)"), ("first_steady_request", "num", "warm from request"))
 
 
 def start_rows(cs: dict, group: str) -> list[dict]:
