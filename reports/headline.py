@@ -33,7 +33,7 @@ def _ci(data: dict, target: str, path: str, kind: str = "ms") -> Cell | None:
     v = get(data, path)
     if not v:
         return None
-    return Cell(fmt.ci(v, kind), path, "ci" if kind == "ms" else f"ci-{kind}", target)
+    return Cell(fmt.ci(v, kind), path, "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")  # quiet
 
 
 def _with_ci(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms", few: bool = True) -> list:
@@ -238,7 +238,13 @@ def headroom_headline(targets: list[TargetData]) -> dict:
         sentences.append(first)
         second = []
         if d.get("objectives"):
-            second = [f"The headroom {'holds' if d.get('holds') else 'does not hold'}: "]
+            base, high = d["base"]["phase"], d["high"]["phase"]
+            if d.get("holds") and d.get("holds_at_base", True):
+                second = ["The headroom holds: "]
+            elif d.get("holds_at_base") is False:
+                second = [f"No headroom: the objective fails already at the expected rate ({base}): "]
+            else:
+                second = [f"The headroom does not hold: the objective passes at {base} but fails at {high}: "]
             high_first = sorted(d["objectives"], key=lambda o: o["phase"] != d["high"]["phase"])
             for j, o in enumerate(high_first):
                 r = s["slo"][o["slo"]]

@@ -178,7 +178,8 @@ def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expe
 
     out = {"base": at(base, b), "high": at(top, h),
            "ratio": ratio(h, b), "interval_needs": samples_for_interval(99.0), "objectives": objectives,
-           "holds": all(o["passed"] for o in objectives if o["phase"] == top.name) if objectives else None}
+           "holds": all(o["passed"] for o in objectives if o["phase"] == top.name) if objectives else None,
+           "holds_at_base": all(o["passed"] for o in objectives if o["phase"] == base.name) if objectives else None}
     if capacity:
         knee, held, fails = (capacity.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps"))
         out["capacity"] = {"rundir": capacity.get("rundir"), "knee_qps": knee, "max_sustainable_qps": held,
