@@ -177,9 +177,10 @@ def mark_bursts(lat_ax, inflight_ax, bursts: list[dict]) -> None:
         if rec.get("threshold") is not None:
             lat_ax.axhline(rec["threshold"] * 1e3, color="#7f7f7f", lw=0.8, ls="--")
         win = rec.get("windows") or {}
-        if win.get("start"):  # the rule's own windows, by intended send time (the p50/p99 lines: by completion)
-            x = np.asarray(win["start"], dtype=float)  # at its start: it crosses the objective where recovery is
-            y = np.asarray([np.nan if v is None else (np.inf if v == "inf" else v) for v in win["p99"]], dtype=float)
+        x = np.asarray(win.get("start") or [], dtype=float)  # at its start: it crosses the objective where
+        y = np.asarray([np.nan if v is None else (np.inf if v == "inf" else v) for v in win.get("p99") or []],
+                       dtype=float)  # recovery is; by intended send time (the p50/p99 lines: by completion)
+        if np.isfinite(y).any():  # a window with a failure is infinitely slow: not drawn
             lat_ax.plot(x, np.where(np.isfinite(y), y, np.nan) * 1e3, color=RECOVERY_COLOR, lw=1.2, ls="-.",
                         drawstyle="steps-post", label=f"p99 of the {rec['window_s']:g} s window\nsent from here (rule)")
         if rec.get("recovered"):
