@@ -282,7 +282,7 @@ def knob_value(key: str, v) -> str:
     if v is None:
         return fmt.DASH
     if key.endswith("_s"):
-        return f"{fmt.ms(v)} ms"
+        return f"{v * 1e3:g} ms"
     return str(v)
 
 
@@ -292,12 +292,17 @@ def architectures_data(entries: list[tuple[str, TargetData]]) -> dict | None:
 
 
 def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None:
+    """The article's form: "naive: mean X ms, p99 Y ms; optimized: mean A ms, p99 B ms (p99 Z times lower)",
+    one line per architecture when there are more than two, each followed by the knobs that set it apart
+    from the first."""
     a = architectures_data(entries)
     if a is None:
         return None
-    s = []
+    lines = []
     for i, r in enumerate(a["rows"]):
-        s += ["; " if i else "", f"{r['label']}: mean ", _cell(a, ARCH, f"rows/{i}/mean", "ms"), " ms, p99 ",
+        own = [f"{KNOB_LABELS.get(k, k)} {knob_value(k, v[i])}" for k, v in a["knobs"].items() if v[i] != v[0]]
+        s = [Cell(r["label"])]
+        s += [": mean ", _cell(a, ARCH, f"rows/{i}/mean", "ms"), " ms, p99 ",
               _cell(a, ARCH, f"rows/{i}/p99/value", "ms"), " ms"]
         vs = r.get("p99_vs_first")
         if vs and vs.get("value") is not None:
@@ -305,16 +310,15 @@ def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None
                   f" {'lower' if vs['lower'] else 'higher'} than {a['base']}"]
             ci = _ci(a, ARCH, f"rows/{i}/p99_vs_first/ci", "x")
             s += [", interval ", ci, ")"] if ci is not None else [")"]
-    s.append(".")
-    sentences = [s]
-    if a["knobs"]:
-        k = ["What differs: "]
-        for j, (key, values) in enumerate(a["knobs"].items()):
-            k += ["; " if j else "", f"{KNOB_LABELS.get(key, key)} " + " / ".join(knob_value(key, v) for v in values)]
-        k.append(f" ({' / '.join(r['label'] for r in a['rows'])}).")
-        sentences.append(k)
-    notes = ["Overall scope (recorded phases), successful requests; the p99 intervals are in the tables below."]
-    return {"kind": "architectures", "title": "Architectures side by side", "sentences": sentences, "notes": notes}
+        if own:
+            s += [" — ", Cell("; ".join(own), css="rng")]
+        lines.append(s)
+    many = len(lines) > 2
+    sentences = lines if many else [[p for j, line in enumerate(lines) for p in (["; "] if j else []) + line] + ["."]]
+    notes = ["Overall scope (recorded phases), successful requests. After each: the server settings that differ "
+             f"from {a['base']}'s." if a["knobs"] else "Overall scope (recorded phases), successful requests."]
+    return {"kind": "architectures", "title": "Architectures side by side", "sentences": sentences, "notes": notes,
+            "list": many}
 
 
 # -- steady ----------------------------------------------------------------------------------------
