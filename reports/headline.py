@@ -245,8 +245,9 @@ def headroom_headline(targets: list[TargetData]) -> dict:
                 second = [f"No headroom: the objective fails already at the expected rate ({base}): "]
             else:
                 second = [f"The headroom does not hold: the objective passes at {base} but fails at {high}: "]
-            high_first = sorted(d["objectives"], key=lambda o: o["phase"] != d["high"]["phase"])
-            for j, o in enumerate(high_first):
+            first = base if d.get("holds_at_base") is False else high  # the phase that decides first
+            ordered = sorted(d["objectives"], key=lambda o: o["phase"] != first)
+            for j, o in enumerate(ordered):
                 r = s["slo"][o["slo"]]
                 kind = fmt.slo_kind(r)
                 second += ["; " if j else "", f"{o['expr']} measured ", _cell(s, name, f"slo/{o['slo']}/value", kind),
@@ -260,11 +261,13 @@ def headroom_headline(targets: list[TargetData]) -> dict:
                        _cell(s, name, f"{h}/capacity/knee_qps", "rate"), " req/s and held ",
                        _cell(s, name, f"{h}/capacity/max_sustainable_qps", "rate"), " req/s under its objectives: ",
                        f"{d['high']['phase']} runs at ", _cell(s, name, f"{h}/capacity/share_of_knee", "share"),
-                       " of the knee."]
+                       " of the knee and ", _cell(s, name, f"{h}/capacity/share_of_sustainable", "share"),
+                       " of the rate it held."]
         sentences.append(second)
-    notes.append("Ratio interval from the ends of the two 95% intervals (holds with at least 90% confidence). "
-                 "Pass `--capacity RUNDIR` (a `latbench capacity` search of the same target) to place the load on "
-                 "the capacity curve.")
+    notes.append("Ratio interval from the ends of the two 95% intervals (holds with at least 90% confidence).")
+    if not any((td.summary["headroom"] or {}).get("capacity") for td in targets):
+        notes.append("Pass `--capacity RUNDIR` (a `latbench capacity` search of the same target) to place the load "
+                     "on the capacity curve.")
     return {"kind": "headroom", "title": "Headroom at 120%", "sentences": sentences, "notes": notes}
 
 
