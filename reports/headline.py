@@ -329,7 +329,8 @@ def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None
 def steady_headline(td: TargetData) -> dict:
     s, name = td.summary, td.name
     lat = "overall/metrics/latency/percentiles"
-    sent = ["Latency p50 ", *_with_ci(s, name, f"{lat}/p50"), ", p99 ", *_with_ci(s, name, f"{lat}/p99"), " at ",
+    sent = ["Latency mean ", _cell(s, name, "overall/metrics/latency/mean", "ms"), " ms, p50 ",
+            *_with_ci(s, name, f"{lat}/p50"), ", p99 ", *_with_ci(s, name, f"{lat}/p99"), " at ",
             _cell(s, name, "overall/achieved_qps", "rate"), " req/s achieved (target ",
             _cell(s, name, "overall/target_qps", "rate"), " req/s); ", _cell(s, name, "overall/count", "count"),
             " requests, error rate ", _cell(s, name, "overall/error_rate", "pct"), "."]
