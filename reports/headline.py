@@ -268,7 +268,9 @@ def headroom_headline(targets: list[TargetData]) -> dict:
     if not any((td.summary["headroom"] or {}).get("capacity") for td in targets):
         notes.append("Pass `--capacity RUNDIR` (a `latbench capacity` search of the same target) to place the load "
                      "on the capacity curve.")
-    return {"kind": "headroom", "title": "Headroom at 120%", "sentences": sentences, "notes": notes}
+    share = targets[0].summary["headroom"]["high"].get("share")
+    title = f"Headroom at {fmt.share(share)} of the expected rate" if share else "Headroom"
+    return {"kind": "headroom", "title": title, "sentences": sentences, "notes": notes}
 
 
 # -- architectures ---------------------------------------------------------------------------------

@@ -140,7 +140,8 @@ def burst_effects(df: pd.DataFrame, plans: list[PhasePlan], phases: dict, recove
 def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expected_qps: float | None,
              capacity: dict | None = None) -> dict | None:
     """The phase at the expected rate against the highest recorded open-loop phase above it that is not a
-    spike (no lower phase follows it): p99 of each, their ratio, and each objective's value in both.
+    spike (no lower phase follows it): p99 of each, their ratio, and each objective's value in both. None
+    without ``expected_qps`` or without such a pair of phases.
 
     ``capacity``: capacity.json's fields of a search of the same target (``knee_qps``,
     ``max_sustainable_qps``, ``first_failing_qps``); then the high phase's rate as a share of each.
@@ -149,10 +150,9 @@ def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expe
     steady = [p for p in plans if p.recorded and not p.closed and p.rate_start == p.rate_end]
     if len(steady) < 2:
         return None
-    if expected_qps:
-        base = next((p for p in steady if abs(p.rate_start - expected_qps) <= 0.01 * expected_qps), None)
-    else:
-        base = min(steady, key=lambda p: p.rate_start)
+    if not expected_qps:  # without an expected rate there is no 100% (a sweep is a curve, not a headroom)
+        return None
+    base = next((p for p in steady if abs(p.rate_start - expected_qps) <= 0.01 * expected_qps), None)
     if base is None:
         return None
     following = {p.index - 1: p for p in plans}  # the phase after each

@@ -41,6 +41,8 @@ def test_headroom_picks_the_expected_rate_and_the_step_above_it_never_a_spike():
     spike = [p(0, "baseline", 0, 1, 10), p(1, "burst", 1, 2, 50), p(2, "recovery", 2, 3, 10)]
     assert headroom(spike, {}, [], 10.0) is None  # a spike is a burst, not a headroom step
     assert headroom([p(0, "only", 0, 1, 10)], {}, [], 10.0) is None
+    sweep = [p(0, "qps-5", 0, 1, 5), p(1, "qps-10", 1, 2, 10), p(2, "qps-20", 2, 3, 20)]
+    assert headroom(sweep, {}, [], None) is None  # no expected rate: a curve, not a headroom
 
 
 def test_ratio_interval_comes_from_the_ends_of_both_intervals():
