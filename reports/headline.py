@@ -111,12 +111,17 @@ def cold_start_headline(cs: dict) -> dict:
         else:
             s += [", ", _cell(cs, COLD, f"{group}/cold_starts", "count"), " cold"]
         s += ["): ready after ", *_spread(cs, COLD, f"{o}/ready_s"),
-             "; first request ", *_spread(cs, COLD, f"{o}/first_latency_s"), ", ", *_spread(cs, COLD, f"{o}/penalty_s"),
-             " over its steady ", _cell(cs, COLD, f"{o}/steady_latency_s/median", "ms"), " ms"]
+             "; first request ", *_spread(cs, COLD, f"{o}/first_latency_s")]
+        if get(cs, f"{o}/penalty_s/n"):
+            s += [", ", *_spread(cs, COLD, f"{o}/penalty_s"), " over its steady ",
+                  _cell(cs, COLD, f"{o}/steady_latency_s/median", "ms"), " ms"]
+        else:
+            s.append(" (no later request to measure a steady latency against)")
         if get(cs, f"{o}/first_ttft_s/n"):
             s += ["; first TTFT ", *_spread(cs, COLD, f"{o}/first_ttft_s")]
-        s += [f"; within {get(cs, f'{group}/rules/steady_within') * 100:.0f}% of steady from request ",
-              _cell(cs, COLD, f"{o}/first_steady_request/median", "num")]
+        if get(cs, f"{o}/first_steady_request/n"):
+            s += [f"; within {get(cs, f'{group}/rules/steady_within') * 100:.0f}% of steady from request ",
+                  _cell(cs, COLD, f"{o}/first_steady_request/median", "num")]
         if get(cs, f"{o}/model_load_s/n"):
             s += ["; model load ", *_spread(cs, COLD, f"{o}/model_load_s")]
         sentences.append(s + ["."])

@@ -213,7 +213,7 @@ def warmup_plot(cold_start: dict) -> str | None:
     with plot_style():
         fig, ax = figure(11, 3.8)
         a = ax[0, 0]
-        values = []
+        values, any_failed = [], False
         for gi, (group, d) in enumerate(groups):
             c = PALETTE[gi % len(PALETTE)]
             for si, row in enumerate(d["per_start"]):
@@ -222,6 +222,11 @@ def warmup_plot(cold_start: dict) -> str | None:
                 if y.size == 0:
                     continue
                 values.append(y)
+                failed = np.nonzero(np.isinf(y))[0] + 1  # a failed request: an x at the top of the axis
+                if failed.size:
+                    a.plot(failed, np.full(failed.size, 0.97), "x", color=c, ms=8, mew=2,
+                           transform=a.get_xaxis_transform(), label="failed request" if not any_failed else None)
+                    any_failed = True
                 cold = row.get("cold")
                 n_cold = sum(1 for r in d["per_start"] if r.get("cold"))
                 a.plot(np.arange(1, y.size + 1), np.where(np.isfinite(y), y, np.nan), color=c, lw=1.2, alpha=0.75,
@@ -231,7 +236,7 @@ def warmup_plot(cold_start: dict) -> str | None:
             if steady:
                 a.axhline(steady * 1e3, color=c, lw=0.9, ls="--", label=f"{group} steady {steady * 1e3:.0f} ms")
         allv = np.concatenate(values) if values else np.empty(0)
-        latency_axis(a, allv, "latency")
+        latency_axis(a, allv[np.isfinite(allv)], "latency")
         a.set_xlabel("request after start (sent one at a time)")
         n = max((v.size for v in values), default=1)
         a.set_xticks(np.arange(1, n + 1)) if n <= 30 else None

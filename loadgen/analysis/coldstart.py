@@ -37,15 +37,17 @@ def _spread(values: list) -> dict:
 
 def start_stats(latencies: np.ndarray, ttft_first: float | None) -> dict:
     """One start's first request, steady state and warm-up, from its latencies in send order (s; a failed
-    request is +inf). Steady latency: the median of the second half. ``first_steady_request``: the
-    1-based index of the first request within STEADY_WITHIN of it."""
+    request is +inf). Steady latency: the median of the second half, never counting the first request
+    (a start that made one request has none). ``first_steady_request``: the 1-based index of the first
+    request within STEADY_WITHIN of it."""
     lat = np.asarray(latencies, dtype=float)
     if lat.size == 0:
         return {"first_latency_s": None, "first_ttft_s": None, "steady_latency_s": None, "penalty_s": None,
                 "first_steady_request": None}
-    steady = float(np.median(lat[lat.size // 2:]))
+    steady = float(np.median(lat[max(1, lat.size // 2):])) if lat.size > 1 else math.nan
     within = np.nonzero(lat <= (1.0 + STEADY_WITHIN) * steady)[0] if math.isfinite(steady) else np.empty(0)
-    return {"first_latency_s": float(lat[0]), "first_ttft_s": ttft_first, "steady_latency_s": steady,
+    return {"first_latency_s": float(lat[0]), "first_ttft_s": ttft_first,
+            "steady_latency_s": steady if math.isfinite(steady) else None,
             "penalty_s": float(lat[0] - steady) if math.isfinite(steady) else None,
             "first_steady_request": int(within[0]) + 1 if within.size else None}
 

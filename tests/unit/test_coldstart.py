@@ -28,3 +28,6 @@ def test_start_stats_first_request_steady_and_warm_index():
     assert s["steady_latency_s"] == pytest.approx(0.1)  # median of the second half
     assert s["penalty_s"] == pytest.approx(0.9) and s["first_steady_request"] == 4  # 0.12 > 10% over 0.1
     assert start_stats([], None)["first_latency_s"] is None
+    one = start_stats([2.0], 1.5)  # one request: no steady state to measure a penalty against
+    assert one["first_latency_s"] == 2.0 and one["steady_latency_s"] is None and one["penalty_s"] is None
+    assert start_stats([2.0, 0.1], None)["steady_latency_s"] == pytest.approx(0.1)  # never the first request
