@@ -258,6 +258,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     try:
         model = _resolve_model(target, url, server)
         metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
+        if metrics_url and target.command is not None:  # '{port}' is the started command's port, as in its url
+            metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
         procs = opts.processes_for(target)
         if opts.engine == "native" and procs > 1:
             from loadgen.multiproc import run_target_processes

@@ -5,7 +5,9 @@ The target is tests/vllm_like.py: a real aiohttp server on 127.0.0.1 that stream
 what it did (queue, running, KV-cache share, prefix-cache hits, TTFT histogram).
 """
 
+import json
 import re
+import sys
 
 import numpy as np
 import pandas as pd
@@ -77,3 +79,28 @@ def test_a_latbench_run_against_a_vllm_like_server_fills_the_kv_prefix_queue_and
     assert "TTFT: engine vs latbench" in html and "KV cache usage" in html and "prefix cache hit rate" in html
     m = re.search(r"the engine&#39;s own ([\d.]+) ms|the engine's own ([\d.]+) ms", html)
     assert m and abs(float(m.group(1) or m.group(2)) - cmp["engine_ms"]) < 0.1
+
+
+def test_a_command_target_names_its_port_in_metrics_url(tmp_path):
+    """What scenarios/engines/vllm.yaml does: latbench starts the engine and scrapes http://127.0.0.1:{port}/metrics."""
+    text = """
+    name: engine-command
+    target:
+      command:
+        run: [PYTHON, -m, tests.vllm_like, --port, "{port}"]
+        url: "http://127.0.0.1:{port}/v1"
+        ready_url: "http://127.0.0.1:{port}/v1/models"
+        startup_timeout: 30s
+      metrics_url: "http://127.0.0.1:{port}/metrics"
+    workload: {prompts: {input_tokens: 16, output_tokens: 16, distinct: 4}, ignore_eos: true}
+    load:
+      phases:
+        - {name: main, duration: 3s, qps: 5}
+    """.replace("PYTHON", json.dumps(sys.executable))
+    res, summary, df = run(tmp_path, text)
+    assert res.exit_code == 0, res.reasons
+    assert summary["overall"]["ok"] > 5 and summary["model"] == "tiny-llama"
+    scraped = pd.read_csv(res.rundir.path / res.targets[0].dir / "server_metrics.csv", keep_default_na=False)
+    assert "vllm:kv_cache_usage_perc" in set(scraped["metric"]) and scraped["time"].nunique() >= 2
+    count = scraped[scraped["metric"] == "vllm:time_to_first_token_seconds_count"].groupby("time")["value"].sum()
+    assert count.iloc[-1] > count.iloc[0]  # the engine started by latbench is the one scraped

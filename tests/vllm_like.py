@@ -81,7 +81,8 @@ class VllmLikeServer:
                     self.observed["ttft"].append(time.perf_counter() - arrived)
                 await resp.write(_chunk({"content": f" w{i}"}))
             await resp.write(_chunk({"content": ""}, finish="length"))
-            usage = {"prompt_tokens": n_prompt, "completion_tokens": self.tokens, "total_tokens": n_prompt + self.tokens}
+            usage = {"prompt_tokens": n_prompt, "completion_tokens": self.tokens,
+                     "total_tokens": n_prompt + self.tokens}
             await resp.write(b"data: " + json.dumps({"id": "chatcmpl-x", "object": "chat.completion.chunk",
                                                      "choices": [], "usage": usage}).encode() + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
@@ -137,7 +138,7 @@ class VllmLikeServer:
 
     # --- running -----------------------------------------------------------------------------------
 
-    def _serve(self):
+    def _serve(self, port: int = 0):
         self._loop = asyncio.new_event_loop()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -145,7 +146,7 @@ class VllmLikeServer:
         app.router.add_get("/metrics", self.metrics)
         runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", port)
         self._loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]
         self._started.set()
@@ -167,3 +168,18 @@ class VllmLikeServer:
         if self._loop:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+
+
+def main(argv=None) -> None:
+    """``python -m tests.vllm_like --port N``: serve in the foreground (a ``command:`` target for tests)."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ttft", type=float, default=0.03)
+    args = ap.parse_args(argv)
+    VllmLikeServer(ttft=args.ttft)._serve(args.port)
+
+
+if __name__ == "__main__":
+    main()
