@@ -182,12 +182,12 @@ def engine_view(before: dict, after: dict) -> dict:
 # --- the three clients -----------------------------------------------------------------------------
 
 
-def _client(argv: list, log: Path, env: dict | None = None) -> float:
+def _client(argv: list, log: Path, env: dict | None = None, offline: bool = True) -> float:
     """Run one client pinned to CLIENT_CORE; returns its wall time (s). Its output goes to ``log``."""
     t0 = time.perf_counter()
     with open(log, "w") as f:
         rc = subprocess.run(["taskset", "-c", CLIENT_CORE, *map(str, argv)], stdout=f, stderr=subprocess.STDOUT,
-                            env={**os.environ, **OFFLINE, **(env or {})}).returncode
+                            env={**os.environ, **(OFFLINE if offline else {}), **(env or {})}).returncode
     if rc != 0:
         raise RuntimeError(f"{argv[0]} exited with {rc}; see {log}")
     return time.perf_counter() - t0
@@ -269,7 +269,9 @@ def run_aiperf(a, eng: Engine, model: Path, seed: int, out: Path) -> dict:
             "chat", "--streaming", "--tokenizer", model, "--request-rate", a.rate, "--arrival-pattern", "poisson",
             "--request-count", a.requests, "--isl", a.isl, "--isl-stddev", "0", "--osl", a.osl, "--osl-stddev", "0",
             "--extra-inputs", "ignore_eos:true", "--random-seed", seed, "--output-artifact-dir", art, "--ui", "none"]
-    wall = _client(argv, out / "aiperf.log")
+    # not offline: AIPerf 0.13 in HF_HUB_OFFLINE mode cannot load a tokenizer from a local folder ("HFValidationError:
+    # Repo id must be in the form 'repo_name' or 'namespace/repo_name'"); online, a local folder loads without a request
+    wall = _client(argv, out / "aiperf.log", offline=False)
     r = json.loads((art / "profile_export_aiperf.json").read_text())
 
     def g(metric, stat):

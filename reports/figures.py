@@ -100,7 +100,7 @@ def _ttft_note(c: dict | None) -> str:
     if not c:
         return ""
     return (f" Mean TTFT over the scraped window: the engine's own {c['engine_ms']:.1f} ms ({c['engine_requests']} "
-            f"requests, {c['metric'].split('_time_to')[0]} histogram: arrival in the server to first token) vs "
+            f"requests, its {c['metric']} histogram: arrival in the server to first token) vs "
             f"latbench's {c['latbench_ms']:.1f} ms ({c['latbench_requests']} requests, from the intended send time; "
             f"{c['latbench_sent_ms']:.1f} ms from the actual send): {c['outside_ms']:.1f} ms per request is spent "
             f"outside the engine (generator, network, HTTP server, tokenizing, streaming the chunk back).")

@@ -29,9 +29,10 @@ PREFIXES = ("refserver_", "vllm_")
 #: Each panel: title, y label, and the ways to compute it, first available wins: ("hist", base, scale) mean
 #: per interval; ("gauge", name, scale) value summed over label sets; ("gauge_mean", name, scale) averaged
 #: over label sets (a percentage per engine); ("ratio", hits, misses) hits / (hits + misses); ("share", hits,
-#: queries) hits / queries.
+#: queries) hits / queries. A fourth element of a hist or gauge way names the panel instead of its title.
 PANELS = (
-    ("batch size", "sequences", [("hist", "{p}batch_size", 1.0), ("gauge", "{p}num_requests_running", 1.0)]),
+    ("batch size", "sequences", [("hist", "{p}batch_size", 1.0),
+                                 ("gauge", "{p}num_requests_running", 1.0, "requests running")]),
     ("queued requests", "requests", [("gauge", "{p}num_requests_waiting", 1.0)]),
     ("queue time", "ms", [("hist", "{p}request_queue_time_seconds", 1e3)]),
     ("KV cache usage", "%", [("gauge_mean", "{p}kv_cache_usage_perc", 100.0),
@@ -107,7 +108,7 @@ def panel_series(df: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
                     s = _ratio(df, first, way[2].format(p=p), kind == "share")
                 else:
                     continue
-                out.append((title, unit, s))
+                out.append((way[3] if kind in ("hist", "gauge", "gauge_mean") and len(way) > 3 else title, unit, s))
                 break
             else:
                 continue
@@ -170,8 +171,10 @@ def ttft_comparison(df: pd.DataFrame | None, records: pd.DataFrame | None) -> di
     engine = 1e3 * float(sums.iloc[-1] - sums.iloc[0]) / n
     ours = 1e3 * float((sel["first_token"] - sel["scheduled"]).mean())
     from_sent = 1e3 * float((sel["first_token"] - sel["sent"]).mean())
+    prefix = next(p for p in PREFIXES if base.startswith(p))
     return {"engine_ms": engine, "latbench_ms": ours, "latbench_sent_ms": from_sent, "outside_ms": ours - engine,
-            "engine_requests": int(round(n)), "latbench_requests": int(len(sel)), "metric": base}
+            "engine_requests": int(round(n)), "latbench_requests": int(len(sel)),
+            "metric": prefix[:-1] + ":" + base[len(prefix):]}  # as the server names it: vllm:time_to_first_...
 
 
 def ttft_panel(df: pd.DataFrame, records: pd.DataFrame | None) -> tuple[pd.Series, pd.Series | None] | None:

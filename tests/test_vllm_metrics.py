@@ -58,7 +58,8 @@ def test_a_latbench_run_against_a_vllm_like_server_fills_the_kv_prefix_queue_and
     assert scraped["time"].nunique() >= 4  # one scrape a second over 5 s
 
     panels = {title: s.dropna() for title, _, s in panel_series(scraped)}
-    assert {"batch size", "queued requests", "queue time", "KV cache usage", "prefix cache hit rate"} <= set(panels)
+    want = {"requests running", "queued requests", "queue time", "KV cache usage", "prefix cache hit rate"}
+    assert want <= set(panels)
     kv = panels["KV cache usage"]
     assert kv.between(0, 100).all() and np.allclose(kv % 12.5, 0)  # 12.5% per running request, in percent
     assert (panels["queue time"] >= 5.0).all() and (panels["queue time"] < 50).all()  # ms: the fixture's 5 ms wait
