@@ -360,9 +360,9 @@ def print_definitions(med: dict, counts: dict | None) -> None:
         f"the asked length plus the chat template's tokens. vllm bench reports the server's usage count "
         f"({vb['prompt_tokens']:.1f}), AIPerf its own count of the prompt before the template "
         f"({ap['prompt_tokens']:.1f}), latbench the server's usage ({lb['prompt_tokens']:.1f}).",
-        f"Requests: the engine finished {vb['engine.requests']:.0f} per vllm bench run (its single test request "
-        f"before the run included) vs {lb['engine.requests']:.0f} (latbench) and {ap['engine.requests']:.0f} "
-        f"(AIPerf); latbench's Poisson phase ends at max_requests.",
+        f"Requests: the engine finished {lb['engine.requests']:.0f} (latbench), {vb['engine.requests']:.0f} "
+        f"(vllm bench) and {ap['engine.requests']:.0f} (AIPerf) per run: vllm bench and AIPerf send a count, "
+        f"latbench a Poisson phase of 1.5x the expected time that ends at max_requests.",
     ]
     if counts:
         lines.append(f"latbench's own synthetic prompts, asked for {counts['asked']} tokens, are "
