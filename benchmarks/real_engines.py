@@ -234,7 +234,8 @@ def run_latbench(a, eng: Engine, model: Path, dataset: Path | None, features: se
     t = pq.read_table(rundir / "target" / "requests.parquet").to_pandas()
     ok = t[t["error"] == ""]
     from_sent = (ok["first_token"] - ok["sent"]) * 1e3
-    return {"ttft_p50": p("ttft", "p50"), "ttft_p99": p("ttft", "p99"), "tpot_p50": p("tpot", "p50"),
+    return {"ttft_p50": p("ttft", "p50"), "ttft_p99": p("ttft", "p99"), "ttft_mean": p("ttft", "mean"),
+            "tpot_p50": p("tpot", "p50"),
             "itl_p50": p("itl", "p50"), "itl_mean": p("itl", "mean"), "e2e_p50": p("latency", "p50"),
             "e2e_p99": p("latency", "p99"), "completed": int(s["ok"]), "failed": int(s["count"] - s["ok"]),
             "prompt_tokens": float(ok["prompt_tokens"].mean()), "output_tokens": float(ok["output_tokens"].mean()),
@@ -256,7 +257,8 @@ def run_vllm_bench(a, eng: Engine, model: Path, seed: int, out: Path) -> dict:
     r = json.loads((out / "vllm_bench.json").read_text())
     n = max(1, r["completed"])
     itls = [g for per in r.get("itls", []) for g in per]
-    return {"ttft_p50": r["median_ttft_ms"], "ttft_p99": r["p99_ttft_ms"], "tpot_p50": r["median_tpot_ms"],
+    return {"ttft_p50": r["median_ttft_ms"], "ttft_p99": r["p99_ttft_ms"], "ttft_mean": r["mean_ttft_ms"],
+            "tpot_p50": r["median_tpot_ms"],
             "itl_p50": r["median_itl_ms"], "itl_mean": r["mean_itl_ms"], "e2e_p50": r["median_e2el_ms"],
             "e2e_p99": r["p99_e2el_ms"], "completed": r["completed"], "failed": r["failed"],
             "prompt_tokens": r["total_input_tokens"] / n, "output_tokens": r["total_output_tokens"] / n,
@@ -279,6 +281,7 @@ def run_aiperf(a, eng: Engine, model: Path, seed: int, out: Path) -> dict:
         return float("nan") if v is None else float(v)
 
     return {"ttft_p50": g("time_to_first_token", "p50"), "ttft_p99": g("time_to_first_token", "p99"),
+            "ttft_mean": g("time_to_first_token", "avg"),
             "tpot_p50": g("inter_token_latency", "p50"), "itl_p50": g("inter_chunk_latency", "p50"),
             "itl_mean": g("inter_chunk_latency", "avg"), "e2e_p50": g("request_latency", "p50"),
             "e2e_p99": g("request_latency", "p99"), "completed": int(g("request_count", "avg")),
@@ -298,10 +301,16 @@ ROWS = (  # key, label, digits
     ("engine.prompt_tokens", "prompt tokens/request (engine count)", 1),
     ("engine.output_tokens", "output tokens/request (engine count)", 1),
     ("engine.ttft_mean_ms", "engine's own TTFT mean ms", 2),
+    ("outside_ttft", "TTFT mean minus the engine's own, ms", 2),
 )
+#: Within a round, the engine's own mean TTFT during the tools' runs may differ by this much before the
+#: script says that the engine, not the tools, made the difference (other load on a shared machine).
+ENGINE_SPREAD = 0.15
 
 
 def _get(res: dict, key: str) -> float:
+    if key == "outside_ttft":  # the client's share of TTFT: network, HTTP server, client, (latbench) send lag
+        return float(res.get("ttft_mean", float("nan"))) - float(res["engine"]["ttft_mean_ms"])
     if key.startswith("engine."):
         return float(res["engine"].get(key.split(".", 1)[1], float("nan")))
     return float(res.get(key, float("nan")))
@@ -324,6 +333,12 @@ def print_tables(rounds: list[dict]) -> dict:
                  for t in TOOLS]
         ratio = [f"{_get(r['latbench'], k) / _get(r['vllm'], k):.3f}" for k in ("tpot_p50", "e2e_p50")]
         print(f"  round {i}: " + " | ".join(cells) + f" | latbench/vllm {ratio[0]}, {ratio[1]}")
+        own = [_get(r[t], "engine.ttft_mean_ms") for t in TOOLS]
+        spread = (max(own) - min(own)) / min(own)
+        print("           engine's own TTFT mean during each run: " + " / ".join(f"{v:.1f}" for v in own)
+              + " ms" + (f"  <- {spread:.0%} apart: the engine was not in the same state for the three runs "
+                         "(other load on the machine); compare 'TTFT mean minus the engine's own'"
+                         if spread > ENGINE_SPREAD else ""))
     med = {t: {k: _median([_get(r[t], k) for r in rounds]) for k, _, _ in ROWS} for t in TOOLS}
     head = (f"| medians of {len(rounds)} rounds | vllm bench serve | AIPerf | latbench | latbench/vllm "
             "| latbench/AIPerf |")
