@@ -26,7 +26,8 @@ per token, no tokenizer) come out. ``ignore_eos`` goes through ``workload.ignore
     python benchmarks/real_engines.py [--rounds 3] [--requests 80] [--rate 4] [--out DIR]
     python benchmarks/real_engines.py --model-only DIR     # just the model folder (for scenarios/engines/)
 
-Needs ``taskset`` and two cores; takes about 6 minutes on 2 cores after the one-time install.
+Needs ``taskset`` and two cores; on 2 cores a run takes about 12 minutes after the one-time install (about
+5 GB on disk: vLLM with its CPU torch, and AIPerf).
 """
 
 from __future__ import annotations
