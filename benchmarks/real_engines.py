@@ -340,8 +340,9 @@ def print_tables(rounds: list[dict]) -> dict:
         ratio = [f"{_get(r['latbench'], k) / _get(r['vllm'], k):.3f}" for k in ("tpot_p50", "e2e_p50")]
         print(f"  round {i}: " + " | ".join(cells) + f" | latbench/vllm {ratio[0]}, {ratio[1]}")
         if r["latbench"].get("verdict") == "invalid":
-            print(f"           latbench judged its own run invalid (send lag p99 {r['latbench']['send_lag_p99']:.1f} ms:"
-                  " its process did not get the CPU to send on time); its figures are shown all the same")
+            lag = r["latbench"]["send_lag_p99"]
+            print(f"           latbench judged its own run invalid (send lag p99 {lag:.1f} ms: its process did not "
+                  "get the CPU to send on time); its figures are shown all the same")
         own = [_get(r[t], "engine.ttft_mean_ms") for t in TOOLS]
         spread = (max(own) - min(own)) / min(own)
         print("           engine's own TTFT mean during each run: " + " / ".join(f"{v:.1f}" for v in own)
