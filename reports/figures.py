@@ -8,7 +8,7 @@ import pandas as pd
 from loadgen.analysis.metrics import itl_samples  # the one definition of inter-token latency
 from reports import plots
 from reports.loader import TargetData
-from reports.server import server_plot
+from reports.server import server_plot, ttft_comparison
 
 ITL_SAMPLE = 5000  # requests whose token gaps feed the ITL histogram
 HIST_SAMPLE = 200_000
@@ -146,9 +146,22 @@ def target_figures(td: TargetData) -> list[dict]:
             figs.append({"id": "timeseries", "title": "Over time", "uri": ts,
                          "caption": "Per second: latency p50 / p99 of completed requests; target, sent and achieved "
                                     "request rates; errors by class; requests in flight. Phases shaded." + marked})
-        sp, panels = server_plot(td.summary, td.server_metrics())
+        records = td.frame() if td.has_records else None
+        sp, panels = server_plot(td.summary, td.server_metrics(), records)
         if sp:
             figs.append({"id": "server", "title": "Server side", "uri": sp,
                          "caption": "Scraped from the target's Prometheus /metrics every second, on the same clock: "
-                                    + ", ".join(panels) + " (per scrape interval)."})
+                                    + ", ".join(panels) + " (per scrape interval)." + _ttft_note(
+                                        ttft_comparison(td.server_metrics(), records))})
     return figs
+
+
+def _ttft_note(c: dict | None) -> str:
+    """One sentence setting the engine's own mean TTFT beside latbench's (ms), or '' without it."""
+    if not c:
+        return ""
+    return (f" Mean TTFT over the scraped window: the engine's own {c['engine_ms']:.1f} ms ({c['engine_requests']} "
+            f"requests, its {c['metric']} histogram: arrival in the server to first token) vs "
+            f"latbench's {c['latbench_ms']:.1f} ms ({c['latbench_requests']} requests, from the intended send time; "
+            f"{c['latbench_sent_ms']:.1f} ms from the actual send): {c['outside_ms']:.1f} ms per request is spent "
+            f"outside the engine (generator, network, HTTP server, tokenizing, streaming the chunk back).")

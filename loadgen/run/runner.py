@@ -204,6 +204,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     try:
         model = resolve_model(target, url, server)
         metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
+        if metrics_url and target.command is not None:  # '{port}' is the started command's port, as in its url
+            metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
         mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index, metrics_url)
         res = opts.engine_for(target).run(mt, on_engine, fail_fast)
     finally:

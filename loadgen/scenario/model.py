@@ -90,7 +90,8 @@ class Target(Strict):
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
     transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
-    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run")
+    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
+                                       "for a command target, '{port}' is its port")
 
     @model_validator(mode="after")
     def _one_kind(self):
