@@ -117,6 +117,7 @@ class Server:
         self.wheel: dict[int, list[Stream]] = {}
         self.next_slot = 0  # slots below this were fired
         self.timer: asyncio.TimerHandle | None = None
+        self.armed = 0  # the slot the timer is set for
         self.loop: asyncio.AbstractEventLoop | None = None
         self.reset()
 
@@ -132,7 +133,7 @@ class Server:
     # -- the wheel ------------------------------------------------------------------------------------
     def add(self, st: Stream) -> None:
         slot = math.ceil(st.due / self.tick)  # every event of slot s is due by s * tick: fired then, never early
-        if not self.wheel:  # idle until now: the wheel starts at the present slot
+        if not self.wheel and self.timer is None:  # idle until now: the wheel starts at the present slot
             self.next_slot = math.floor(clock() / self.tick)
         if slot < self.next_slot:
             slot = self.next_slot
@@ -141,7 +142,7 @@ class Server:
             self.wheel[slot] = [st]
         else:
             bucket.append(st)
-        if self.timer is None:
+        if self.timer is None or slot < self.armed:
             self._arm(slot)
 
     def fire(self) -> None:
@@ -154,6 +155,7 @@ class Server:
         while s <= now_slot:
             bucket = wheel.pop(s, None)
             s += 1
+            self.next_slot = s  # a stream added meanwhile (the next request on a connection) goes after this slot
             if bucket is None:
                 continue
             for st in bucket:
@@ -193,12 +195,17 @@ class Server:
                     conn.next_request()
         self.next_slot = s
         if wheel:
-            self._arm(min(wheel) if len(wheel) < 64 else s)  # sparse: sleep to the next slot; busy: the next tick
+            nxt = min(wheel) if len(wheel) < 64 else s  # sparse: sleep to the next slot; busy: the next tick
+            if self.timer is None or nxt < self.armed:
+                self._arm(nxt)
 
     def _arm(self, slot: int) -> None:
         """The loop's timer for ``slot``, in whole milliseconds rounded up: uvloop's timers count milliseconds,
         and a shorter delay would fire at once, before the slot (a spin)."""
+        if self.timer is not None:
+            self.timer.cancel()
         delay = math.ceil(max(0.0, slot * self.tick - clock()) * 1000.0) / 1000.0
+        self.armed = slot
         self.timer = self.loop.call_later(delay, self.fire)
 
     # -- endpoints -------------------------------------------------------------------------------------
