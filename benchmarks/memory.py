@@ -305,7 +305,8 @@ def main(argv=None) -> None:
                   f"{r['events']} token events, {r['seconds']:.1f} s, {r['events'] / r['cpu']:,.0f} events per "
                   f"engine CPU-second\n  RSS growth {r['rss_growth'] / 2**20:.1f} MB "
                   f"(peak {r['peak_growth'] / 2**20:.1f} MB): {r['rss_growth'] / r['events']:.2f} B per token event "
-                  f"(in-flight state and first-use costs included)\n  after the first fifth of the streams: {r['late_growth'] / 2**20:.2f} MB over "
+                  f"(in-flight state and first-use costs included)\n  after the first fifth of the streams: "
+                  f"{r['late_growth'] / 2**20:.2f} MB over "
                   f"{r['late_events']} events: {r['late_growth'] / max(1, r['late_events']):.2f} B per token event")
             continue
         out = subprocess.run([sys.executable, __file__, "_one", kind, str(a.requests)], stdout=subprocess.PIPE,
