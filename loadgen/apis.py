@@ -142,7 +142,10 @@ class StreamHandler(ResponseHandler):
             if obj.get("error"):
                 return self._fail(out, "error in stream: " + ev.decode("utf-8", "replace"))
             choices = obj.get("choices")
-            if choices and self._has_token(choices):
+            # the common chunk first (content in the first choice's delta), without _has_token's loop
+            if choices and ((self._chat and type(choices) is list and type(c0 := choices[0]) is dict
+                             and type(d := c0.get("delta")) is dict and d.get("content"))
+                            or self._has_token(choices)):
                 if self._count == 0:
                     out.first_token = now
                 self._count += 1
