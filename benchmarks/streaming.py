@@ -222,8 +222,10 @@ def latbench(load: Load, server: Server, tmp: Path) -> dict:
     recorded_in_window(res, np.concatenate(times) if times else np.array([]))
     sched, sent = np.asarray(table["scheduled"]), np.asarray(table["sent"])
     error = np.asarray(table["error"], dtype=object)
+    classes, counts = np.unique(error[error != ""], return_counts=True)
     res.update(events=events, err=err, streams=len(sched), failed=int((error != "").sum()),
-               lag=np.sort((sent - sched)[error != "dropped"]))
+               lag=np.sort((sent - sched)[error != "dropped"]),
+               note=" ".join(f"{c}:{n}" for c, n in zip(classes, counts)))
     summary = json.loads((rundir / entry["dir"] / "summary.json").read_text())
     res["lag_threshold"] = summary["generator"]["send_lag_threshold"]
     shutil.rmtree(work, ignore_errors=True)
