@@ -22,7 +22,8 @@ one ``bytes % (stamp, stamp)`` of a pre-encoded template and one ``transport.wri
 got the request, so benchmarks that read them use one process.
 
 Endpoints besides the API: ``GET /v1/models``, ``GET /health``, ``GET /stats`` (JSON: events, streams, CPU
-seconds, lag of sends behind their due time p50/p99/max in seconds; ``/stats?reset`` starts a new window),
+seconds; ``?lags``: also the lag of sends behind their due time p50/p99/max in seconds; ``?reset`` then starts a
+new window),
 ``GET /dump`` (JSON: per logged stream ``[N, arrival, [stamps...]]``, then the log is emptied).
 
     taskset -c 0 python benchmarks/stream_server.py --port 8123 --ttft 0.2 --itl 0.2 --tokens 50
@@ -209,15 +210,18 @@ class Server:
         self.timer = self.loop.call_later(delay, self.fire)
 
     # -- endpoints -------------------------------------------------------------------------------------
-    def stats(self) -> dict:
-        lags = sorted(self.lags)
-        q = lambda p: lags[min(len(lags) - 1, max(0, math.ceil(p * len(lags)) - 1))] if lags else None  # noqa: E731
+    def stats(self, lags: bool) -> dict:
+        """Counters of the window; with ``lags`` also the send lag percentiles (a sort of every event's lag:
+        ask once at the end of a run, not while polling)."""
         wall = clock() - self.window_start
-        return {"pid": os.getpid(), "events": self.events, "streams": self.streams, "active": self.active,
-                "wall_s": wall, "cpu_s": time.process_time() - self.cpu_start,
-                "events_per_s": self.events / wall if wall > 0 else 0.0,
-                "lag_p50_s": q(0.5), "lag_p99_s": q(0.99), "lag_max_s": lags[-1] if lags else None,
-                "window_start": self.window_start}
+        out = {"pid": os.getpid(), "events": self.events, "streams": self.streams, "active": self.active,
+               "wall_s": wall, "cpu_s": time.process_time() - self.cpu_start,
+               "events_per_s": self.events / wall if wall > 0 else 0.0, "window_start": self.window_start}
+        if lags:
+            ls = sorted(self.lags)
+            q = lambda p: ls[min(len(ls) - 1, max(0, math.ceil(p * len(ls)) - 1))] if ls else None  # noqa: E731
+            out.update(lag_p50_s=q(0.5), lag_p99_s=q(0.99), lag_max_s=ls[-1] if ls else None)
+        return out
 
 
 class Conn(asyncio.Protocol):
@@ -270,7 +274,7 @@ class Conn(asyncio.Protocol):
             elif path.startswith(b"/health"):
                 write(_response("200 OK", b"ok\n", b"text/plain"))
             elif path.startswith(b"/stats"):
-                write(_response("200 OK", json.dumps(srv.stats()).encode()))
+                write(_response("200 OK", json.dumps(srv.stats(b"lags" in path)).encode()))
                 if b"reset" in path:
                     srv.reset()
             elif path.startswith(b"/dump"):
@@ -358,7 +362,7 @@ def measure(args) -> None:
             time.sleep(1.0 + args.itl)
             urllib.request.urlopen(f"http://127.0.0.1:{port}/stats?reset", timeout=10).read()
             time.sleep(args.measure)
-            st = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10).read())
+            st = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats?lags", timeout=10).read())
             client.terminate()
             client.wait(30)
             time.sleep(1.0)

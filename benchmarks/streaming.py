@@ -17,6 +17,9 @@ send time on CLOCK_MONOTONIC, so each tool's recorded token times are compared w
      ``start_times + ttfts + cumsum(itls)`` of ``--save-detailed``; AIPerf: ``perf_ns`` of each response in
      ``--export-level raw``; Locust: ``perf_counter()`` right after each SSE line was read, in the user code).
      AIPerf's raw export costs CPU, so it is its own row ("aiperf raw"), run in the first round only.
+   - *floor*: the least a Python client does per event (uvloop, one asyncio.Protocol a connection, a clock
+     reading per read, the stamps picked out of the bytes by a regex; no HTTP or SSE parsing): what any
+     asyncio client pays on this machine at that moment, and the timestamp error the machine allows.
 2. **Scale** (open loop, latbench): streams of 50 tokens at one every 200 ms (TTFT 200 ms: 10 s each)
    arriving at ``--rates`` per second (Poisson) for ``--scale-duration`` s: in flight, recorded, errors, send lag
    p50/p99 (``sent - scheduled``) against the run's threshold, timestamp error p50/p99, and the server's
@@ -45,6 +48,7 @@ import textwrap
 import threading
 import time
 import urllib.request
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -84,8 +88,9 @@ class Server:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:
             return r.read()
 
-    def stats(self, reset: bool = False) -> dict:
-        return json.loads(self.get("/stats?reset" if reset else "/stats"))
+    def stats(self, reset: bool = False, lags: bool = False) -> dict:
+        """The server's counters (``lags``: and its send lag percentiles, a sort of every event: once a run)."""
+        return json.loads(self.get("/stats?" + "&".join(k for k, v in (("lags", lags), ("reset", reset)) if v)))
 
     def dump(self) -> dict[int, np.ndarray]:
         """Stamps of the streams whose prompt held ``req-N``, by N (the log is emptied)."""
@@ -154,7 +159,7 @@ def run_client(argv: list[str], server: Server, limit: float, env: dict | None =
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"rc": proc.returncode, "cpu": cpu, "wall": time.monotonic() - t, "steady": steady, "output": "".join(out),
-            "server": server.stats()}
+            "server": server.stats(lags=True)}
 
 
 def recorded_in_window(res: dict, times: np.ndarray | None) -> None:
@@ -368,6 +373,62 @@ def locust(load: Load, server: Server, tmp: Path) -> dict:
     return res
 
 
+async def _floor_client(url: str, streams: int, tokens: int, duration: float, out: str) -> None:
+    """The least a Python client can do per event: uvloop, one asyncio.Protocol per connection, a clock reading
+    per read and the stamps picked out of the bytes (no HTTP or SSE parsing, nothing recorded but the pairs)."""
+    import asyncio
+    import re
+
+    host, port = url.split("//")[1].split(":")
+    body = b'{"model":"bench","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}' % tokens
+    req = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+          b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    stamp = re.compile(rb'"server_t":\s*([0-9.]+)')
+    got, truth = array("d"), array("d")
+    loop = asyncio.get_running_loop()
+    end = time.perf_counter() + duration
+    clock = time.perf_counter
+    done = loop.create_future()
+    live = [0]
+
+    class Floor(asyncio.Protocol):
+        def connection_made(self, tr):
+            self.tr = tr
+            tr.write(req)
+
+        def data_received(self, data):
+            now = clock()
+            for m in stamp.finditer(data):
+                got.append(now)
+                truth.append(float(m.group(1)))
+            if data.endswith(b"0\r\n\r\n"):  # the stream's last chunk: the next request, while time remains
+                if clock() < end:
+                    self.tr.write(req)
+                else:
+                    self.tr.close()
+                    live[0] -= 1
+                    if live[0] == 0 and not done.done():
+                        done.set_result(None)
+
+    for _ in range(streams):
+        await loop.create_connection(Floor, host, int(port))
+        live[0] += 1
+    await asyncio.wait_for(done, duration + 60)
+    with open(out, "w") as f:
+        json.dump({"got": got.tolist(), "truth": truth.tolist()}, f)
+
+
+def floor(load: Load, server: Server, tmp: Path) -> dict:
+    out = tmp / f"floor-{time.monotonic_ns()}.json"
+    res = run_client([sys.executable, __file__, "_floor", server.url, str(load.streams), str(load.tokens),
+                      str(load.duration), str(out)], server, load.duration + 120)
+    d = json.loads(out.read_text())
+    got, truth = np.asarray(d["got"]), np.asarray(d["truth"])
+    res.update(events=len(got), err=got - truth, streams=0, failed=0)
+    recorded_in_window(res, got)
+    return res
+
+
 def make_tokenizer(tmp: Path) -> tuple[Path, Path]:
     """A word-level tokenizer (whitespace split; the server's token texts are one word each) as a local folder
     and as the Hugging Face cache entry ``latbench/bench-tokenizer`` (AIPerf loads offline from the cache only)."""
@@ -507,6 +568,8 @@ def main(argv=None) -> None:
         tools[peer] = {"vllm": lambda load, srv: vllm(load, srv, tmp, tokenizer),
                        "aiperf": lambda load, srv: aiperf(load, srv, tmp, hf_home, raw=False),
                        "locust": lambda load, srv: locust(load, srv, tmp)}[peer]
+    if "floor" not in skip:
+        tools["floor"] = lambda load, srv: floor(load, srv, tmp)
     if "aiperf" in tools and "aiperf-raw" not in skip:
         tools["aiperf raw"] = lambda load, srv: aiperf(load, srv, tmp, hf_home, raw=True)
     print(f"{os.cpu_count()} CPUs; server on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}; "
@@ -539,8 +602,8 @@ def main(argv=None) -> None:
             scale: dict[str, list[dict]] = {}
             server = Server(0.2, 0.2, 50)
             runs = [("latbench", float(r)) for r in a.rates.split(",") if r and "latbench" in tools]
-            runs += [(p, float(r)) for r in a.peer_rates.split(",") if r for p in tools if p != "latbench"
-                     and p != "aiperf raw"]
+            runs += [(p, float(r)) for r in a.peer_rates.split(",") if r for p in tools
+                     if p not in ("latbench", "aiperf raw", "floor")]
             try:
                 for rnd in range(a.rounds):
                     for name, rate in runs:
@@ -563,4 +626,9 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "_floor":
+        import uvloop
+
+        uvloop.run(_floor_client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]))
+    else:
+        main()
