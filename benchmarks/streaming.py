@@ -475,7 +475,7 @@ def show_efficiency(results: dict[str, list[dict]], load: Load) -> None:
           f"({load.streams / load.itl:,.0f} events/s), {load.duration:g} s; server on CPU {SERVER_CPU}, client on "
           f"CPU {CLIENT_CPU}; medians of the rounds (n = rounds)")
     print(f"{'client':<14}{'n':>3}{'events':>9}{'fail':>6}{'steady ev/CPU-s':>17}{'x':>7}{'whole ev/CPU-s':>16}{'x':>7}"
-          f"{'CPU s':>7}{'err p50 ms':>11}{'p99 ms':>8}")
+          f"{'CPU s':>7}{'err p50 ms':>11}{'p99 ms':>9}")
     rows = {}
     for name, rs in results.items():
         ok = [r for r in rs if r.get("events")]
@@ -492,15 +492,15 @@ def show_efficiency(results: dict[str, list[dict]], load: Load) -> None:
         xw = lb[1] / whole if lb and name != "latbench" else float("nan")
         print(f"{name:<14}{len(ok):>3}{med([r['events'] for r in ok]):>9.0f}{med([r['failed'] for r in ok]):>6.0f}"
               f"{steady:>17,.0f}{xs:>7.1f}{whole:>16,.0f}{xw:>7.1f}{med([r['cpu'] for r in ok]):>7.2f}"
-              f"{med([q(r['err'], 0.5) * 1e3 for r in ok]):>11.3f}{med([q(r['err'], 0.99) * 1e3 for r in ok]):>8.3f}")
+              f"{med([q(r['err'], 0.5) * 1e3 for r in ok]):>11.3f}{med([q(r['err'], 0.99) * 1e3 for r in ok]):>9.3f}")
     if len(rows) > 1:
         print("x = latbench's events per CPU-second divided by this tool's (how many times more latbench records)")
 
 
 def show_scale(results: dict[str, list[dict]]) -> None:
     print("\nscale, open loop: streams of 50 tokens at one every 200 ms (TTFT 200 ms), Poisson arrivals; medians")
-    print(f"{'run':<22}{'n':>3}{'streams':>9}{'failed':>7}{'peak in flight':>15}{'events/s':>10}{'lag p50 ms':>11}"
-          f"{'p99 ms':>8}{'thresh':>8}{'err p50 ms':>11}{'p99 ms':>8}{'srv lag p99':>12}{'CPU s':>7}")
+    print(f"{'run':<18}{'n':>3}{'streams':>9}{'failed':>7}{'peak in flight':>15}{'events/s':>10}{'lag p50 ms':>11}"
+          f"{'p99 ms':>9}{'thresh':>7}{'err p50 ms':>11}{'p99 ms':>9}{'srv lag p99':>12}{'CPU s':>7}")
     for name, rs in results.items():
         ok = [r for r in rs if r.get("streams")]
         if not ok:
@@ -509,10 +509,10 @@ def show_scale(results: dict[str, list[dict]]) -> None:
         lag50 = med([q(r["lag"], 0.5) * 1e3 if "lag" in r else float("nan") for r in ok])
         lag99 = med([q(r["lag"], 0.99) * 1e3 if "lag" in r else float("nan") for r in ok])
         th = med([r.get("lag_threshold", float("nan")) * 1e3 for r in ok])
-        print(f"{name:<22}{len(ok):>3}{med([r['streams'] for r in ok]):>9.0f}{med([r['failed'] for r in ok]):>7.0f}"
-              f"{med([r['peak'] for r in ok]):>15.0f}{med([r['events_per_s'] for r in ok]):>10.0f}{lag50:>11.2f}"
-              f"{lag99:>8.2f}{th:>8.0f}{med([q(r['err'], 0.5) * 1e3 for r in ok]):>11.3f}"
-              f"{med([q(r['err'], 0.99) * 1e3 for r in ok]):>8.3f}"
+        print(f"{name:<18}{len(ok):>3}{med([r['streams'] for r in ok]):>9.0f}{med([r['failed'] for r in ok]):>7.0f}"
+              f"{med([r['peak'] for r in ok]):>15.0f}{med([r['events_per_s'] for r in ok]):>10.0f}{lag50:>11.1f}"
+              f"{lag99:>9.1f}{th:>7.0f}{med([q(r['err'], 0.5) * 1e3 for r in ok]):>11.1f}"
+              f"{med([q(r['err'], 0.99) * 1e3 for r in ok]):>9.1f}"
               f"{med([r['server']['lag_p99_s'] * 1e3 for r in ok]):>12.1f}{med([r['cpu'] for r in ok]):>7.2f}")
 
 
