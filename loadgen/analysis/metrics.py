@@ -96,6 +96,13 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     }
 
 
+def window_stats(df: pd.DataFrame, start: float, end: float, slos: list[SLO]) -> dict:
+    """The statistics of the records of one stretch ``[start, end)`` (run seconds), as summary.json holds them
+    per phase, with the percentiles and per-request limits ``slos`` need: what a sliding window is judged on."""
+    extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
+    return _scope_stats(df, start, end, None, extra, _per_request_limits(slos))
+
+
 RECOVERY_WINDOW_S = 2.0
 
 
@@ -175,10 +182,11 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
 def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *, target: str = "target",
               scenario: str = "", complete: bool = True, notes: list[str] | None = None,
               send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
-              failed_fast: str | None = None) -> dict:
+              failed_fast: str | None = None, timeseries_step: float = 1.0) -> dict:
     """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts.
 
-    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it)."""
+    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it).
+    ``timeseries_step``: seconds per time-series bin (a watch that ran for days takes coarser ones)."""
     df = records_frame(table)
     extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
     limits = _per_request_limits(slos)
@@ -230,7 +238,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
         "error_classes": list(ERROR_CLASSES),
         "overall": overall,
         "phases": phases,
-        "timeseries": timeseries(df, plans, duration),
+        "timeseries": timeseries(df, plans, duration, timeseries_step),
         "recovery": recovery(df, plans, slos),
     }
     summary["slo"] = evaluate_slos(summary, slos, target)

@@ -35,6 +35,7 @@ import math
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -220,6 +221,17 @@ def partial_path(path: str | os.PathLike) -> str:
 def records_exist(path: str | os.PathLike) -> bool:
     """Whether records were written to ``path``: the finished file or its partial stream."""
     return os.path.exists(path) or os.path.exists(partial_path(path))
+
+
+class RecordSink(Protocol):
+    """Where an engine puts its drained record batches: a :class:`RecordWriter`, or anything that writes and
+    closes like one (``loadgen.records.rotate.RotatingRecordWriter``, a writer that also observes)."""
+
+    def write(self, batch: pa.RecordBatch | None) -> None:
+        """Append a batch (None or empty: nothing); raise :class:`RunDirWriteError` when it cannot be stored."""
+
+    def close(self) -> None:
+        """Finish the files; safe to call twice."""
 
 
 class RecordWriter:
