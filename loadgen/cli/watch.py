@@ -19,12 +19,12 @@ from loadgen.units import parse_duration
 MAX_REMOTE_QPS = 10.0  # a probe, not a load test: more than this at someone else's server needs --force-rate
 
 
-def _seconds(text: str, name: str) -> float:
+def _seconds(text: str, name: str, zero: bool = False) -> float:
     try:
         v = parse_duration(text)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=name) from None
-    if v <= 0:
+    if v <= 0 and not zero:
         raise click.BadParameter(f"expected a duration above 0, got {text!r}", param_hint=name)
     return v
 
@@ -65,19 +65,22 @@ def status_line(st: TargetStatus) -> str:
               help="closed records files kept; older ones are deleted")
 @click.option("--target", "target_url", metavar="URL", help="probe this base URL instead of the scenario's target(s)")
 @click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
+@click.option("--linger", default="0s", show_default=True,
+              help="keep serving /metrics this long after the probe stopped (a last scrape sees the final counts)")
 @click.option("--status-every", default="30s", show_default=True, help="print one status line per target this often")
 @click.option("--force-rate", is_flag=True, help=f"allow --qps above {MAX_REMOTE_QPS:g} at a target not on this "
                                                  "machine")
 @exits_on_errors
 def watch(scenario, qps, metrics_port, metrics_host, window, duration, rotate_every, keep, target_url, out,
-          status_every, force_rate) -> None:
+          linger, status_every, force_rate) -> None:
     out_console = console()
     loaded = load_or_exit(scenario)
     scrub_logs(loaded.secrets)
     settings = WatchSettings(qps=qps, duration=_seconds(duration, "--duration") if duration else None,
                              window_s=_seconds(window, "--window"), rotate_every_s=_seconds(rotate_every,
                                                                                             "--rotate-every"),
-                             keep=keep, host=metrics_host, port=metrics_port)
+                             keep=keep, host=metrics_host, port=metrics_port,
+                             linger_s=_seconds(linger, "--linger", zero=True))
     every = _seconds(status_every, "--status-every")
     for t in loaded.scenario.target_list():
         url = target_url or t.url

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -55,6 +56,7 @@ class WatchSettings:
     keep: int = 24
     host: str = "127.0.0.1"
     port: int = 9464
+    linger_s: float = 0.0  # /metrics stays up this long after the probe stopped, for a last scrape
 
     def plan(self, arrival: str) -> PhasePlan:
         end = self.duration if self.duration is not None else math.inf
@@ -109,6 +111,7 @@ class EngineGroup:
         self.engines: list[NativeEngine] = []
         self.live = LiveStats(math.inf)
         self._stopped = False
+        self.aborted = False
 
     @property
     def t0(self) -> float:
@@ -129,7 +132,7 @@ class EngineGroup:
             e.request_stop()
 
     def abort(self) -> None:
-        self._stopped = True
+        self._stopped = self.aborted = True
         for e in self.engines:
             e.abort()
 
@@ -209,24 +212,27 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                 await asyncio.gather(ticker, return_exceptions=True)
 
         results = run_async(main())
+        for wt, (mt, slos), res in zip(watched, mts, results):
+            wt.result = res
+            wt.summary = _summary(mt, res, slos, settings, wt)
+            write_json(mt.tdir / SUMMARY, wt.summary, secrets)
+        elapsed = max((r.duration for r in results), default=0.0)
+        _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
+        verdict = judge([TargetOutcome(w.name, w.summary, None, None, False) for w in watched],
+                        interrupted=False, expected_targets=len(watched))
+        for entry, w in zip(meta["targets"], watched):
+            entry.update(wall_start=w.result.wall_start, duration_s=w.result.duration, requests=w.result.requests)
+        meta.update(complete=True, exit_code=verdict.exit_code, verdict=verdict.to_json())
+        rd.write_meta(meta, secrets)
+        write_json(rd.path / WATCH_JSON, _watch_facts(watched, exporter, settings), secrets)
+        deadline = time.monotonic() + settings.linger_s  # watch.json first: whoever sees it scrapes final counts
+        while time.monotonic() < deadline and not group.aborted:  # a second Ctrl-C ends the lingering
+            time.sleep(0.05)
     finally:
         if stop_metrics is not None:
             stop_metrics()
         for s in servers:
             s.stop()
-    for wt, (mt, slos), res in zip(watched, mts, results):
-        wt.result = res
-        wt.summary = _summary(mt, res, slos, settings, wt)
-        write_json(mt.tdir / SUMMARY, wt.summary, secrets)
-    elapsed = max((r.duration for r in results), default=0.0)
-    _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
-    verdict = judge([TargetOutcome(w.name, w.summary, None, None, False) for w in watched],
-                    interrupted=False, expected_targets=len(watched))
-    for entry, w in zip(meta["targets"], watched):
-        entry.update(wall_start=w.result.wall_start, duration_s=w.result.duration, requests=w.result.requests)
-    meta.update(complete=True, exit_code=verdict.exit_code, verdict=verdict.to_json())
-    rd.write_meta(meta, secrets)
-    write_json(rd.path / WATCH_JSON, _watch_facts(watched, exporter, settings), secrets)
     return WatchResult(rd, metrics_url, watched, verdict)
 
 
