@@ -27,6 +27,10 @@ PANELS = (
 )
 
 
+GPU_TITLE = "GPU utilization"
+GPU_BAND = (70.0, 80.0)  # the article: keep GPU utilization at 70-80%
+
+
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     df["metric"] = df["metric"].astype(str).str.replace(":", "_", regex=False)
@@ -88,6 +92,20 @@ def panel_series(df: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
     return out
 
 
+def gpu_utilization(df: pd.DataFrame | None) -> dict | None:
+    """GPU utilization against the article's 70-80% band, over the scrapes: median and the share of scrapes
+    below, within and above it (percent, fractions); None when the server exported none (a CPU server)."""
+    if df is None or df.empty:
+        return None
+    s = next((s for title, _, s in panel_series(df) if title == GPU_TITLE), None)
+    v = s.dropna().to_numpy() if s is not None else np.empty(0)
+    if not v.size:
+        return None
+    lo, hi = GPU_BAND
+    return {"median": float(np.median(v)), "below": float(np.mean(v < lo)),
+            "within": float(np.mean((v >= lo) & (v <= hi))), "above": float(np.mean(v > hi)), "scrapes": int(v.size)}
+
+
 def server_plot(summary: dict, df: pd.DataFrame | None) -> tuple[str | None, list[str]]:
     """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles)."""
     if df is None or df.empty:
@@ -111,6 +129,10 @@ def server_plot(summary: dict, df: pd.DataFrame | None) -> tuple[str | None, lis
             b = ax[i, 0]
             b.plot(s.index.to_numpy(), s.to_numpy(), color=PALETTE[(i + 1) % len(PALETTE)], lw=1.3, marker=".", ms=3)
             b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(0, None if np.nanmax(s.to_numpy()) > 0 else 1)
+            if title == GPU_TITLE:  # the article's band, where the GPU is busy but has room for a burst
+                b.axhspan(*GPU_BAND, color=PALETTE[2], alpha=0.15, lw=0, label="target 70-80%")
+                b.set_ylim(0, 100)
+                b.legend(loc="upper left", fontsize=7, frameon=False)
             shade_windows(b, phases)
         ax[-1, 0].set_xlabel("time since start (s)")
         end = max([t[-1] + step if t.size else 0] + [p["end"] for p in phases] + [float(df["time"].max())])

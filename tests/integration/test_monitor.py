@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from loadgen.cli.main import main
 from loadgen.run.targets import free_port
-from tests.integration.test_watch import start_reference
+from tests.helpers import start_reference
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: apt-get install "

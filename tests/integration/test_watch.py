@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from loadgen.analysis.buckets import BASE_BOUNDS, bucket_quantile
 from loadgen.analysis.stats import nearest_rank
 from loadgen.records.rotate import read_segments
 from loadgen.run.targets import free_port
+from tests.helpers import start_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,24 +123,6 @@ def test_watch_metrics_match_the_records(known_server, tmp_path):
 
 def buckets_bounds(m: dict, name: str) -> list[float]:
     return [b for b, _ in buckets(m, name)]
-
-
-def start_reference(port: int, *flags: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--host", "127.0.0.1", "--port", str(port),
-                             "--arch", "optimized", "--model", "tiny", "--backend", "numpy", *flags],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the reference server exited"
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
-                return proc
-        except OSError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("the reference server was not ready in time")
 
 
 def wait_for(url: str, slo: str, want: float, limit_s: float) -> float:
