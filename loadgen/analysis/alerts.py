@@ -15,8 +15,8 @@ One rule per objective and target (:func:`alert_rules`), fired when the objectiv
   made over its ``--window`` with exact percentiles.
 - ``error_rate``: the ratio of the error counter's rate to the total's, exact over the range.
 
-Two rules watch the probe itself: its send lag above ``load.send_lag_threshold`` (its numbers then describe the
-generator), and a probe that stopped sending. :func:`prometheus_rule` wraps the groups in a Kubernetes
+Two rules watch the probe itself: its send lag judged as a run's is (``load.send_lag_threshold``; its numbers
+then describe the generator), and a probe that stopped sending. :func:`prometheus_rule` wraps the groups in a Kubernetes
 ``PrometheusRule`` (prometheus-operator). Durations in seconds.
 """
 
@@ -30,9 +30,9 @@ from loadgen.analysis.buckets import HISTOGRAM_METRICS
 from loadgen.analysis.exposition import (
     HISTOGRAMS,
     PHASE,
+    PROBE_LAGGING,
     PROBE_QPS,
     REQUESTS,
-    SEND_LAG,
     SLO_HOLDING,
 )
 from loadgen.scenario.slo import SLO, percentile_of
@@ -126,11 +126,11 @@ def alert_rules(scenario: str, targets: dict[str, list[SLO]], for_s: float = 300
                                f"{target}: SLO '{s.expr}' breached {over} for {duration(for_s)}",
                                f"Scenario {scenario}, target {target}: the objective '{s.expr}' has not held "
                                f"{over} for {duration(for_s)}. {text}"))
-        rules.append(_rule("LatbenchProbeLagging", f"{SEND_LAG}{selector(scenario, target)} > "
-                           f"{_num(send_lag_threshold)}", for_s, {**base, "slo": "send_lag"},
-                           f"{target}: the latbench probe sends late",
-                           f"The probe's send lag is above {send_lag_threshold * 1e3:g} ms: its latencies describe "
-                           "the generator as much as the server. Give latbench watch more CPU or a lower --qps."))
+        rules.append(_rule("LatbenchProbeLagging", f"{PROBE_LAGGING}{selector(scenario, target)} == 1", for_s,
+                           {**base, "slo": "send_lag"}, f"{target}: the latbench probe sends late",
+                           f"The probe's p99 send lag is clearly above {send_lag_threshold * 1e3:g} ms and above a "
+                           "tenth of the median latency (the rule that marks a run generator-limited): its latencies "
+                           "describe the probe as much as the server. Give latbench watch more CPU."))
         sel = selector(scenario, target)
         rules.append(_rule("LatbenchProbeSilent",
                            f"absent({PROBE_QPS}{sel}) or sum(rate({REQUESTS}{sel}[{duration(range_s)}])) == 0",

@@ -146,7 +146,7 @@ def dashboard(scenario: str, targets: dict[str, list[SLO]], streaming: bool, ser
                             _lines(slos, "ttft")))
         lay.add(_timeseries("Time per output token", _quantiles("tpot", all_sel), "s", _QUANTILE_NOTE,
                             _lines(slos, "tpot")))
-    lay.add(_timeseries("Probe send lag (largest in the window)", [_target(f"{SEND_LAG}{all_sel}", "{{target}}", "A")],
+    lay.add(_timeseries("Probe send lag (p99 over the window)", [_target(f"{SEND_LAG}{all_sel}", "{{target}}", "A")],
                         "s", "How late the probe sent its requests; above the line its numbers describe the "
                         "generator as much as the server.", [send_lag_threshold]))
     if server_metrics:

@@ -11,7 +11,8 @@ they are defined: the alert rules and the dashboard read them from here):
 | ``latbench_itl_seconds`` | histogram | each gap between token chunks |
 | ``latbench_service_time_seconds`` | histogram | ``done - sent`` |
 | ``latbench_requests_total`` | counter | every request, by ``outcome`` (ok, error) and ``error`` class (none when ok) |
-| ``latbench_send_lag_seconds`` | gauge | the largest ``sent - scheduled`` in the window: the probe's own lateness |
+| ``latbench_send_lag_seconds`` | gauge | p99 of ``sent - scheduled`` in the window: the probe's own lateness |
+| ``latbench_probe_lagging`` | gauge | 1 when the probe's lag makes its numbers its own (the rule of a run), else 0 |
 | ``latbench_slo_holding`` | gauge | per objective (``slo`` label): 1 holding, 0 not, NaN nothing in the window |
 | ``latbench_slo_value`` | gauge | per objective: its value over the window (seconds, or a fraction) |
 | ``latbench_window_requests`` | gauge | requests completed in the window |
@@ -52,6 +53,7 @@ LABELS = ("scenario", "target", "phase")
 HISTOGRAMS = {m: f"latbench_{m}_seconds" for m in HISTOGRAM_METRICS}
 REQUESTS = "latbench_requests_total"
 SEND_LAG = "latbench_send_lag_seconds"
+PROBE_LAGGING = "latbench_probe_lagging"
 SLO_HOLDING = "latbench_slo_holding"
 SLO_VALUE = "latbench_slo_value"
 WINDOW_REQUESTS = "latbench_window_requests"
@@ -114,12 +116,14 @@ class WatchExporter:
         self.registry.register(self)
 
     def add_target(self, name: str, slos: list[SLO], qps: float, now: Callable[[], float | None],
-                   all_slos: list[SLO] | None = None) -> None:
+                   all_slos: list[SLO] | None = None, send_lag_threshold: float = 0.005) -> None:
         """Watch target ``name``: ``slos`` are judged over the window; bucket bounds come from ``all_slos``
-        (default ``slos``); ``now`` gives run seconds on the records' clock, None before the run starts."""
+        (default ``slos``); ``now`` gives run seconds on the records' clock, None before the run starts;
+        ``send_lag_threshold`` (s) is the scenario's ``load.send_lag_threshold``."""
         bounds_from = all_slos if all_slos is not None else slos
         hists = {m: _Hist(bucket_bounds(bounds_from, m)) for m in HISTOGRAM_METRICS}
-        t = _Target(name, (self.scenario, name, PHASE), now, qps, SlidingWindow(self.window_s, slos), hists)
+        window = SlidingWindow(self.window_s, slos, send_lag_threshold)
+        t = _Target(name, (self.scenario, name, PHASE), now, qps, window, hists)
         t.requests = {c: 0 for c in ("",) + ERROR_CLASSES}  # every series exists from the start (rate() needs it)
         with self._lock:
             self._targets[name] = t
@@ -171,8 +175,11 @@ class WatchExporter:
         req = CounterMetricFamily(REQUESTS.removesuffix("_total"), "Requests the probe sent, by outcome and error "
                                   "class (dropped: never sent, the in-flight cap was reached).",
                                   labels=LABELS + ("outcome", "error"))
-        lag = GaugeMetricFamily(SEND_LAG, "Largest send lag (sent - scheduled) in the window: the probe's own "
+        lag = GaugeMetricFamily(SEND_LAG, "p99 of the send lag (sent - scheduled) in the window: the probe's own "
                                 "lateness.", labels=LABELS)
+        lagging = GaugeMetricFamily(PROBE_LAGGING, "1 when the probe's send lag makes its numbers describe the "
+                                    "probe (the rule that marks a run generator-limited), 0 when not, NaN when the "
+                                    "window is empty.", labels=LABELS)
         holding = GaugeMetricFamily(SLO_HOLDING, "1 when the objective holds over the window, 0 when it does not, "
                                     "NaN when the window holds no request.", labels=LABELS + ("slo",))
         value = GaugeMetricFamily(SLO_VALUE, "The objective's value over the window (seconds, or a fraction).",
@@ -190,7 +197,8 @@ class WatchExporter:
                 for cls, count in t.requests.items():
                     req.add_metric(labels + ["error" if cls else "ok", cls or "none"], count)
                 st = states[n]
-                lag.add_metric(labels, st.send_lag_max if st else math.nan)
+                lag.add_metric(labels, st.send_lag_p99 if st else math.nan)
+                lagging.add_metric(labels, st.lagging if st else math.nan)
                 in_window.add_metric(labels, st.count if st else 0)
                 span.add_metric(labels, self.window_s)
                 qps.add_metric(labels, t.qps)
@@ -199,7 +207,7 @@ class WatchExporter:
                     holding.add_metric(labels + [s.expr], ss.holding if ss else math.nan)
                     value.add_metric(labels + [s.expr], ss.value if ss else math.nan)
         yield from hist.values()
-        yield from (req, lag, holding, value, in_window, span, qps)
+        yield from (req, lag, lagging, holding, value, in_window, span, qps)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every series."""

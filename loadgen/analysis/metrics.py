@@ -103,6 +103,19 @@ def window_stats(df: pd.DataFrame, start: float, end: float, slos: list[SLO]) ->
     return _scope_stats(df, start, end, None, extra, _per_request_limits(slos))
 
 
+def send_lag_limited(scope: dict, threshold: float) -> bool:
+    """Whether the generator's lag makes a scope's numbers describe the generator (seconds; a scope's stats).
+
+    Lagging when the p99 is clearly over the threshold: its 95% interval's lower bound is (one hiccup in
+    a short run moves the p99 of 20 samples, not that bound), and the lag is large enough to matter: a
+    latency counts from the intended send time, so a lag can distort it by at most its own size, and a
+    lag under a tenth of the median latency is reported but cannot change what the run concludes."""
+    ci = scope["metrics"]["send_lag"]["percentiles"]["p99"]["ci"]
+    lat_p50 = stat_value(scope["metrics"]["latency"], "p50")
+    lag_low = ci[0] if ci and ci[0] is not None else None
+    return bool(lag_low is not None and lag_low > threshold and (lat_p50 is None or lag_low > 0.1 * lat_p50))
+
+
 RECOVERY_WINDOW_S = 2.0
 
 
@@ -210,15 +223,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
     lag = overall["metrics"]["send_lag"]
     lag_p99 = stat_value(lag, "p99")
     cpu_util = (cpu_seconds / duration / processes) if (cpu_seconds is not None and duration > 0) else None
-    # Lagging when the p99 is clearly over the threshold: its 95% interval's lower bound is (one hiccup in
-    # a short run moves the p99 of 20 samples, not that bound), and the lag is large enough to matter: a
-    # latency counts from the intended send time, so a lag can distort it by at most its own size, and a
-    # lag under a tenth of the median latency is reported but cannot change what the run concludes.
-    ci = lag["percentiles"]["p99"]["ci"]
-    lat_p50 = stat_value(overall["metrics"]["latency"], "p50")
-    lag_low = ci[0] if ci and ci[0] is not None else None
-    lagging = bool(lag_low is not None and lag_low > send_lag_threshold
-                   and (lat_p50 is None or lag_low > 0.1 * lat_p50))
+    lagging = send_lag_limited(overall, send_lag_threshold)
     if not lagging and lag_p99 is not None and lag_p99 > send_lag_threshold:
         notes = list(notes or []) + [f"send lag p99 {lag_p99 * 1e3:.1f} ms is above the "
                                      f"{send_lag_threshold * 1e3:g} ms "

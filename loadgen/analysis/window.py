@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from loadgen.analysis.metrics import records_frame, slo_value, window_stats
+from loadgen.analysis.metrics import records_frame, send_lag_limited, slo_value, window_stats
 from loadgen.scenario.slo import SLO
 
 
@@ -51,12 +51,14 @@ class SloState:
 
 @dataclass(frozen=True)
 class WindowState:
-    """What the window held at ``now``: request count, errors, the largest send lag (s), each objective."""
+    """What the window held at ``now``: request count, errors, the p99 send lag (s), whether the probe lags (by
+    the rule that marks a run generator-limited: 1.0, 0.0, NaN when empty), each objective."""
 
     now: float
     count: int
     errors: int
-    send_lag_max: float
+    send_lag_p99: float
+    lagging: float
     slos: tuple[SloState, ...]
 
 
@@ -71,11 +73,12 @@ def _num(v) -> float:
 class SlidingWindow:
     """Record batches of the last ``span_s`` seconds, judged on demand. Not thread-safe: its owner locks."""
 
-    def __init__(self, span_s: float, slos: list[SLO]):
+    def __init__(self, span_s: float, slos: list[SLO], send_lag_threshold: float = 0.005):
         if span_s <= 0:
             raise ValueError(f"window: expected a span above 0 s, got {span_s}")
         self.span_s = span_s
         self.slos = list(slos)
+        self.send_lag_threshold = send_lag_threshold
         self._batches: deque[tuple[float, pa.RecordBatch]] = deque()  # (latest done in the batch, batch)
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -98,13 +101,13 @@ class SlidingWindow:
         else:
             df = None
         if df is None or df.empty:
-            return WindowState(now, 0, 0, math.nan, tuple(SloState(s, math.nan, math.nan) for s in self.slos))
+            return WindowState(now, 0, 0, math.nan, math.nan,
+                               tuple(SloState(s, math.nan, math.nan) for s in self.slos))
         stats = window_stats(df, start, now, self.slos)
         states = []
         for s in self.slos:
             value = _num(slo_value(stats, s)[0])
             states.append(SloState(s, value, 1.0 if s.check(value) else 0.0))
-        lag = df["send_lag"].to_numpy()
-        lag = lag[~(lag != lag)]  # NaN: never sent (dropped)
-        return WindowState(now, int(stats["count"]), int(stats["count"] - stats["ok"]),
-                           float(lag.max()) if lag.size else math.nan, tuple(states))
+        lag = stats["metrics"]["send_lag"]["percentiles"]["p99"]["value"]
+        return WindowState(now, int(stats["count"]), int(stats["count"] - stats["ok"]), _num(lag),
+                           float(send_lag_limited(stats, self.send_lag_threshold)), tuple(states))

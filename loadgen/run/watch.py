@@ -195,7 +195,8 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         rd.write_meta(meta, secrets)
         holders = [dict() for _ in mts]
         for (mt, slos), holder in zip(mts, holders):
-            exporter.add_target(mt.name, slos, settings.qps, _clock_of(holder), all_slos=list(sc.slo))
+            exporter.add_target(mt.name, slos, settings.qps, _clock_of(holder), all_slos=list(sc.slo),
+                                send_lag_threshold=sc.load.send_lag_threshold)
         metrics_url, stop_metrics = serve(exporter, settings.host, settings.port)
         meta["watch"]["metrics_url"] = metrics_url
         rd.write_meta(meta, secrets)
@@ -328,7 +329,8 @@ def _watch_facts(watched: list[WatchedTarget], exporter: WatchExporter, settings
             "name": w.name,
             "requests": exporter.requests(w.name),
             "window": None if state is None else {
-                "count": state.count, "errors": state.errors, "send_lag_max": state.send_lag_max,
+                "count": state.count, "errors": state.errors, "send_lag_p99": state.send_lag_p99,
+                "probe_lagging": state.lagging,
                 "slo": [{"expr": s.slo.expr, "value": s.value, "holding": s.holding} for s in state.slos]},
             "rows_written": wr.rows if wr else 0, "rows_deleted": wr.deleted_rows if wr else 0,
             "segments_deleted": wr.deleted_segments if wr else 0, "rotations": wr.rotations if wr else 0,
