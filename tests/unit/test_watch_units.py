@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +18,7 @@ from loadgen.analysis.exposition import WatchExporter
 from loadgen.analysis.stats import nearest_rank
 from loadgen.analysis.window import SlidingWindow, watchable
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments, segments
-from loadgen.records.schema import Outcome, RecordBuffer
+from loadgen.records.schema import Outcome, RecordBuffer, read_records
 from loadgen.scenario.slo import parse_slo
 
 
@@ -129,9 +130,12 @@ def test_rotation_keeps_the_newest_files_and_every_row_until_deleted(tmp_path):
         now[0] += 5.0
         sizes.append(disk_bytes(tmp_path))
         assert len(segments(tmp_path)) <= 2
+    # the open file's rows are held for one row group, but a run killed now still has them: the partial stream
+    assert read_records(tmp_path / "requests.parquet").num_rows == 20
     w.close()
     assert [p.name for p in segments(tmp_path)] == ["requests-000002.parquet", "requests-000003.parquet"]
     assert w.rows == 140 and w.deleted_rows == 40 and w.deleted_segments == 1
     assert read_segments(tmp_path).num_rows == 100  # two closed files of 40 and the open one of 20
     assert not (tmp_path / "requests.parquet.partial").exists()
     assert max(sizes) <= 4 * max(p.stat().st_size for p in segments(tmp_path))
+    assert all(pq.ParquetFile(p).metadata.num_row_groups == 1 for p in segments(tmp_path))
