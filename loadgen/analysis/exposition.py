@@ -43,6 +43,7 @@ from prometheus_client.utils import floatToGoString
 from loadgen.analysis.buckets import HISTOGRAM_METRICS, bucket_bounds
 from loadgen.analysis.metrics import itl_samples, records_frame
 from loadgen.analysis.window import SlidingWindow, WindowState
+from loadgen.errors import UsageError
 from loadgen.records.schema import ERROR_CLASSES
 from loadgen.scenario.slo import SLO
 
@@ -216,7 +217,10 @@ class WatchExporter:
 
 def serve(exporter: WatchExporter, host: str, port: int):
     """Serve ``/metrics`` on ``host:port`` (0: a free port) in a thread; returns (url, stop)."""
-    server, thread = start_http_server(port, addr=host, registry=exporter.registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=exporter.registry)
+    except OSError as exc:  # the port is taken, the address is not this host's
+        raise UsageError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{server.server_port}/metrics"
 

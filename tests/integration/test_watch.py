@@ -166,7 +166,7 @@ def test_injected_slowness_flips_the_slo_gauge_within_the_window(tmp_path):
         assert one(m, "latbench_slo_value", slo=slo, target="target") >= 0.4
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM)  # as a service manager stops it: a normal end
             proc.communicate(timeout=30)
         server.send_signal(signal.SIGTERM)
         server.wait(30)

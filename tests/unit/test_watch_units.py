@@ -5,10 +5,12 @@ the rotating writer's files."""
 from __future__ import annotations
 
 import math
+import socket
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,6 +19,7 @@ from loadgen.analysis.buckets import BASE_BOUNDS, bucket_bounds, bucket_of, buck
 from loadgen.analysis.exposition import WatchExporter
 from loadgen.analysis.stats import nearest_rank
 from loadgen.analysis.window import SlidingWindow, watchable
+from loadgen.cli.main import main
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments, segments
 from loadgen.records.schema import Outcome, RecordBuffer, read_records
 from loadgen.scenario.slo import parse_slo
@@ -139,3 +142,18 @@ def test_rotation_keeps_the_newest_files_and_every_row_until_deleted(tmp_path):
     assert not (tmp_path / "requests.parquet.partial").exists()
     assert max(sizes) <= 4 * max(p.stat().st_size for p in segments(tmp_path))
     assert all(pq.ParquetFile(p).metadata.num_row_groups == 1 for p in segments(tmp_path))
+
+
+def test_watch_refuses_a_load_test_rate_at_someone_elses_server_and_a_taken_port(tmp_path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text('name: s\ntarget: {url: "https://api.example.com/v1"}\nload: {phases: [{name: a, duration: 1s, '
+                  'qps: 1}]}\n')
+    res = CliRunner().invoke(main, ["watch", str(sc), "--qps", "50", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "--force-rate" in res.output and not any(tmp_path.glob("*-watch"))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    with taken:
+        res = CliRunner().invoke(main, ["watch", str(sc), "--target", "http://127.0.0.1:9/v1", "--metrics-port",
+                                        str(taken.getsockname()[1]), "--duration", "1s", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "cannot serve metrics on 127.0.0.1:" in res.output, res.output
