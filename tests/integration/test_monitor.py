@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
 
 import pytest
 import yaml
@@ -14,7 +18,7 @@ from click.testing import CliRunner
 
 from loadgen.cli.main import main
 from loadgen.run.targets import free_port
-from tests.helpers import start_reference
+from tests.helpers import ROOT, start_reference
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: apt-get install "
@@ -200,3 +204,55 @@ def test_gpu_panel_only_where_the_server_exports_gpu_utilization(tmp_path):
     steps = panels[i]["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [s["value"] for s in steps] == [None, 70.0, 80.0]
     assert panels[i]["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "area"
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (Debian: apt-get install "
+                                                               "prometheus)")
+def test_a_real_prometheus_scrapes_the_watch_and_fires_the_breached_rule_only(tmp_path):
+    """The three pieces together, as a user runs them: the reference server made slow (every request +400 ms),
+    `latbench alerts`, `latbench watch`, and Prometheus scraping the watch with the rules loaded."""
+    port, metrics, prom_port = free_port(), free_port(), free_port()
+    sc = tmp_path / "e2e.yaml"
+    sc.write_text(f"""\
+name: e2e
+target: {{url: "http://127.0.0.1:{port}/v1", model: tiny, stream: true}}
+workload: {{prompts: {{input_tokens: 8, output_tokens: 4, distinct: 20}}}}
+load: {{phases: [{{name: steady, duration: 10s, qps: 5}}]}}
+slo: ["latency.p99 < 300ms", "error_rate < 1%"]
+""")
+    invoke("alerts", str(sc), "--out", str(tmp_path / "mon"), "--for", "5s", "--range", "15s")
+    (tmp_path / "prom.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(tmp_path / "mon" / "latbench-e2e.rules.yml")],
+        "scrape_configs": [{"job_name": "latbench", "static_configs": [{"targets": [f"127.0.0.1:{metrics}"]}]}]}))
+    server = start_reference(port, "--slow-rate", "1.0", "--slow-ms", "400")
+    procs = [server]
+    try:
+        procs.append(subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prom.yml'}",
+                                       f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                       f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        watch = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "watch", str(sc), "--qps", "10",
+                                  "--metrics-port", str(metrics), "--window", "15s", "--duration", "90s",
+                                  "--out", str(tmp_path / "runs")], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        procs.append(watch)
+        firing: set = set()
+        deadline = time.monotonic() + 80
+        while time.monotonic() < deadline and "LatbenchLatencyP99" not in firing:
+            time.sleep(2)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/alerts", timeout=5) as resp:
+                    alerts = json.loads(resp.read())["data"]["alerts"]
+            except OSError:
+                continue
+            firing = {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+        assert firing == {"LatbenchLatencyP99"}, firing
+        q = urllib.parse.quote("histogram_quantile(0.99, sum by (le) (rate(latbench_latency_seconds_bucket[15s])))")
+        with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/query?query={q}", timeout=5) as resp:
+            (result,) = json.loads(resp.read())["data"]["result"]
+        assert 0.4 <= float(result["value"][1]) <= 120.0  # interpolated, but past the 400 ms every request waited
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            p.wait(30)
