@@ -8,7 +8,7 @@ import pandas as pd
 from loadgen.analysis.metrics import itl_samples  # the one definition of inter-token latency
 from reports import plots
 from reports.loader import TargetData
-from reports.server import server_plot, ttft_comparison
+from reports.server import gpu_utilization, server_plot, ttft_comparison
 
 ITL_SAMPLE = 5000  # requests whose token gaps feed the ITL histogram
 HIST_SAMPLE = 200_000
@@ -149,9 +149,13 @@ def target_figures(td: TargetData) -> list[dict]:
         records = td.frame() if td.has_records else None
         sp, panels = server_plot(td.summary, td.server_metrics(), records)
         if sp:
+            gpu = gpu_utilization(td.server_metrics())
+            band = ("" if gpu is None else
+                    f" GPU utilization: median {gpu['median']:.0f}%; {gpu['within']:.0%} of scrapes within the "
+                    f"article's 70-80% band (shaded), {gpu['below']:.0%} below, {gpu['above']:.0%} above.")
             figs.append({"id": "server", "title": "Server side", "uri": sp,
                          "caption": "Scraped from the target's Prometheus /metrics every second, on the same clock: "
-                                    + ", ".join(panels) + " (per scrape interval)." + _ttft_note(
+                                    + ", ".join(panels) + " (per scrape interval)." + band + _ttft_note(
                                         ttft_comparison(td.server_metrics(), records))})
     return figs
 

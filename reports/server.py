@@ -48,6 +48,10 @@ TTFT_BASE = "{p}time_to_first_token_seconds"
 TTFT_TITLE = "TTFT: engine vs latbench"
 
 
+GPU_TITLE = "GPU utilization"
+GPU_BAND = (70.0, 80.0)  # the article: keep GPU utilization at 70-80%
+
+
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     df["metric"] = df["metric"].astype(str).str.replace(":", "_", regex=False)
@@ -192,11 +196,25 @@ def ttft_panel(df: pd.DataFrame, records: pd.DataFrame | None) -> tuple[pd.Serie
     return engine, client_ttft(records, times)
 
 
+def gpu_utilization(df: pd.DataFrame | None) -> dict | None:
+    """GPU utilization against the article's 70-80% band, over the scrapes: median and the share of scrapes
+    below, within and above it (percent, fractions); None when the server exported none (a CPU server)."""
+    if df is None or df.empty:
+        return None
+    s = next((s for title, _, s in panel_series(df) if title == GPU_TITLE), None)
+    v = s.dropna().to_numpy() if s is not None else np.empty(0)
+    if not v.size:
+        return None
+    lo, hi = GPU_BAND
+    return {"median": float(np.median(v)), "below": float(np.mean(v < lo)),
+            "within": float(np.mean((v >= lo) & (v <= hi))), "above": float(np.mean(v > hi)), "scrapes": int(v.size)}
+
+
 def server_plot(summary: dict, df: pd.DataFrame | None,
                 records: pd.DataFrame | None = None) -> tuple[str | None, list[str]]:
     """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles).
 
-    ``records``: the run's records frame (``loadgen.metrics.records_frame``); with it, a server that reports
+    ``records``: the run's records frame (``loadgen.analysis.metrics.records_frame``); with it, a server that reports
     its own TTFT gets a panel with latbench's TTFT per interval beside the engine's.
     """
     if df is None or df.empty:
@@ -222,6 +240,10 @@ def server_plot(summary: dict, df: pd.DataFrame | None,
             b = ax[i, 0]
             b.plot(s.index.to_numpy(), s.to_numpy(), color=PALETTE[(i + 1) % len(PALETTE)], lw=1.3, marker=".", ms=3)
             b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(0, None if np.nanmax(s.to_numpy()) > 0 else 1)
+            if title == GPU_TITLE:  # the article's band, where the GPU is busy but has room for a burst
+                b.axhspan(*GPU_BAND, color=PALETTE[2], alpha=0.15, lw=0, label="target 70-80%")
+                b.set_ylim(0, 100)
+                b.legend(loc="upper left", fontsize=7, frameon=False)
             shade_windows(b, phases)
         if ttft is not None:
             b, (engine, ours) = ax[-1, 0], ttft

@@ -1,7 +1,12 @@
 """Shared test helpers: write a scenario file, run it in-process, read the RunDir back."""
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
+import time
+import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -11,6 +16,8 @@ from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
 from reports import fmt
 from reports.model import get
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
@@ -125,3 +132,20 @@ def check_cells(cells: list[dict], sources: dict) -> int:
         assert v is not None or c["text"] == fmt.DASH, c
         assert c["text"] == formatted(v, c["fmt"]), (c, v)
     return len(cells)
+def start_reference(port: int, *flags: str) -> subprocess.Popen:
+    """The reference server (optimized, tiny, numpy) on a given 127.0.0.1 port, once /health answers 200."""
+    proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--host", "127.0.0.1", "--port", str(port),
+                             "--arch", "optimized", "--model", "tiny", "--backend", "numpy", *flags],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the reference server exited"
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the reference server was not ready in time")

@@ -97,6 +97,26 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     }
 
 
+def window_stats(df: pd.DataFrame, start: float, end: float, slos: list[SLO]) -> dict:
+    """The statistics of the records of one stretch ``[start, end)`` (run seconds), as summary.json holds them
+    per phase, with the percentiles and per-request limits ``slos`` need: what a sliding window is judged on."""
+    extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
+    return _scope_stats(df, start, end, None, extra, _per_request_limits(slos))
+
+
+def send_lag_limited(scope: dict, threshold: float) -> bool:
+    """Whether the generator's lag makes a scope's numbers describe the generator (seconds; a scope's stats).
+
+    Lagging when the p99 is clearly over the threshold: its 95% interval's lower bound is (one hiccup in
+    a short run moves the p99 of 20 samples, not that bound), and the lag is large enough to matter: a
+    latency counts from the intended send time, so a lag can distort it by at most its own size, and a
+    lag under a tenth of the median latency is reported but cannot change what the run concludes."""
+    ci = scope["metrics"]["send_lag"]["percentiles"]["p99"]["ci"]
+    lat_p50 = stat_value(scope["metrics"]["latency"], "p50")
+    lag_low = ci[0] if ci and ci[0] is not None else None
+    return bool(lag_low is not None and lag_low > threshold and (lat_p50 is None or lag_low > 0.1 * lat_p50))
+
+
 RECOVERY_WINDOW_S = 2.0
 RECOVERY_STEP_S = 0.5  # the windows slide by this much: the resolution of a recovery time
 
@@ -184,12 +204,14 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
 def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *, target: str = "target",
               scenario: str = "", complete: bool = True, notes: list[str] | None = None,
               send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
-              failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None) -> dict:
+              failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None,
+              timeseries_step: float = 1.0) -> dict:
     """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts; with
     the headline numbers of :mod:`loadgen.analysis.headline` (``burst``, ``headroom``: ``expected_qps`` is
     the scenario's, ``capacity`` the fields of a capacity search of the same target).
 
-    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it)."""
+    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it).
+    ``timeseries_step``: seconds per time-series bin (a watch that ran for days takes coarser ones)."""
     df = records_frame(table)
     extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
     limits = _per_request_limits(slos)
@@ -213,15 +235,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
     lag = overall["metrics"]["send_lag"]
     lag_p99 = stat_value(lag, "p99")
     cpu_util = (cpu_seconds / duration / processes) if (cpu_seconds is not None and duration > 0) else None
-    # Lagging when the p99 is clearly over the threshold: its 95% interval's lower bound is (one hiccup in
-    # a short run moves the p99 of 20 samples, not that bound), and the lag is large enough to matter: a
-    # latency counts from the intended send time, so a lag can distort it by at most its own size, and a
-    # lag under a tenth of the median latency is reported but cannot change what the run concludes.
-    ci = lag["percentiles"]["p99"]["ci"]
-    lat_p50 = stat_value(overall["metrics"]["latency"], "p50")
-    lag_low = ci[0] if ci and ci[0] is not None else None
-    lagging = bool(lag_low is not None and lag_low > send_lag_threshold
-                   and (lat_p50 is None or lag_low > 0.1 * lat_p50))
+    lagging = send_lag_limited(overall, send_lag_threshold)
     if not lagging and lag_p99 is not None and lag_p99 > send_lag_threshold:
         notes = list(notes or []) + [f"send lag p99 {lag_p99 * 1e3:.1f} ms is above the "
                                      f"{send_lag_threshold * 1e3:g} ms "
@@ -241,7 +255,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
         "error_classes": list(ERROR_CLASSES),
         "overall": overall,
         "phases": phases,
-        "timeseries": timeseries(df, plans, duration),
+        "timeseries": timeseries(df, plans, duration, timeseries_step),
         "recovery": recovery(df, plans, slos),
     }
     summary["slo"] = evaluate_slos(summary, slos, target)
