@@ -1,4 +1,5 @@
-"""junit.xml for CI systems: one testsuite per target, one testcase per objective that applies to it,
+"""junit.xml for CI systems: one testsuite per target (the fresh starts of a cold-start study: one per
+architecture, a testcase per objective and start), one testcase per objective that applies to it,
 a <failure> for each objective missed. Run-level warnings (incomplete, generator-limited) go to
 the suite's system-err, so the test counts stay one per objective."""
 
@@ -24,33 +25,30 @@ def _measured(r: dict) -> str:
     return text
 
 
-def _suites(run: RunData) -> list[tuple[str, list[dict], float]]:
-    """(name, objective results, seconds) per test suite: per target, or per repeated target over its runs."""
-    if run.repeats:
-        secs = {td.name: float((td.summary or {}).get("duration_s") or 0) for td in run.targets}
-        return [(group, g.get("slo") or [], sum(secs.get(r["dir"], 0.0) for r in g["runs"]))
-                for group, g in run.repeats.get("targets", {}).items()]
-    return [(td.name, (td.summary or {}).get("slo") or [], float((td.summary or {}).get("duration_s") or 0))
-            for td in run.targets]
-
-
 def render_junit(run: RunData) -> str:
     root = ET.Element("testsuites", name=f"latbench: {run.name}")
     v = model.verdict(run)
     total = failures = 0
-    for name, slos, seconds in _suites(run):
-        results = [r for r in slos if r.get("applies", True)]
-        nfail = sum(1 for r in results if not r.get("passed"))
-        suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {name}", tests=str(len(results)),
+    for group, tds in run.groups():  # fresh starts or repetitions of one target: one suite for it
+        g = (run.repeats or {}).get("targets", {}).get(group)
+        if g is not None:  # a repeated run: each objective as the verdict judged it, over the runs
+            results = [(None, r) for r in g.get("slo") or [] if r.get("applies", True)]
+        else:
+            results = [(td, r) for td in tds for r in (td.summary or {}).get("slo") or [] if r.get("applies", True)]
+        nfail = sum(1 for _, r in results if not r.get("passed"))
+        seconds = sum(float((td.summary or {}).get("duration_s") or 0) for td in tds)
+        suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {group}", tests=str(len(results)),
                               failures=str(nfail), errors="0", skipped="0", time=f"{seconds:.3f}")
-        for r in results:
-            case = ET.SubElement(suite, "testcase", name=str(r.get("expr")), classname=f"latbench.{name}")
+        for td, r in results:
+            start = f" (start {td.meta.get('start')})" if td is not None and td.meta.get("start") is not None else ""
+            case = ET.SubElement(suite, "testcase", name=f"{r.get('expr')}{start}", classname=f"latbench.{group}")
             if not r.get("passed"):
-                f = ET.SubElement(case, "failure", message=f"{r.get('expr')}: {_measured(r)}", type="SLO")
-                f.text = f"{name}: objective {r.get('expr')} missed; {_measured(r)}"
+                f = ET.SubElement(case, "failure", message=f"{r.get('expr')}{start}: {_measured(r)}", type="SLO")
+                who = model.target_label(td) if td is not None else group
+                f.text = f"{who}: objective {r.get('expr')} missed; {_measured(r)}"
             else:
                 ET.SubElement(case, "system-out").text = _measured(r)
-        warn = [w for w in v["warnings"] if w.startswith((name + ":", name + "-rep")) or "INCOMPLETE" in w]
+        warn = [w for w in v["warnings"] if any(w.startswith(td.name + ":") for td in tds) or "INCOMPLETE" in w]
         if warn:
             ET.SubElement(suite, "system-err").text = "\n".join(warn)
         total += len(results)

@@ -90,6 +90,28 @@ def run_to_run_plot(repeats: dict) -> str | None:
         return to_uri(fig)
 
 
+def repeated_headline(repeats: dict) -> dict:
+    """The headline of a repeated run: per target, the median latency p50 and p99 over its runs, each with
+    its between-run 95% interval (a sentence is a list of str and Cell parts, as in reports.headline)."""
+    sentences = []
+    for group, g in repeats.get("targets", {}).items():
+        sent: list = [f"{group}: latency"]
+        for stat in ("p50", "p99"):
+            st = g["stats"].get(f"latency.{stat}")
+            if not st or st.get("median") is None:
+                continue
+            base = f"{REPEATS_SRC}targets/{group}/stats/latency.{stat}"
+            sent += [f" {stat} ", Cell(fmt.ms(st["median"]), f"{base}/median", "ms", group), " ms"]
+            if st.get("ci"):
+                sent += [" (", Cell(fmt.ci(st["ci"]), f"{base}/ci", "ci", group, css="rng"), ")"]
+        sent.append(f" over {len(g['runs'])} runs" + ("" if g.get("passed", True) else "; objectives missed") + ".")
+        sentences.append(sent)
+    return {"kind": "repeated", "title": f"Result over {repeats.get('runs')} runs",
+            "sentences": sentences, "list": len(sentences) > 1,
+            "notes": ["Medians of the runs; in brackets the between-run 95% interval (Student t over the runs' log "
+                      "values): the noise between runs, which one run's interval cannot show."]}
+
+
 def section(repeats: dict | None) -> dict | None:
     """Everything the 'Between runs' section of report.html shows; None for a single run."""
     if not repeats:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+import reports  # lazy (PEP 562): loads when the report is written
 from loadgen.analysis.capacity import headline, step_objectives
 from loadgen.analysis.repeats import spread_headline
 from loadgen.cli.common import console, exits_on_errors, fraction_option, load_or_exit, scrub_logs
@@ -16,7 +17,6 @@ from loadgen.run.signals import install_signal_handlers
 from loadgen.scenario.slo import parse_slo
 from loadgen.scenario.urls import on_loopback
 from loadgen.units import parse_duration
-from reports import write_capacity_report
 
 
 @click.command(help="Find the highest QPS the scenario's target sustains under the SLOs (stepping, then bisecting).\n\n"
@@ -73,7 +73,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
 
     def report(path) -> None:
         try:
-            write_capacity_report(path)
+            reports.write_capacity_report(path)
         except Exception as exc:
             out_console.print(f"report not rendered: {type(exc).__name__}: {exc}")
 

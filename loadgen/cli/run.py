@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+import reports  # lazy (PEP 562): matplotlib and jinja2 load when the report is written, after the run
 from loadgen.cli.between import between_table
 from loadgen.cli.common import (
     EXIT_CODES,
@@ -27,7 +28,6 @@ from loadgen.run.gate import gate_rundir
 from loadgen.run.runner import RunResult, run_scenario
 from loadgen.run.signals import install_signal_handlers
 from loadgen.units import parse_duration
-from reports import write_outputs
 
 
 @click.command(help="Run a scenario: send its load, record every request, write a RunDir, check its SLOs.\n\n"
@@ -42,6 +42,8 @@ from reports import write_outputs
               help="fail on a significant regression against this run")
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
               help="allowed worsening of a percentile before it counts")
+@click.option("--capacity", "capacity", metavar="RUNDIR", type=click.Path(file_okay=False),
+              help="a `latbench capacity` RunDir of the same target: the headroom headline says how far from its knee")
 @click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
               help="native: one asyncio process; locust: Locust's master/worker runners (scales past one machine)")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
@@ -58,8 +60,8 @@ from reports import write_outputs
 @click.option("--pause", metavar="DURATION", help="wait between repeated runs, e.g. 5s [default: repeat.pause]")
 @exits_on_errors
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
-        baseline: str | None, max_regression: str, engine: str, workers: int, expect_workers: int, master_bind: str,
-        processes: int, repeat_runs: int | None, pause: str | None) -> None:
+        baseline: str | None, max_regression: str, capacity: str | None, engine: str, workers: int,
+        expect_workers: int, master_bind: str, processes: int, repeat_runs: int | None, pause: str | None) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
     if baseline is not None and not (Path(baseline) / "meta.json").is_file():
@@ -68,6 +70,8 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
         pause_s = None if pause is None else parse_duration(pause)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--pause") from None
+    if capacity is not None and not (Path(capacity) / "capacity.json").is_file():
+        raise click.BadParameter(f"{capacity} is not a capacity RunDir (no capacity.json)", param_hint="--capacity")
     loaded = load_or_exit(scenario)
     repeat = loaded.scenario.repeat.model_copy(update={k: v for k, v in (("runs", repeat_runs), ("pause", pause_s))
                                                        if v is not None})
@@ -96,7 +100,8 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     install_signal_handlers(lambda: current.get("engine"), display.say)
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
-                              baseline=baseline, max_regression=allowance, opts=opts, repeat=repeat)
+                              baseline=baseline, max_regression=allowance, opts=opts, capacity=capacity,
+                              repeat=repeat)
     except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
         display.close()
         click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "
@@ -124,7 +129,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
 def write_reports(out: Console, rundir: Path) -> None:
     """report.html, summary.md and junit.xml; a report that fails to render never loses the run."""
     try:
-        write_outputs(rundir)
+        reports.write_outputs(rundir)
     except Exception as exc:  # the records and summaries are already on disk
         logging.getLogger("latbench").exception("the report could not be rendered")
         out.print(f"report not rendered: {type(exc).__name__}: {exc} (re-render with: latbench report {rundir})")
