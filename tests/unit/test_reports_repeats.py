@@ -58,13 +58,15 @@ def test_compare_takes_a_repeated_target_as_one_entry_with_its_runs_as_dots(tmp_
     single = synthetic_rundir(tmp_path / "s", 800, targets=(("api", 0.07),), slos=SLOS)
     entries = entries_of([f"{before}:before", f"{after}:after", f"{single}:single"])
     assert [e.label for e in entries] == ["before", "after", "single"]
-    assert [len(e.runs) for e in entries] == [3, 3, 0] and entries[2].group is None
+    assert [len(e.runs or []) for e in entries] == [3, 3, 0] and entries[2].repeat is None
+    assert [e.repeat["name"] for e in entries[:2]] == ["api", "api"]
     ctx = compare_context(entries)
     rows = ctx["comparison"]["rows"]
     assert rows[1]["ratios"][:3] == ["2.0x lower mean", "2.0x lower p50", "2.0x lower p99"]
     assert all(c.dots is not None and len(c.dots.dots) == 3 for r in rows[:2] for c in r["cells"][:3])
     assert all(c.dots is None for c in rows[2]["cells"])
-    assert ctx["entries"][0]["slo"].endswith("over 3 runs")
+    met = sum(r["passed"] for r in json.loads((before / "repeats.json").read_text())["targets"]["api"]["slo"])
+    assert ctx["entries"][0]["label"] == "before (3 runs)" and ctx["entries"][0]["slo"] == f"{met}/3 met"
     out = tmp_path / "compare.html"
     out.write_text(render("compare.html", **ctx))
     page = parse(out)
