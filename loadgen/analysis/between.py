@@ -14,7 +14,7 @@ changed. With repeated runs on either side (``--repeat N``) the comparison is ru
 - a target has several checks, and a build that changed nothing must fail it at most 5% of the time, not
   5% per check: each check is tested at 0.05 / K, K the number of its checks tested (Bonferroni; the
   percentiles of one run move together, but how closely cannot be told from 3 runs, so no correlation is
-  assumed). ``benchmarks/gate_calibration.py`` measured 8% false alarms without it, 2-3% with it;
+  assumed). ``benchmarks/gate_calibration.py`` measured about 8% false alarms without it, 3% with it;
 - the effect is the ratio of the geometric means current / baseline, with its two-sided 1 - 0.1/K
   interval (its lower end is the one-sided bound the test uses: above 1 exactly when significant);
 - a check fails only when the ratio exceeds 1 + the allowance AND it is significant. The error rate
