@@ -101,14 +101,17 @@ def repeated_headline(repeats: dict) -> dict:
             if not st or st.get("median") is None:
                 continue
             base = f"{REPEATS_SRC}targets/{group}/stats/latency.{stat}"
-            sent += [f" {stat} ", Cell(fmt.ms(st["median"]), f"{base}/median", "ms", group), " ms"]
+            sent += [("," if stat != "p50" else "") + f" {stat} ",
+                     Cell(fmt.ms(st["median"]), f"{base}/median", "ms", group), " ms"]
             if st.get("ci"):
-                sent += [" (", Cell(fmt.ci(st["ci"]), f"{base}/ci", "ci", group, css="rng"), ")"]
-        sent.append(f" over {len(g['runs'])} runs" + ("" if g.get("passed", True) else "; objectives missed") + ".")
+                sent += [" ", Cell(fmt.ci(st["ci"]), f"{base}/ci", "ci", group, css="rng")]
+        missed = sum(1 for r in g.get("slo") or [] if r.get("applies", True) and not r.get("passed"))
+        sent.append(f", the median of {len(g['runs'])} runs"
+                    + (f"; {missed} objective{'s' if missed > 1 else ''} missed" if missed else "") + ".")
         sentences.append(sent)
     return {"kind": "repeated", "title": f"Result over {repeats.get('runs')} runs",
             "sentences": sentences, "list": len(sentences) > 1,
-            "notes": ["Medians of the runs; in brackets the between-run 95% interval (Student t over the runs' log "
+            "notes": ["Medians of the runs; in brackets their between-run 95% interval (Student t over the runs' log "
                       "values): the noise between runs, which one run's interval cannot show."]}
 
 
