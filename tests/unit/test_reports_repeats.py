@@ -32,7 +32,7 @@ def test_report_of_a_repeated_run(tmp_path):
                                      rows=1200, slos=SLOS)
     write_outputs(root)
     page = parse(root / "report.html")
-    assert {"between", "fig-run-to-run", "slo", "comparison"} <= page.ids
+    assert {"headline", "between", "fig-run-to-run", "slo", "comparison"} <= page.ids
     cells = check_cells(page, root)
     srcs = {c["src"] for c in cells}
     for group in ("naive", "optimized"):
@@ -40,6 +40,7 @@ def test_report_of_a_repeated_run(tmp_path):
             assert f"{REPEATS_SRC}targets/{group}/stats/latency.p99/values/{k}" in srcs
         assert f"{REPEATS_SRC}targets/{group}/stats/latency.p99/median" in srcs  # the side-by-side table
         assert f"{REPEATS_SRC}targets/{group}/slo/1/value" in srcs  # the objective as judged
+        assert f"{REPEATS_SRC}targets/{group}/stats/latency.p99/ci" in srcs  # the headline's interval
     raw = (root / "report.html").read_text()
     assert raw.count('class="strip"') >= 2 * 18 + 2 * 6  # a strip per statistic and per side-by-side cell
     text = " ".join(page.text)
@@ -49,7 +50,7 @@ def test_report_of_a_repeated_run(tmp_path):
     junit = ET.parse(root / "junit.xml").getroot()
     assert junit.get("tests") == "6" and [s.get("name").split(" / ")[1] for s in junit] == ["naive", "optimized"]
     md = (root / "summary.md").read_text()
-    assert "| naive | `latency.p99 < 300ms` |" in md and "the upper bound of the between-run 95% interval" in md
+    assert "**Result over 3 runs.**" in md and "| naive | `latency.p99 < 300ms` |" in md and "the upper bound of the between-run 95% interval" in md
 
 
 def test_compare_takes_a_repeated_target_as_one_entry_with_its_runs_as_dots(tmp_path):
