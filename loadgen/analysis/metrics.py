@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from loadgen.analysis.headline import burst_effects, headroom
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.schema import ERROR_CLASSES
@@ -117,12 +118,15 @@ def send_lag_limited(scope: dict, threshold: float) -> bool:
 
 
 RECOVERY_WINDOW_S = 2.0
+RECOVERY_STEP_S = 0.5  # the windows slide by this much: the resolution of a recovery time
 
 
 def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[dict]:
     """After each spike (an open-loop phase whose rate is above the next one's), how long until the
-    rolling p99 latency (2 s windows by scheduled time, failed requests as infinitely slow) is back under
-    the latency.p99 objective of the phase after it, and stays there. ``seconds`` None: did not recover."""
+    rolling p99 latency (2 s windows by scheduled time sliding by 0.5 s, failed requests as infinitely
+    slow) is back under the latency.p99 objective of the phase after it, and stays there. ``seconds`` None:
+    did not recover. ``window_requests``: the median count of requests in a window (a window's p99 is its
+    maximum below 100 requests: how coarse the rule is); ``windows``: each window's start and p99."""
     out = []
     for cur, nxt in zip(plans, plans[1:]):
         if cur.closed or nxt.closed or 0.5 * (cur.rate_start + cur.rate_end) <= 0.5 * (nxt.rate_start + nxt.rate_end):
@@ -135,18 +139,23 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
         sel = df[(df["scheduled"] >= nxt.start) & (df["scheduled"] < nxt.end)]
         lat = np.where(sel["ok"], sel["latency"], np.inf)
         sched = sel["scheduled"].to_numpy()
-        ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, 0.5)
-        good = []
+        ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, RECOVERY_STEP_S)
+        good, sizes, p99s = [], [], []
         for e in ends:
             w = lat[(sched >= e - RECOVERY_WINDOW_S) & (sched < e)]
-            good.append(w.size == 0 or nearest_rank_unsorted(w, 99) < limit)
+            p99s.append(nearest_rank_unsorted(w, 99) if w.size else math.nan)
+            good.append(w.size == 0 or p99s[-1] < limit)
+            sizes.append(w.size)
         seconds = None
         for i in range(len(good)):
             if all(good[i:]):
                 seconds = float(ends[i] - RECOVERY_WINDOW_S - nxt.start)  # the first good window's start
                 break
         out.append({"spike": cur.name, "phase": nxt.name, "threshold": limit, "window_s": RECOVERY_WINDOW_S,
-                    "seconds": seconds, "recovered": seconds is not None})
+                    "step_s": RECOVERY_STEP_S, "window_requests": float(np.median(sizes)) if sizes else 0.0,
+                    "seconds": seconds, "recovered": seconds is not None,
+                    "windows": {"start": [float(e - RECOVERY_WINDOW_S) for e in ends],
+                                "p99": [json_num(v) for v in p99s]}})
     return out
 
 
@@ -195,8 +204,11 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
 def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *, target: str = "target",
               scenario: str = "", complete: bool = True, notes: list[str] | None = None,
               send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
-              failed_fast: str | None = None, timeseries_step: float = 1.0) -> dict:
-    """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts.
+              failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None,
+              timeseries_step: float = 1.0) -> dict:
+    """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts; with
+    the headline numbers of :mod:`loadgen.analysis.headline` (``burst``, ``headroom``: ``expected_qps`` is
+    the scenario's, ``capacity`` the fields of a capacity search of the same target).
 
     ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it).
     ``timeseries_step``: seconds per time-series bin (a watch that ran for days takes coarser ones)."""
@@ -248,6 +260,8 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
     }
     summary["slo"] = evaluate_slos(summary, slos, target)
     summary["passed"] = all(r["passed"] for r in summary["slo"] if r["applies"])
+    summary["burst"] = burst_effects(df, plans, phases, summary["recovery"])
+    summary["headroom"] = headroom(plans, phases, summary["slo"], expected_qps, capacity)
     return summary
 
 

@@ -90,7 +90,8 @@ class Target(Strict):
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
     transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
-    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run")
+    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
+                                       "for a command target, '{port}' is its port")
 
     @model_validator(mode="after")
     def _one_kind(self):
@@ -242,7 +243,8 @@ class Load(Strict):
         return self
 
 
-def _slo_line(v: Any) -> SLO:
+def slo_line(v: Any) -> SLO:
+    """One ``slo:`` entry as written in YAML: a line, or the mapping YAML makes of a scoped line."""
     if isinstance(v, SLO):
         return v
     if isinstance(v, dict) and len(v) == 1:  # YAML reads `- burst: latency.p99 < 800ms` as a mapping
@@ -253,7 +255,7 @@ def _slo_line(v: Any) -> SLO:
 
 SloLine = Annotated[
     SLO,
-    BeforeValidator(_slo_line),
+    BeforeValidator(slo_line),
     WithJsonSchema({"type": "string", "description": "[scope:] metric.stat op value, e.g. 'latency.p99 < 300ms'"}),
 ]
 
