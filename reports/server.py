@@ -120,20 +120,6 @@ def panel_series(df: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
     return out
 
 
-def gpu_utilization(df: pd.DataFrame | None) -> dict | None:
-    """GPU utilization against the article's 70-80% band, over the scrapes: median and the share of scrapes
-    below, within and above it (percent, fractions); None when the server exported none (a CPU server)."""
-    if df is None or df.empty:
-        return None
-    s = next((s for title, _, s in panel_series(df) if title == GPU_TITLE), None)
-    v = s.dropna().to_numpy() if s is not None else np.empty(0)
-    if not v.size:
-        return None
-    lo, hi = GPU_BAND
-    return {"median": float(np.median(v)), "below": float(np.mean(v < lo)),
-            "within": float(np.mean((v >= lo) & (v <= hi))), "above": float(np.mean(v > hi)), "scrapes": int(v.size)}
-
-
 def _ttft_base(names: set[str]) -> str | None:
     for p in PREFIXES:
         base = TTFT_BASE.format(p=p)
@@ -210,11 +196,25 @@ def ttft_panel(df: pd.DataFrame, records: pd.DataFrame | None) -> tuple[pd.Serie
     return engine, client_ttft(records, times)
 
 
+def gpu_utilization(df: pd.DataFrame | None) -> dict | None:
+    """GPU utilization against the article's 70-80% band, over the scrapes: median and the share of scrapes
+    below, within and above it (percent, fractions); None when the server exported none (a CPU server)."""
+    if df is None or df.empty:
+        return None
+    s = next((s for title, _, s in panel_series(df) if title == GPU_TITLE), None)
+    v = s.dropna().to_numpy() if s is not None else np.empty(0)
+    if not v.size:
+        return None
+    lo, hi = GPU_BAND
+    return {"median": float(np.median(v)), "below": float(np.mean(v < lo)),
+            "within": float(np.mean((v >= lo) & (v <= hi))), "above": float(np.mean(v > hi)), "scrapes": int(v.size)}
+
+
 def server_plot(summary: dict, df: pd.DataFrame | None,
                 records: pd.DataFrame | None = None) -> tuple[str | None, list[str]]:
     """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles).
 
-    ``records``: the run's records frame (``loadgen.metrics.records_frame``); with it, a server that reports
+    ``records``: the run's records frame (``loadgen.analysis.metrics.records_frame``); with it, a server that reports
     its own TTFT gets a panel with latbench's TTFT per interval beside the engine's.
     """
     if df is None or df.empty:

@@ -215,7 +215,9 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     tr.failed_fast = res.failed_fast
     tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"))
     write_json(tdir / SUMMARY, tr.summary, secrets)
-    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
+    # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
+    # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
+    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start, t0_monotonic=res.t0,
                  duration_s=res.duration, requests=res.requests)
     rd.write_meta(meta, secrets)
     return tr
