@@ -132,6 +132,8 @@ def check_cells(cells: list[dict], sources: dict) -> int:
         assert v is not None or c["text"] == fmt.DASH, c
         assert c["text"] == formatted(v, c["fmt"]), (c, v)
     return len(cells)
+
+
 def start_reference(port: int, *flags: str) -> subprocess.Popen:
     """The reference server (optimized, tiny, numpy) on a given 127.0.0.1 port, once /health answers 200."""
     proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--host", "127.0.0.1", "--port", str(port),

@@ -69,7 +69,7 @@ def test_watch_metrics_match_the_records(known_server, tmp_path):
         "name": "known", "target": {"url": srv.url, "stream": True},
         "workload": {"prompts": {"input_tokens": 8, "output_tokens": 5}},
         "load": {"phases": [{"name": "steady", "duration": 10, "qps": 2}]},
-        "slo": ["latency.p99 < 300ms", "ttft.p99 < 270ms", "error_rate < 1%"],
+        "slo": ["latency.p99 < 1s", "ttft.p99 < 900ms", "error_rate < 1%"],
     }))
     proc, url = start_watch(scenario, tmp_path / "runs", "--qps", "20", "--duration", "4s", "--window", "30s",
                             "--linger", "20s")
@@ -104,7 +104,7 @@ def test_watch_metrics_match_the_records(known_server, tmp_path):
 
     lat_b = buckets(m, "latbench_latency_seconds")
     bounds = [b for b, _ in lat_b]
-    assert 0.3 in bounds and 0.27 in buckets_bounds(m, "latbench_ttft_seconds") and 0.27 not in BASE_BOUNDS
+    assert 1.0 in bounds and 0.9 in buckets_bounds(m, "latbench_ttft_seconds") and 0.9 not in BASE_BOUNDS
     for q in (0.5, 0.9, 0.99):
         exact = nearest_rank(latency, q * 100)
         estimate = bucket_quantile(q, lat_b)
@@ -112,9 +112,11 @@ def test_watch_metrics_match_the_records(known_server, tmp_path):
         lo, hi = (lat_b[i - 1][0] if i else 0.0), lat_b[i][0]
         assert lo < exact <= hi and lo <= estimate <= hi, (q, exact, estimate, lo, hi)
     assert latency[0] >= 0.12  # the server's known latency: every request took at least that
-    assert one(m, "latbench_slo_holding", slo="latency.p99 < 300ms", **lab) == 1.0
-    assert one(m, "latbench_slo_holding", slo="ttft.p99 < 270ms", **lab) == 1.0
-    assert 0 <= one(m, "latbench_send_lag_seconds", **lab) < 0.05
+    # thresholds far above the server's known 0.12 s: holding even on a loaded machine
+    assert one(m, "latbench_slo_holding", slo="latency.p99 < 1s", **lab) == 1.0
+    assert one(m, "latbench_slo_holding", slo="ttft.p99 < 900ms", **lab) == 1.0
+    assert one(m, "latbench_slo_value", slo="latency.p99 < 1s", **lab) == nearest_rank(latency, 99)  # one window
+    assert 0 <= one(m, "latbench_send_lag_seconds", **lab) < 1.0
     summary = json.loads((rd / "target" / "summary.json").read_text())
     assert summary["overall"]["count"] == n and summary["phases"]["watch"]["count"] == n
     facts = json.loads((rd / "watch.json").read_text())["targets"][0]
@@ -125,22 +127,25 @@ def buckets_bounds(m: dict, name: str) -> list[float]:
     return [b for b, _ in buckets(m, name)]
 
 
-def wait_for(url: str, slo: str, want: float, limit_s: float) -> float:
-    """Seconds until the SLO gauge reads ``want`` (scraped every 0.25 s); fails after ``limit_s``."""
+def wait_for(url: str, slo: str, want: float, limit_s: float, min_value: float = -math.inf) -> float:
+    """Seconds until the SLO gauge reads ``want`` with the objective's value at least ``min_value`` (scraped every
+    0.25 s); fails after ``limit_s``."""
     t0 = time.monotonic()
+    v = value = None
     while time.monotonic() - t0 < limit_s:
         m = scrape(url)
         v = one(m, "latbench_slo_holding", slo=slo, target="target")
-        if v == want:
+        value = one(m, "latbench_slo_value", slo=slo, target="target")
+        if v == want and value >= min_value:
             return time.monotonic() - t0
         time.sleep(0.25)
-    raise AssertionError(f"{slo} did not read {want} within {limit_s} s (last {v})")
+    raise AssertionError(f"{slo} did not read {want} (value >= {min_value}) within {limit_s} s (last {v}, {value})")
 
 
 def test_injected_slowness_flips_the_slo_gauge_within_the_window(tmp_path):
     port = free_port()
     window = 4.0
-    slo = "latency.p99 < 250ms"
+    slo = "latency.p99 < 380ms"  # healthy: well under, even loaded; slow: every request waits 400 ms first
     scenario = tmp_path / "s.yaml"
     scenario.write_text(json.dumps({
         "name": "slow", "target": {"url": f"http://127.0.0.1:{port}/v1", "model": "tiny", "stream": True},
@@ -158,12 +163,11 @@ def test_injected_slowness_flips_the_slo_gauge_within_the_window(tmp_path):
         server.wait(30)
         # the same port, now every request delayed by 400 ms before processing
         server = start_reference(port, "--slow-rate", "1.0", "--slow-ms", "400")
-        flipped = wait_for(url, slo, 0.0, window + 10)
-        # the first slow answers complete ~0.4 s after the server is back; from then the window's p99 is theirs
-        # as soon as more than 1% of its requests are slow, which takes one of them
+        # while it restarts requests fail (connect) and the gauge may read 0 for that; what is timed is the flip
+        # made by slow answers: the first complete ~0.4 s after the server is back, and from then the window's
+        # p99 is theirs as soon as more than 1% of its requests are slow, which takes one of them
+        flipped = wait_for(url, slo, 0.0, window + 10, min_value=0.4)
         assert flipped <= window, flipped
-        m = scrape(url)
-        assert one(m, "latbench_slo_value", slo=slo, target="target") >= 0.4
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)  # as a service manager stops it: a normal end
