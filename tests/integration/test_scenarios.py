@@ -27,7 +27,7 @@ def test_every_bundled_scenario_validates_and_documents_itself(path):
         assert t.reference is not None  # runs out of the box against the bundled server
 
 
-ENGINE_SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios" / "engines").glob("*.yaml"))
+ENGINE_SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios" / "engines").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", ENGINE_SCENARIOS, ids=lambda p: p.stem)
