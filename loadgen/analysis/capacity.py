@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from loadgen.analysis.metrics import itl_samples
+from loadgen.analysis.metrics import metric_samples
 from loadgen.analysis.stats import sectioned_ci
 from loadgen.scenario.model import Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
@@ -96,7 +96,7 @@ def sectioned_intervals(df: pd.DataFrame, results: list[dict]) -> None:
             continue
         metric = r["metric"]
         rows = step if metric == "send_lag" else step[step["ok"]]
-        x = itl_samples(rows) if metric == "itl" else rows[metric].to_numpy(dtype=np.float64)
+        x = metric_samples(rows, metric)
         ci = sectioned_ci(x, percentile_of(r["stat"]), SECTIONS)
         r["ci_sectioned"] = None if ci is None else [json_num(ci[0]), json_num(ci[1])]
 

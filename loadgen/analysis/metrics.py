@@ -5,7 +5,8 @@ Definitions (seconds; see ``loadgen.records.definitions``, written to metrics.js
     latency      = done - scheduled            what a user waits; corrects coordinated omission
     service_time = done - sent                 what the server and network took
     ttft         = first_token - scheduled     streaming only
-    itl          = gaps between consecutive token chunks of one response
+    itl          = per-token gaps: a chunk of n tokens after a gap g gives n samples of g / n
+    chunk_gap    = gaps between consecutive token chunks of one response
     tpot         = (done - first_token) / (output_tokens - 1)
     send_lag     = sent - scheduled            the generator's own lag
 
@@ -43,10 +44,59 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
-def itl_samples(df: pd.DataFrame) -> np.ndarray:
+def chunk_gap_samples(df: pd.DataFrame) -> np.ndarray:
+    """Gaps between consecutive token chunks of each stream (seconds), whatever each chunk carried."""
     tt = df["token_times"]
     parts = [np.diff(np.asarray(a, dtype=np.float64)) for a in tt if a is not None and len(a) > 1]
     return np.concatenate(parts) if parts else np.empty(0)
+
+
+def itl_samples(df: pd.DataFrame) -> np.ndarray:
+    """Per-token inter-token latency (seconds): a chunk that carried n tokens after a gap g is n samples of g / n.
+
+    The tokens of one chunk were produced during the gap before it, so this is the time per token a decode
+    step took, right when chunks carry several tokens; with one token a chunk it equals :func:`chunk_gap_samples`.
+    A chunk counted as zero tokens (per-chunk usage that did not move) adds its gap to the next chunk's.
+    """
+    parts = []
+    for times, counts in zip(df["token_times"], df["chunk_tokens"]):
+        if times is None or len(times) < 2:
+            continue
+        t = np.asarray(times, dtype=np.float64)
+        n = np.asarray(counts, dtype=np.int64) if counts is not None and len(counts) == len(t) else None
+        if n is None or (n == 1).all():
+            parts.append(np.diff(t))
+            continue
+        keep = n > 0
+        t, n = t[keep], n[keep]
+        if len(t) > 1:
+            parts.append(np.repeat(np.diff(t) / n[1:], n[1:]))
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def metric_samples(df: pd.DataFrame, metric: str) -> np.ndarray:
+    """The samples of one distribution metric from the rows given (the caller picks them: successful ones,
+    or all for send_lag): one per request, or one per gap for the stream metrics."""
+    if metric == "itl":
+        return itl_samples(df)
+    if metric == "chunk_gap":
+        return chunk_gap_samples(df)
+    return df[metric].to_numpy(dtype=np.float64)
+
+
+def chunk_stats(df: pd.DataFrame) -> dict:
+    """How many tokens the token chunks of successful streams carried, and how that is known.
+
+    ``tokens_per_chunk``: tokens / chunks after each stream's first chunk (the first holds what the prefill
+    gave); ``multi_token_fraction``: the share of those chunks that carried more than one token; ``sources``:
+    streams per ``chunk_tokens_source``. None where no stream had a second chunk."""
+    counts = [np.asarray(c)[1:] for c in df["chunk_tokens"] if c is not None and len(c) > 1]
+    sources = {str(k): int(v) for k, v in df["chunk_tokens_source"].value_counts().items() if k}
+    if not counts:
+        return {"tokens_per_chunk": None, "multi_token_fraction": None, "sources": sources}
+    allc = np.concatenate(counts)
+    return {"tokens_per_chunk": float(allc.mean()), "multi_token_fraction": float((allc > 1).mean()),
+            "sources": sources}
 
 
 def _per_request_limits(slos: list[SLO]) -> dict[str, float]:
@@ -68,12 +118,7 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     metrics = {}
     pcts = tuple(sorted(set(PERCENTILES) | set(extra_pcts)))
     for m in DISTRIBUTIONS:
-        if m == "itl":
-            metrics[m] = describe(itl_samples(ok), pcts)
-        elif m == "send_lag":
-            metrics[m] = describe(df["send_lag"].to_numpy(), pcts)
-        else:
-            metrics[m] = describe(ok[m].to_numpy(), pcts)
+        metrics[m] = describe(metric_samples(df if m == "send_lag" else ok, m), pcts)
     lat_inf = np.where(df["ok"], df["latency"], np.inf)
     good = df["ok"].to_numpy().copy()
     for m, lim in limits.items():
@@ -91,9 +136,21 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
         "achieved_qps": len(in_window) / duration,
         "output_tokens_per_s": float(in_window["output_tokens"].sum()) / duration,
         "goodput": (float(good.sum()) / count) if count else None,
+        "chunks": chunk_stats(ok),
         "metrics": metrics,
         "latency_errors_inf": describe(lat_inf, pcts)["percentiles"],
     }
+
+
+def _chunk_note(chunks: dict) -> list[str]:
+    """A note when streams carried more than one token per chunk (empty otherwise)."""
+    frac = chunks.get("multi_token_fraction")
+    if not frac:
+        return []
+    sources = ", ".join(f"{k} ({v})" for k, v in sorted(chunks["sources"].items()))
+    return [f"streams carried {chunks['tokens_per_chunk']:.2f} tokens per chunk after the first "
+            f"({frac:.0%} of chunks more than one; counted from: {sources}): itl is per token, "
+            "chunk_gap the gap between chunks"]
 
 
 RECOVERY_WINDOW_S = 2.0
@@ -216,6 +273,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
                                      f"{send_lag_threshold * 1e3:g} ms "
                                      "threshold, but small against the latencies measured"]
     saturated = cpu_util is not None and cpu_util > 0.9
+    notes = list(notes or []) + _chunk_note(overall["chunks"])
     summary = {
         "schema_version": SCHEMA_VERSION,
         "scenario": scenario,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.analysis.metrics import itl_samples, records_frame
+from loadgen.analysis.metrics import metric_samples, records_frame
 from loadgen.analysis.stats import nearest_rank_unsorted
 from loadgen.analysis.verdict import Kind, Reason
 from loadgen.records.rundir import REQUESTS, RunDir
@@ -30,9 +30,7 @@ MAX_SAMPLE = 4_000  # larger samples are subsampled for the bootstrap (the point
 
 def _samples(frame, metric: str) -> np.ndarray:
     ok = frame[frame["ok"] & frame["recorded"]]
-    if metric == "itl":
-        return itl_samples(ok)
-    x = ok[metric].to_numpy(dtype=np.float64)
+    x = metric_samples(ok, metric)
     return x[~np.isnan(x)]
 
 

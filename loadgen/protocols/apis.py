@@ -9,7 +9,9 @@ what it means into the :class:`~loadgen.records.schema.Outcome`:
   sets ``first_token``; every such chunk's arrival time is kept in ``token_times``. A role-only or empty
   delta and a usage-only chunk are not tokens. ``output_tokens`` and ``prompt_tokens`` come from the
   ``usage`` chunk when the server sends one (``usage_tokens`` True), else output_tokens is the count of
-  token chunks. ``bad_stream``: no ``[DONE]`` before the body ended, an error object or ``event: error``
+  token chunks. A token chunk that carries its own ``usage`` (vLLM's ``continuous_usage_stats``, asked for
+  with ``target.continuous_usage_stats``) says how many tokens it carried: ``chunk_tokens``.
+  ``bad_stream``: no ``[DONE]`` before the body ended, an error object or ``event: error``
   in the stream, or a data line that is not JSON.
 - **JSON bodies**: parsed once at the end; tokens from ``usage``. ``bad_response``: invalid JSON, an
   ``error`` object, no ``choices`` (chat, completions) or no ``data`` list (embeddings).
@@ -84,7 +86,7 @@ def _usage(out: Outcome, usage: dict, output: bool = True) -> None:
 class StreamHandler(ResponseHandler):
     """Reads an OpenAI server-sent-event stream (chat or completions)."""
 
-    __slots__ = ("_sse", "_live", "_done", "_count", "_chat")
+    __slots__ = ("_sse", "_live", "_done", "_count", "_chat", "_cum")
 
     def __init__(self, chat: bool):
         self._sse = SSEParser()
@@ -92,6 +94,7 @@ class StreamHandler(ResponseHandler):
         self._done = False
         self._count = 0
         self._chat = chat
+        self._cum = 0  # completion tokens the per-chunk usage counted so far
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -124,12 +127,17 @@ class StreamHandler(ResponseHandler):
             if obj.get("error"):
                 return self._fail(out, "error in stream: " + ev.decode("utf-8", "replace"))
             choices = obj.get("choices")
+            usage = obj.get("usage")
             if choices and self._has_token(choices):
                 if self._count == 0:
                     out.first_token = now
                 self._count += 1
                 out.token_times.append(now)
-            usage = obj.get("usage")
+                if usage:  # per-chunk usage (continuous_usage_stats): cumulative, so this chunk is the difference
+                    ct = usage.get("completion_tokens")
+                    if isinstance(ct, int):
+                        out.chunk_tokens.append(ct - self._cum)
+                        self._cum = ct
             if usage:
                 _usage(out, usage)
 
@@ -237,6 +245,7 @@ class _OpenAI(ApiProtocol):
         if model is not None:
             self.fixed["model"] = model
         self.ignore_eos = workload.ignore_eos
+        self.continuous_usage = target.continuous_usage_stats
 
     def _body(self, prompt: Prompt) -> dict:
         body = dict(self.fixed)
@@ -244,7 +253,8 @@ class _OpenAI(ApiProtocol):
         body["max_tokens"] = prompt.max_tokens
         if self.stream:
             body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
+            body["stream_options"] = ({"include_usage": True, "continuous_usage_stats": True}
+                                      if self.continuous_usage else {"include_usage": True})
         else:
             body["stream"] = False
         if self.ignore_eos:

@@ -8,7 +8,14 @@ METRIC_DEFINITIONS = {
     "service_time": {"unit": "s", "definition": "done - sent: from the moment the request left to the last byte"},
     "ttft": {"unit": "s",
              "definition": "first_token - scheduled: time to the first non-empty content token of a stream"},
-    "itl": {"unit": "s", "definition": "gaps between consecutive token chunks of one streamed response"},
+    "itl": {"unit": "s", "definition": ("inter-token latency, per token: a chunk that carried n tokens after a gap "
+                                        "g gives n samples of g / n (tokens per chunk: chunk_tokens, by "
+                                        "chunk_tokens_source); equals chunk_gap when every chunk carries one token")},
+    "chunk_gap": {"unit": "s", "definition": "gaps between consecutive token chunks of one streamed response"},
+    "tokens_per_chunk": {"unit": "tokens", "definition": ("tokens / token chunks of successful streams, after each "
+                                                          "stream's first chunk")},
+    "multi_token_fraction": {"unit": "fraction",
+                             "definition": "share of those chunks that carried more than one token"},
     "tpot": {"unit": "s",
              "definition": "(done - first_token) / (output_tokens - 1): time per output token after the first"},
     "send_lag": {"unit": "s", "definition": "sent - scheduled: how late the generator sent the request"},

@@ -83,6 +83,8 @@ class Target(Strict):
     model: Optional[str] = Field(None, description="model name sent in requests; default: the reference model, "
                                                    "else the first of /v1/models")
     stream: bool = True
+    continuous_usage_stats: bool = Field(False, description="ask for usage in every stream chunk (vLLM's "
+                                         "stream_options.continuous_usage_stats): exact tokens per chunk")
     headers: dict[str, str] = Field(default_factory=dict,
                                     description="extra headers; ${ENV} is expanded at run time and never written out")
     request: Optional[HttpRequest] = None
