@@ -13,7 +13,8 @@ from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from reports import fmt
 from reports.loader import RunData, TargetData
 
-DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("itl", "inter-token (ITL, per token)"),
+DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("ttfat", "time to first answer token"),
+             ("reasoning_time", "reasoning time"), ("itl", "inter-token (ITL, per token)"),
              ("chunk_gap", "gap between chunks"), ("tpot", "time per output token"),
              ("service_time", "service time"), ("send_lag", "send lag (generator)"))
 PCTS = ("p50", "p90", "p95", "p99", "p99.9")

@@ -4,7 +4,9 @@ Definitions (seconds; see ``loadgen.records.definitions``, written to metrics.js
 
     latency      = done - scheduled            what a user waits; corrects coordinated omission
     service_time = done - sent                 what the server and network took
-    ttft         = first_token - scheduled     streaming only
+    ttft         = first_token - scheduled     streaming only; the first token of any kind (reasoning too)
+    ttfat        = first_answer - scheduled    streaming only; the first answer token (not reasoning)
+    reasoning_time = first_answer - first_token  requests that reasoned
     itl          = per-token gaps: a chunk of n tokens after a gap g gives n samples of g / n
     chunk_gap    = gaps between consecutive token chunks of one response
     tpot         = (done - first_token) / (output_tokens - 1)
@@ -38,6 +40,8 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     df["latency"] = df["done"] - df["scheduled"]
     df["service_time"] = df["done"] - df["sent"]
     df["ttft"] = df["first_token"] - df["scheduled"]
+    df["ttfat"] = df["first_answer"] - df["scheduled"]
+    df["reasoning_time"] = np.where(df["reasoning_tokens"] > 0, df["first_answer"] - df["first_token"], np.nan)
     n = df["output_tokens"].astype(np.float64)
     df["tpot"] = np.where(n > 1, (df["done"] - df["first_token"]) / (n - 1), np.nan)
     df["send_lag"] = df["sent"] - df["scheduled"]
@@ -82,6 +86,13 @@ def metric_samples(df: pd.DataFrame, metric: str) -> np.ndarray:
     if metric == "chunk_gap":
         return chunk_gap_samples(df)
     return df[metric].to_numpy(dtype=np.float64)
+
+
+def reasoning_stats(ok: pd.DataFrame) -> dict:
+    """Reasoning tokens of successful requests: how many requests reasoned, tokens in total and per such request."""
+    r = ok["reasoning_tokens"].to_numpy()
+    n = int((r > 0).sum())
+    return {"requests": n, "tokens": int(r[r > 0].sum()), "tokens_mean": float(r[r > 0].mean()) if n else None}
 
 
 def chunk_stats(df: pd.DataFrame) -> dict:
@@ -137,6 +148,7 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
         "output_tokens_per_s": float(in_window["output_tokens"].sum()) / duration,
         "goodput": (float(good.sum()) / count) if count else None,
         "chunks": chunk_stats(ok),
+        "reasoning": reasoning_stats(ok),
         "metrics": metrics,
         "latency_errors_inf": describe(lat_inf, pcts)["percentiles"],
     }

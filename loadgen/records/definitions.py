@@ -7,7 +7,17 @@ METRIC_DEFINITIONS = {
                                             "(coordinated omission corrected)")},
     "service_time": {"unit": "s", "definition": "done - sent: from the moment the request left to the last byte"},
     "ttft": {"unit": "s",
-             "definition": "first_token - scheduled: time to the first non-empty content token of a stream"},
+             "definition": ("first_token - scheduled: time to the first token of a stream, of any kind: content, "
+                            "reasoning (reasoning_content, reasoning), a tool call or completion text")},
+    "ttfat": {"unit": "s",
+              "definition": ("first_answer - scheduled: time to the first answer token of a stream (content, a "
+                             "tool call or completion text; not reasoning): what a user of a reasoning model "
+                             "waits for")},
+    "reasoning_time": {"unit": "s", "definition": ("first_answer - first_token, for requests that reasoned: how "
+                                                   "long the model thought before answering")},
+    "reasoning_tokens": {"unit": "tokens", "definition": ("reasoning tokens of successful requests (usage's "
+                                                          "completion_tokens_details.reasoning_tokens, else "
+                                                          "counted reasoning chunks): requests, total, mean")},
     "itl": {"unit": "s", "definition": ("inter-token latency, per token: a chunk that carried n tokens after a gap "
                                         "g gives n samples of g / n (tokens per chunk: chunk_tokens, by "
                                         "chunk_tokens_source); equals chunk_gap when every chunk carries one token")},

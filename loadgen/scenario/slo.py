@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from loadgen.units import fmt_ms, parse_duration, parse_percent
 
 #: Distribution metrics, each defined once in loadgen.analysis.metrics.
-DISTRIBUTIONS = ("latency", "ttft", "itl", "chunk_gap", "tpot", "service_time", "send_lag")
+DISTRIBUTIONS = ("latency", "ttft", "ttfat", "itl", "chunk_gap", "tpot", "reasoning_time", "service_time", "send_lag")
 #: Scalar metrics of a phase or run.
 SCALARS = ("error_rate", "goodput", "achieved_qps")
 #: Named statistics; any ``pNN`` or ``pNN.N`` percentile is accepted too.

@@ -58,3 +58,32 @@ def test_one_token_chunks_itl_equals_chunk_gap(tmp_path, known_server):
     assert o["chunks"]["multi_token_fraction"] == 0.0
     assert not any("tokens per chunk" in n for n in s["notes"])
     assert np.isclose(o["chunks"]["tokens_per_chunk"], 1.0)
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_time_to_first_answer_token(tmp_path, known_server, field):
+    """5 reasoning tokens before the answer: TTFT is the first token of any kind (80 ms), the time to the first
+    answer token is 80 + 5 x 10 = 130 ms, and the reasoning is counted apart."""
+    srv = known_server(ttft=TTFT, gap=GAP, tokens=TOKENS, reasoning=5, reasoning_field=field)
+    _, s, df = run(tmp_path, scenario(srv.url, extra="slo: [ttfat.p50 < 140ms, ttfat.p50 > 120ms]"))
+    o = s["overall"]
+    assert o["ok"] == o["count"] >= 18
+    ttft, ttfat = pct(o, "ttft", "p50"), pct(o, "ttfat", "p50")
+    assert TTFT <= ttft < TTFT + 0.01
+    truth = TTFT + 5 * GAP
+    assert truth <= ttfat < truth + 0.01  # the server sleeps at least that long; above it is loopback and load
+    assert abs((ttfat - ttft) - 5 * GAP) < 0.002  # the acceptance: within 2 ms of the truth, host delay aside
+    assert pct(o, "reasoning_time", "p50") == pytest.approx(5 * GAP, abs=0.002)
+    assert (df["reasoning_tokens"] == 5).all() and (df["output_tokens"] == TOKENS).all()
+    assert o["reasoning"] == {"requests": o["ok"], "tokens": 5 * o["ok"], "tokens_mean": 5.0}
+    assert [r["passed"] for r in s["slo"]] == [True, True]
+    print(f"ttft p50 {ttft * 1e3:.2f} ms (truth 80), ttfat p50 {ttfat * 1e3:.2f} ms (truth 130)")
+
+
+def test_no_reasoning_no_reasoning_time(tmp_path, known_server):
+    srv = known_server(ttft=TTFT, gap=GAP, tokens=5)
+    _, s, df = run(tmp_path, scenario(srv.url, phases="        - {name: main, duration: 1s, qps: 10}"))
+    o = s["overall"]
+    assert (df["first_answer"] == df["first_token"]).all()  # the first token was an answer
+    assert o["metrics"]["reasoning_time"]["n"] == 0 and o["reasoning"]["requests"] == 0
+    assert o["metrics"]["ttfat"]["percentiles"] == o["metrics"]["ttft"]["percentiles"]
