@@ -21,7 +21,7 @@ from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
 from loadgen.records.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
 from loadgen.records.schema import read_records, records_exist
-from loadgen.scenario.model import Load
+from loadgen.scenario.model import GoodputObjectives, Load
 from loadgen.scenario.slo import parse_slo
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
@@ -132,6 +132,15 @@ def load_rundir(path) -> RunData:
     return run
 
 
+def _goodput(scenario: dict) -> list[GoodputObjectives] | None:
+    """The scenario's goodput: block (None when absent or unreadable: no goodput is computed)."""
+    g = scenario.get("goodput")
+    try:
+        return [GoodputObjectives.model_validate(e) for e in ([g] if isinstance(g, dict) else g)] if g else None
+    except (ValueError, TypeError):
+        return None
+
+
 def _plans_and_slos(scenario: dict):
     load = scenario.get("load") or {}
     plans = plan_phases(Load.model_validate(load, context={"expected_qps": load.get("expected_qps")}))
@@ -154,7 +163,7 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
     duration = td.meta.get("duration_s") or _span(table)
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
     s = summarize(table, plans, slos, float(duration or 1e-3), target=td.name, scenario=run.name,
-                  complete=False, notes=[note])
+                  complete=False, notes=[note], goodput=_goodput(run.scenario or {}))
     return jsonable(s)
 
 

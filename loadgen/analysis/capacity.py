@@ -36,7 +36,7 @@ import pandas as pd
 
 from loadgen.analysis.metrics import metric_samples
 from loadgen.analysis.stats import sectioned_ci
-from loadgen.scenario.model import Load, Phase
+from loadgen.scenario.model import GoodputObjectives, Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
 from loadgen.units import json_num
 
@@ -71,6 +71,14 @@ def step_load(base: Load, qps: float, duration: float, warmup: float, index: int
     phases = [Phase(name="warmup", duration=warmup, qps=qps, record=False)] if warmup > 0 else []
     phases.append(Phase(name="step", duration=duration, qps=qps))
     return base.model_copy(update={"phases": phases, "starts": 1, "seed": base.seed + 1000 * index})
+
+
+def step_goodput(objectives: list[GoodputObjectives] | None) -> list[GoodputObjectives] | None:
+    """The goodput objectives of a step: as :func:`step_objectives`, a scoped entry applies to each step (where
+    two give the same metric, the tighter bound holds)."""
+    if not objectives:
+        return objectives
+    return [g.model_copy(update={"scope": None}) for g in objectives]
 
 
 def step_objectives(slos: list[SLO]) -> list[SLO]:

@@ -25,9 +25,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from loadgen.analysis.goodput import good_column
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
-from loadgen.records.schema import ERROR_CLASSES
+from loadgen.records.schema import ABORTED, ERROR_CLASSES
+from loadgen.scenario.model import GoodputObjectives
 from loadgen.scenario.slo import DISTRIBUTIONS, SLO, percentile_of
 from loadgen.schedule.arrivals import PhasePlan
 from loadgen.units import json_num
@@ -37,11 +39,13 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     """The records as a DataFrame with the derived per-request columns added (token_times kept as arrays)."""
     df = table.to_pandas()
     df["ok"] = df["error"] == ""
+    df["aborted"] = df["error"] == ABORTED
     df["latency"] = df["done"] - df["scheduled"]
     df["service_time"] = df["done"] - df["sent"]
     df["ttft"] = df["first_token"] - df["scheduled"]
-    df["ttfat"] = df["first_answer"] - df["scheduled"]
-    df["reasoning_time"] = np.where(df["reasoning_tokens"] > 0, df["first_answer"] - df["first_token"], np.nan)
+    if "first_answer" in df:  # a reader may select fewer columns (the reports' plots)
+        df["ttfat"] = df["first_answer"] - df["scheduled"]
+        df["reasoning_time"] = np.where(df["reasoning_tokens"] > 0, df["first_answer"] - df["first_token"], np.nan)
     n = df["output_tokens"].astype(np.float64)
     df["tpot"] = np.where(n > 1, (df["done"] - df["first_token"]) / (n - 1), np.nan)
     df["send_lag"] = df["sent"] - df["scheduled"]
@@ -110,16 +114,7 @@ def chunk_stats(df: pd.DataFrame) -> dict:
             "sources": sources}
 
 
-def _per_request_limits(slos: list[SLO]) -> dict[str, float]:
-    """The tightest '<' threshold per distribution metric: the per-request bound used by goodput."""
-    limits: dict[str, float] = {}
-    for s in slos:
-        if s.metric in ("latency", "ttft", "tpot", "service_time") and s.op in ("<", "<="):
-            limits[s.metric] = min(limits.get(s.metric, math.inf), s.threshold)
-    return limits
-
-
-def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, extra_pcts, limits) -> dict:
+def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, extra_pcts) -> dict:
     duration = max(end - start, 1e-9)
     ok = df[df["ok"]]
     count = len(df)
@@ -131,9 +126,10 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     for m in DISTRIBUTIONS:
         metrics[m] = describe(metric_samples(df if m == "send_lag" else ok, m), pcts)
     lat_inf = np.where(df["ok"], df["latency"], np.inf)
-    good = df["ok"].to_numpy().copy()
-    for m, lim in limits.items():
-        good &= ~(df[m].to_numpy() > lim)  # NaN (no stream) does not disqualify
+    good = df["good"].to_numpy()
+    judged = ~np.isnan(good)
+    done = df["done"].to_numpy()
+    n_good_in_window = int(((good == 1) & (done >= start) & (done < end)).sum())
     return {
         "start": start,
         "end": end,
@@ -146,7 +142,8 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
         "sent_qps": int((df["error"] != "dropped").sum()) / duration,
         "achieved_qps": len(in_window) / duration,
         "output_tokens_per_s": float(in_window["output_tokens"].sum()) / duration,
-        "goodput": (float(good.sum()) / count) if count else None,
+        "goodput": float(good[judged].sum() / judged.sum()) if judged.any() else None,
+        "goodput_qps": n_good_in_window / duration if judged.any() else None,
         "chunks": chunk_stats(ok),
         "reasoning": reasoning_stats(ok),
         "metrics": metrics,
@@ -244,18 +241,19 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
 def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *, target: str = "target",
               scenario: str = "", complete: bool = True, notes: list[str] | None = None,
               send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
-              failed_fast: str | None = None) -> dict:
+              failed_fast: str | None = None, goodput: list[GoodputObjectives] | None = None) -> dict:
     """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts.
 
-    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it)."""
+    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it).
+    ``goodput``: the scenario's per-request objectives (:mod:`loadgen.analysis.goodput`); None: no goodput."""
     df = records_frame(table)
+    df["good"] = good_column(df, plans, goodput, target)
     extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
-    limits = _per_request_limits(slos)
     phases = {}
     for p in plans:
         sel = df[df["phase"] == p.index]
         tq = 0.5 * (p.rate_start + p.rate_end) if not p.closed else None
-        st = _scope_stats(sel, p.start, min(p.end, max(duration, p.start)), tq, extra, limits)
+        st = _scope_stats(sel, p.start, min(p.end, max(duration, p.start)), tq, extra)
         st.update(recorded=p.recorded, concurrency=p.concurrency)
         phases[p.name] = st
     rec_plans = [p for p in plans if p.recorded]
@@ -267,7 +265,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
               if span else 0)
     else:
         start, end, tq = 0.0, duration, 0.0
-    overall = _scope_stats(rec, start, max(end, start + 1e-9), tq, extra, limits)
+    overall = _scope_stats(rec, start, max(end, start + 1e-9), tq, extra)
     lag = overall["metrics"]["send_lag"]
     lag_p99 = stat_value(lag, "p99")
     cpu_util = (cpu_seconds / duration / processes) if (cpu_seconds is not None and duration > 0) else None

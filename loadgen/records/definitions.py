@@ -31,8 +31,13 @@ METRIC_DEFINITIONS = {
     "send_lag": {"unit": "s", "definition": "sent - scheduled: how late the generator sent the request"},
     "error_rate": {"unit": "fraction",
                    "definition": "failed requests (any error class, dropped included) / all requests"},
-    "goodput": {"unit": "fraction", "definition": ("requests that succeeded and met every per-request "
-                                                   "latency/ttft/tpot objective / all requests")},
+    "goodput": {"unit": "fraction", "definition": ("good requests / requests judged: a request is good when it "
+                                                   "succeeded and met every per-request bound of the scenario's "
+                                                   "goodput: block that applies to it (latency, ttft, ttfat, "
+                                                   "tpot, service_time); aborted requests are not judged; "
+                                                   "absent (null) without a goodput: block")},
+    "goodput_qps": {"unit": "1/s", "definition": ("good requests completed inside the window / duration "
+                                                  "(DistServe's and vLLM's request goodput)")},
     "achieved_qps": {"unit": "1/s",
                      "definition": "successful responses completed inside the phase window / phase duration"},
     "sent_qps": {"unit": "1/s", "definition": "requests sent (not dropped) scheduled in the phase / phase duration"},

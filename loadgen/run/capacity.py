@@ -18,6 +18,7 @@ from loadgen.analysis.capacity import (
     judge,
     knee,
     sectioned_intervals,
+    step_goodput,
     step_load,
     step_objectives,
 )
@@ -53,7 +54,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         summary = summarize(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,
                             complete=not res.interrupted, notes=res.notes,
                             send_lag_threshold=sc.load.send_lag_threshold,
-                            cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast)
+                            cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast,
+                            goodput=step_goodput(sc.goodput))
         sectioned_intervals(records_frame(table), summary["slo"])
         write_json(tdir / SUMMARY, summary, loaded.secrets)
         ok, reasons, unsure = judge(summary, qps)

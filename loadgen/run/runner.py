@@ -206,7 +206,8 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
     summary = summarize(read_records(mt.tdir / REQUESTS), plan_phases(sc.load), sc.slo, res.duration,
                         target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
                         notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
-                        cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast)
+                        cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
+                        goodput=sc.goodput)
     summary["model"] = mt.model
     summary["engine"] = engine
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study

@@ -260,6 +260,57 @@ SloLine = Annotated[
 ]
 
 
+#: Per-request metrics a goodput objective may bound (each defined in loadgen.analysis.metrics).
+GOODPUT_METRICS = ("latency", "ttft", "ttfat", "tpot", "service_time")
+
+
+class GoodputObjectives(Strict):
+    """Per-request objectives (DistServe; vLLM's ``--goodput``): a request is good when it succeeded and met
+    every bound given. ``scope`` as in SLO lines: a phase, a target, or ``target/phase``; unscoped: everywhere.
+    Where several entries apply, each bound comes from the most specific one that gives it."""
+
+    scope: Optional[str] = Field(None, description="a phase, a target or target/phase; none: every request")
+    latency: Optional[Duration] = Field(None, description="done - scheduled at most this")
+    ttft: Optional[Duration] = Field(None, description="time to first token at most this (streams)")
+    ttfat: Optional[Duration] = Field(None, description="time to first answer token at most this (streams)")
+    tpot: Optional[Duration] = Field(None, description="time per output token at most this (streams)")
+    service_time: Optional[Duration] = Field(None, description="done - sent at most this")
+
+    @model_validator(mode="after")
+    def _some_bound(self):
+        if not self.bounds():
+            raise ValueError(f"expected at least one per-request bound: {', '.join(GOODPUT_METRICS)}")
+        return self
+
+    def bounds(self) -> dict[str, float]:
+        """The bounds given, metric -> seconds."""
+        return {m: getattr(self, m) for m in GOODPUT_METRICS if getattr(self, m) is not None}
+
+    def scope_parts(self) -> tuple[str | None, str | None]:
+        """(target, phase_or_target) of the scope, as :meth:`SLO.scope_parts`."""
+        if not self.scope:
+            return None, None
+        if "/" in self.scope:
+            target, phase = self.scope.split("/", 1)
+            return target.strip(), phase.strip()
+        return None, self.scope.strip()
+
+
+def _goodput_list(v: Any) -> Any:
+    return [v] if isinstance(v, dict) else v
+
+
+def _scope_problem(tgt: str | None, name: str | None, scope: str | None, targets: set, phases: set) -> str | None:
+    """What is wrong with an objective's scope (None when it names a known phase, target or target/phase)."""
+    if tgt is not None and (tgt not in targets or name not in phases):
+        return (f"scope {scope!r} must be target/phase with a target among {sorted(targets) or 'none'} and a "
+                f"phase among {sorted(phases)}")
+    if tgt is None and name is not None and name not in phases | targets:
+        return (f"unknown scope {name!r}, expected a phase ({', '.join(sorted(phases))})"
+                + (f" or a target ({', '.join(sorted(targets))})" if targets else ""))
+    return None
+
+
 class Scenario(Strict):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
     name: str = Field(description="short name; used in the RunDir's name")
@@ -269,6 +320,10 @@ class Scenario(Strict):
     workload: Workload = Field(default_factory=Workload)
     load: Load
     slo: list[SloLine] = Field(default_factory=list)
+    goodput: Annotated[Optional[list[GoodputObjectives]], BeforeValidator(_goodput_list)] = Field(
+        None, description="per-request objectives that make a request 'good', e.g. {ttft: 200ms, tpot: 50ms, "
+                          "latency: 2s}; or a list of them, each with an optional scope. Without it no goodput "
+                          "is computed")
 
     @model_validator(mode="after")
     def _targets(self):
@@ -291,14 +346,16 @@ class Scenario(Strict):
                    | ({self.target.name} if self.target and self.target.name else set()))
         bad = []
         for i, s in enumerate(self.slo):
-            tgt, name = s.scope_parts()
-            if tgt is not None and (tgt not in targets or name not in phases):
-                bad.append(f"slo[{i}] {s.expr!r}: scope {s.scope!r} must be target/phase with a target among "
-                           f"{sorted(targets) or 'none'} and a phase among {sorted(phases)}")
-            elif tgt is None and name is not None and name not in phases | targets:
-                bad.append(f"slo[{i}] {s.expr!r}: unknown scope {name!r}, "
-                           f"expected a phase ({', '.join(sorted(phases))})"
-                           + (f" or a target ({', '.join(sorted(targets))})" if targets else ""))
+            problem = _scope_problem(*s.scope_parts(), s.scope, targets, phases)
+            if problem:
+                bad.append(f"slo[{i}] {s.expr!r}: {problem}")
+            if s.metric in ("goodput", "goodput_qps") and not self.goodput:
+                bad.append(f"slo[{i}] {s.expr!r}: goodput needs per-request objectives: add a goodput: block "
+                           "such as {ttft: 200ms, tpot: 50ms, latency: 2s}")
+        for i, g in enumerate(self.goodput or []):
+            problem = _scope_problem(*g.scope_parts(), g.scope, targets, phases)
+            if problem:
+                bad.append(f"goodput[{i}]: {problem}")
         if bad:
             raise ValueError("\n".join(bad))
         return self

@@ -6,7 +6,8 @@ Grammar (one objective per line)::
     burst: latency.p99 < 800ms     only the phase (or target) named 'burst'
     naive/burst: ttft.p50 < 1s     target 'naive', phase 'burst'
     error_rate < 0.1%              a fraction: '0.1%' or 0.001
-    goodput >= 99%                 the fraction of requests that succeeded within every per-request SLO
+    goodput >= 99%                 the fraction of requests that were good (the scenario's goodput: block)
+    goodput_qps >= 50              good requests per second
     achieved_qps >= 95             requests per second completed
 
 An unknown metric or statistic is a ValueError at parse time, listing the valid choices: an objective
@@ -25,7 +26,7 @@ from loadgen.units import fmt_ms, parse_duration, parse_percent
 #: Distribution metrics, each defined once in loadgen.analysis.metrics.
 DISTRIBUTIONS = ("latency", "ttft", "ttfat", "itl", "chunk_gap", "tpot", "reasoning_time", "service_time", "send_lag")
 #: Scalar metrics of a phase or run.
-SCALARS = ("error_rate", "goodput", "achieved_qps")
+SCALARS = ("error_rate", "goodput", "goodput_qps", "achieved_qps")
 #: Named statistics; any ``pNN`` or ``pNN.N`` percentile is accepted too.
 STATS = ("mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")
 _PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
@@ -87,9 +88,9 @@ def parse_slo(text: str) -> SLO:
     scope, lhs, op, rhs = m.group("scope"), m.group("lhs"), m.group("op"), m.group("rhs")
     if lhs in SCALARS:
         try:
-            threshold = float(rhs) if lhs == "achieved_qps" else parse_percent(rhs)
+            threshold = float(rhs) if lhs.endswith("_qps") else parse_percent(rhs)
         except ValueError:
-            what = "a number" if lhs == "achieved_qps" else "a fraction such as '1%' or 0.01"
+            what = "a number" if lhs.endswith("_qps") else "a fraction such as '1%' or 0.01"
             raise ValueError(f"{lhs}: expected {what}, got {rhs!r}") from None
         return SLO(text.strip(), lhs, None, op, threshold, scope)
     metric, _, stat = lhs.partition(".")

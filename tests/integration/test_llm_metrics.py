@@ -3,9 +3,13 @@ tokens vs chunks, reasoning, goodput."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from loadgen.analysis.metrics import records_frame
+from loadgen.records.schema import read_records
 from tests.helpers import pct, run
 
 TTFT, GAP, TOKENS = 0.08, 0.01, 20
@@ -87,3 +91,69 @@ def test_no_reasoning_no_reasoning_time(tmp_path, known_server):
     assert (df["first_answer"] == df["first_token"]).all()  # the first token was an answer
     assert o["metrics"]["reasoning_time"]["n"] == 0 and o["reasoning"]["requests"] == 0
     assert o["metrics"]["ttfat"]["percentiles"] == o["metrics"]["ttft"]["percentiles"]
+
+
+def _hand_count(df, bound_by_phase: dict[int, float]) -> tuple[int, int]:
+    """(good, judged) counted by hand from the records: succeeded and latency within its phase's bound."""
+    good = judged = 0
+    for _, r in df[df["recorded"]].iterrows():
+        if r["phase"] not in bound_by_phase:
+            continue
+        judged += 1
+        good += int(r["error"] == "" and r["done"] - r["scheduled"] <= bound_by_phase[r["phase"]])
+    return good, judged
+
+
+def test_goodput_equals_a_hand_count_per_scope(tmp_path, known_server):
+    """Two targets of known latency (50 ms and 150 ms), two phases, scoped per-request bounds: goodput per target
+    and phase is what a hand count over the records gives, and what the known latencies say it must be."""
+    fast, slow = known_server(delay=0.05), known_server(delay=0.15)
+    text = f"""
+    name: g
+    targets:
+      - {{name: fast, url: "{fast.url}", stream: false}}
+      - {{name: slow, url: "{slow.url}", stream: false}}
+    workload: {{prompts: {{input_tokens: 8, output_tokens: 4, distinct: 4}}}}
+    load:
+      arrival: constant
+      phases:
+        - {{name: first, duration: 1s, qps: 20}}
+        - {{name: second, duration: 1s, qps: 20}}
+    goodput:
+      - {{latency: 100ms}}
+      - {{scope: slow, latency: 200ms}}
+      - {{scope: slow/second, latency: 120ms}}
+    slo:
+      - "fast: goodput >= 99%"
+      - "slow: goodput >= 99%"
+    """
+    result, _, _ = run(tmp_path, text)
+    truth = {("fast", "first"): 1.0, ("fast", "second"): 1.0, ("slow", "first"): 1.0, ("slow", "second"): 0.0}
+    bounds = {"fast": {0: 0.1, 1: 0.1}, "slow": {0: 0.2, 1: 0.12}}
+    for t in result.targets:
+        tdir = result.rundir.path / t.dir
+        s = json.loads((tdir / "summary.json").read_text())
+        df = records_frame(read_records(tdir / "requests.parquet"))
+        for i, phase in enumerate(("first", "second")):
+            good, judged = _hand_count(df[df["phase"] == i], bounds[t.name])
+            ph = s["phases"][phase]
+            assert ph["goodput"] == good / judged == truth[(t.name, phase)], (t.name, phase)
+            done = df[(df["phase"] == i) & df["ok"]]
+            in_window = done[(done["done"] >= ph["start"]) & (done["done"] < ph["end"])]
+            n_good = int((in_window["latency"] <= bounds[t.name][i]).sum())
+            assert ph["goodput_qps"] == pytest.approx(n_good / ph["duration_s"])
+        good, judged = _hand_count(df, bounds[t.name])
+        assert s["overall"]["goodput"] == pytest.approx(good / judged)
+        print(f"{t.name}: goodput {s['overall']['goodput']:.3f} (hand count {good}/{judged}), per phase "
+              f"{s['phases']['first']['goodput']:.3f} / {s['phases']['second']['goodput']:.3f}")
+        passed = {r["expr"]: r["passed"] for r in s["slo"] if r["applies"]}
+        assert passed == ({"fast: goodput >= 99%": True} if t.name == "fast" else {"slow: goodput >= 99%": False})
+
+
+def test_no_goodput_block_no_goodput(tmp_path, known_server):
+    """Objectives on means or percentiles do not make per-request bounds: without goodput: there is none."""
+    srv = known_server(delay=0.05)
+    _, s, _ = run(tmp_path, scenario(srv.url, phases="        - {name: main, duration: 1s, qps: 10}",
+                                     extra="slo: [latency.mean < 10ms, latency.p99 < 20ms]"))
+    assert s["overall"]["goodput"] is None and s["overall"]["goodput_qps"] is None
+    assert s["phases"]["main"]["goodput"] is None
