@@ -80,6 +80,7 @@ def percentile_table(summary: dict, target: str, prefix: str) -> list[dict]:
 
 
 THROUGHPUT = (("count", "count", "requests"), ("ok", "count", "ok"), ("error_rate", "pct", "error rate"),
+              ("aborted_rate", "pct", "aborted (client)"),
               ("target_qps", "rate", "target req/s"), ("sent_qps", "rate", "sent req/s"),
               ("achieved_qps", "rate", "achieved req/s"), ("output_tokens_per_s", "rate", "output tokens/s"),
               ("goodput", "pct", "goodput"), ("goodput_qps", "rate", "good req/s"))

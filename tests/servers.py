@@ -93,7 +93,6 @@ class KnownServer:
             return web.json_response(_chat_body(self.tokens))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        start = time.perf_counter()
         per_chunk_usage = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
 
         def usage(n):
@@ -109,6 +108,14 @@ class KnownServer:
             obj["usage"] = usage(n)
             return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
+        try:
+            await self._stream(resp, with_usage, usage)
+        except ConnectionResetError:  # the client went away (an abort, a timeout): nothing more to send
+            pass
+        return resp
+
+    async def _stream(self, resp, with_usage, usage):
+        start = time.perf_counter()
         await resp.write(with_usage(_chunk({"role": "assistant", "content": ""}), 0))
         bounds = [0, 1] + list(range(1 + self.per_chunk, self.tokens, self.per_chunk)) + [self.tokens]
         for a, b in zip(bounds, bounds[1:]):
@@ -120,11 +127,10 @@ class KnownServer:
             delta = {**({self.reasoning_field: think} if think else {}), **({"content": say} if say else {})}
             await resp.write(with_usage(_chunk(delta), b))
         await resp.write(_chunk({}, finish="length"))
-        usage = {"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage(self.tokens)}
-        await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
+        last = {"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage(self.tokens)}
+        await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-        return resp
 
     async def models(self, request):
         return web.json_response({"object": "list", "data": [{"id": "known", "object": "model"}]})

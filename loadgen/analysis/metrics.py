@@ -14,7 +14,9 @@ Definitions (seconds; see ``loadgen.records.definitions``, written to metrics.js
 
 Distributions are taken over successful requests of recorded phases. Errors are never dropped from
 view: ``error_rate`` counts them, and ``latency_errors_inf`` gives the latency percentiles with every
-failed request counted as infinitely slow. A request belongs to the phase of its scheduled time.
+failed request counted as infinitely slow. Requests the client aborted on purpose (``workload.cancel``)
+are neither: they are counted in ``aborted`` / ``aborted_rate`` and left out of every distribution.
+A request belongs to the phase of its scheduled time.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     """The records as a DataFrame with the derived per-request columns added (token_times kept as arrays)."""
     df = table.to_pandas()
     df["ok"] = df["error"] == ""
-    df["aborted"] = df["error"] == ABORTED
+    df["aborted"] = df["error"] == ABORTED  # the client aborted it on purpose: neither success nor error
+    df["failed"] = ~df["ok"] & ~df["aborted"]
     df["latency"] = df["done"] - df["scheduled"]
     df["service_time"] = df["done"] - df["sent"]
     df["ttft"] = df["first_token"] - df["scheduled"]
@@ -118,14 +121,16 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     duration = max(end - start, 1e-9)
     ok = df[df["ok"]]
     count = len(df)
-    errors = {c: int(v) for c, v in df.loc[~df["ok"], "error"].value_counts().items()}
-    n_err = int((~df["ok"]).sum())
+    errors = {c: int(v) for c, v in df.loc[df["failed"], "error"].value_counts().items()}
+    n_err = int(df["failed"].sum())
+    n_aborted = int(df["aborted"].sum())
     in_window = ok[(ok["done"] >= start) & (ok["done"] < end)]
     metrics = {}
     pcts = tuple(sorted(set(PERCENTILES) | set(extra_pcts)))
     for m in DISTRIBUTIONS:
         metrics[m] = describe(metric_samples(df if m == "send_lag" else ok, m), pcts)
-    lat_inf = np.where(df["ok"], df["latency"], np.inf)
+    judged_lat = df[~df["aborted"]]
+    lat_inf = np.where(judged_lat["ok"], judged_lat["latency"], np.inf)
     good = df["good"].to_numpy()
     judged = ~np.isnan(good)
     done = df["done"].to_numpy()
@@ -138,6 +143,8 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
         "ok": int(len(ok)),
         "errors": errors,
         "error_rate": (n_err / count) if count else None,
+        "aborted": n_aborted,
+        "aborted_rate": (n_aborted / count) if count else None,
         "target_qps": target_qps,
         "sent_qps": int((df["error"] != "dropped").sum()) / duration,
         "achieved_qps": len(in_window) / duration,
@@ -178,7 +185,7 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
         if not limits:
             continue
         limit = min(limits)
-        sel = df[(df["scheduled"] >= nxt.start) & (df["scheduled"] < nxt.end)]
+        sel = df[(df["scheduled"] >= nxt.start) & (df["scheduled"] < nxt.end) & ~df["aborted"]]
         lat = np.where(sel["ok"], sel["latency"], np.inf)
         sched = sel["scheduled"].to_numpy()
         ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, 0.5)
@@ -221,7 +228,7 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
     mid = edges[:-1] + step / 2
     target = [sum(p.rate_at(t) for p in plans) for t in mid]
     errs = {}
-    for cls in sorted(set(df.loc[~df["ok"], "error"])):
+    for cls in sorted(set(df.loc[df["failed"], "error"])):
         sel = df["error"].to_numpy() == cls
         errs[cls] = np.bincount(b[sel], minlength=nb).tolist()
     return {

@@ -31,6 +31,9 @@ METRIC_DEFINITIONS = {
     "send_lag": {"unit": "s", "definition": "sent - scheduled: how late the generator sent the request"},
     "error_rate": {"unit": "fraction",
                    "definition": "failed requests (any error class, dropped included) / all requests"},
+    "aborted_rate": {"unit": "fraction",
+                     "definition": ("requests the client aborted on purpose (workload.cancel; not an error, left "
+                                    "out of every latency distribution) / all requests")},
     "goodput": {"unit": "fraction", "definition": ("good requests / requests judged: a request is good when it "
                                                    "succeeded and met every per-request bound of the scenario's "
                                                    "goodput: block that applies to it (latency, ttft, ttfat, "

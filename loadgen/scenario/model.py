@@ -122,6 +122,22 @@ class Prompts(Strict):
     distinct: int = Field(1000, ge=1, description="number of distinct prompts; requests cycle through them")
 
 
+class Cancel(Strict):
+    """Client-side aborts, as users close a tab: a share of requests is aborted by latbench after a time or a
+    number of tokens. An aborted request is its own class (``aborted``): not an error, not in the latency
+    distributions, counted in ``aborted_rate``; its connection is closed, so the server can free its slot."""
+
+    fraction: float = Field(gt=0, le=1, description="share of requests aborted (the same requests every run)")
+    after: Optional[Duration] = Field(None, description="abort this long after the request was sent")
+    after_tokens: Optional[int] = Field(None, ge=1, description="abort once this many token chunks arrived")
+
+    @model_validator(mode="after")
+    def _one_trigger(self):
+        if (self.after is None) == (self.after_tokens is None):
+            raise ValueError("expected exactly one of after (a duration) or after_tokens (a number of tokens)")
+        return self
+
+
 class Workload(Strict):
     prompts: Prompts = Field(default_factory=Prompts)
     dataset: Optional[str] = Field(None, description="JSONL file of {prompt: ...} or {messages: [...]}, "
@@ -129,6 +145,9 @@ class Workload(Strict):
     ignore_eos: bool = False
     max_tokens: Optional[int] = Field(None, ge=1,
                                       description="fixed max_tokens; default: output_tokens drawn per request")
+    cancel: Optional[Cancel] = Field(None, description="abort a share of requests client-side, e.g. "
+                                                       "{fraction: 0.1, after: 500ms} or {fraction: 0.1, "
+                                                       "after_tokens: 20}")
 
 
 class Ramp(BaseModel):

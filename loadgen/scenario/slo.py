@@ -26,7 +26,7 @@ from loadgen.units import fmt_ms, parse_duration, parse_percent
 #: Distribution metrics, each defined once in loadgen.analysis.metrics.
 DISTRIBUTIONS = ("latency", "ttft", "ttfat", "itl", "chunk_gap", "tpot", "reasoning_time", "service_time", "send_lag")
 #: Scalar metrics of a phase or run.
-SCALARS = ("error_rate", "goodput", "goodput_qps", "achieved_qps")
+SCALARS = ("error_rate", "aborted_rate", "goodput", "goodput_qps", "achieved_qps")
 #: Named statistics; any ``pNN`` or ``pNN.N`` percentile is accepted too.
 STATS = ("mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")
 _PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
@@ -115,6 +115,6 @@ def show_value(result: dict, value=None) -> str:
         return "inf"
     if result.get("stat"):
         return fmt_ms(float(v))
-    if result.get("metric") in ("error_rate", "goodput"):
+    if result.get("metric") in ("error_rate", "aborted_rate", "goodput"):
         return f"{float(v) * 100:.2f}%"
     return f"{float(v):.4g}"
