@@ -28,6 +28,7 @@ from .config import ServerConfig
 from .engine import Engine
 from .faults import FaultInjector
 from .generation import ServerState, handle_generation
+from .kserve import add_routes as add_kserve_routes
 from .metrics import Metrics
 from .protocol import ApiError
 
@@ -48,7 +49,7 @@ def _error_response(exc: ApiError) -> web.Response:
 def _build_app(state: ServerState) -> web.Application:
     @web.middleware
     async def errors(request: web.Request, handler):
-        counted = request.path.startswith("/v1/")
+        counted = request.path.startswith(("/v1/", "/v2/models/"))
         try:
             resp = await handler(request)
         except ApiError as exc:
@@ -101,6 +102,7 @@ def _build_app(state: ServerState) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
+    add_kserve_routes(app, state)
     return app
 
 

@@ -12,7 +12,7 @@ from loadgen.engine.base import EngineResult, EngineSettings, MeasuredTarget, On
 from loadgen.engine.failfast import FailFast
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.scrape import MetricsScraper
-from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.registry import make_protocol
 from loadgen.records.rundir import REQUESTS, SERVER_METRICS
 from loadgen.records.schema import RecordWriter
 from loadgen.scenario.model import Target

@@ -425,3 +425,9 @@ def make_protocol(target: Target, workload: Workload, model: str | None, base_ur
     if cls is None:
         raise ValueError(f"unknown api {target.api!r}; expected one of {', '.join(_PROTOCOLS)}")
     return cls(target, workload, model if model is not None else target.model, base_url)
+
+
+# The helpers the other protocol modules share (loadgen.protocols.messages, loadgen.protocols.kserve).
+target_headers = _headers
+base_url_of = _base_url
+path_of = _path_of

@@ -139,7 +139,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     server = start_managed(target)
     engine = SingleProcess()
     try:
-        url = server.url if server else target.url
+        url = server.url_for(target.api, target.transport) if server else target.url
         model = resolve_model(target, url, server)
         measured = target.model_copy(update={"url": url})
 

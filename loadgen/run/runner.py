@@ -178,7 +178,7 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
         tr.error = scrub(str(exc), secrets)
         log.error("target %s did not start: %s", name, tr.error)
         return tr
-    url = server.url if server else target.url
+    url = server.url_for(target.api, target.transport) if server else target.url
     tr.url = url
     if server:
         tr.server = {**server.config, "listen_s": server.listen_s, "ready_s": server.ready_s}

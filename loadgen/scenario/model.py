@@ -74,12 +74,25 @@ class HttpRequest(Strict):
     content_type: str = "application/json"
 
 
+class KServeTensors(Strict):
+    """Tensor names of a KServe v2 / Triton text model (api: kserve-v2, triton-generate). The defaults are those
+    of Triton's vLLM and TensorRT-LLM backends."""
+
+    text_input: str = Field("text_input", description="the prompt (BYTES)")
+    text_output: str = Field("text_output", description="the answer (BYTES)")
+    max_tokens: Optional[str] = Field("max_tokens", description="the output length asked for (INT32); null: not sent")
+    stream: Optional[str] = Field("stream", description="the BOOL input that asks a decoupled model to stream "
+                                                        "(gRPC ModelStreamInfer); null: not sent")
+
+
 class Target(Strict):
     name: Optional[str] = Field(None, description="label of this target in reports; required in `targets:`")
     url: Optional[str] = Field(None, description="base URL, e.g. http://127.0.0.1:8000/v1; ${ENV} is expanded")
     reference: Optional[ReferenceTarget] = None
     command: Optional[CommandTarget] = None
-    api: Literal["openai-chat", "openai-completions", "embeddings", "http"] = "openai-chat"
+    api: Literal["openai-chat", "openai-completions", "embeddings", "http", "anthropic-messages", "openai-responses",
+                 "rerank", "kserve-v2", "triton-generate"] = Field(
+        "openai-chat", description="the API spoken; kserve-v2 over HTTP/JSON (http://) or gRPC (grpc://)")
     model: Optional[str] = Field(None, description="model name sent in requests; default: the reference model, "
                                                    "else the first of /v1/models")
     stream: bool = True
@@ -88,6 +101,9 @@ class Target(Strict):
     headers: dict[str, str] = Field(default_factory=dict,
                                     description="extra headers; ${ENV} is expanded at run time and never written out")
     request: Optional[HttpRequest] = None
+    kserve: KServeTensors = Field(default_factory=KServeTensors, description="kserve-v2 / triton-generate tensors")
+    documents: Optional[int] = Field(None, ge=1, le=10_000, description="api: rerank: the prompt is cut into this "
+                                                                        "many documents (default 8)")
     timeout: Duration = Field(60.0, description="per-request timeout")
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
