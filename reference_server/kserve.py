@@ -5,8 +5,8 @@
   ``num_input_tokens`` and ``num_output_tokens`` (UINT32), the names Triton's vLLM backend uses.
 - ``POST /v2/models/{model}/generate`` and ``generate_stream`` (Triton's generate extension): a JSON object
   ``{text_input, max_tokens}``; ``generate`` answers one object, ``generate_stream`` one server-sent event per
-  token ``{model_name, model_version, text_output, num_output_tokens: 1}`` and then closes (the extension has
-  no end event).
+  token ``{model_name, model_version, text_output, num_output_tokens: 1}`` (the first also
+  ``num_input_tokens``) and then closes (the extension has no end event).
 - ``GET /v2/health/live``, ``/v2/health/ready``, ``/v2/models/{model}``, ``/v2/models/{model}/ready``.
 
 Errors answer ``{"error": message}`` with the status, as KServe servers do. The same validation as the
@@ -132,7 +132,10 @@ def add_routes(app: web.Application, state: ServerState) -> None:
                 for event in batch:
                     if event[0] == "text":
                         pieces.append(event[1])
-                        out.append({**head, "text_output": event[1], "num_output_tokens": 1})
+                        piece = {**head, "text_output": event[1], "num_output_tokens": 1}
+                        if len(pieces) == 1:  # the prompt's length, once
+                            piece["num_input_tokens"] = g.prompt_tokens
+                        out.append(piece)
                     elif event[0] == "error":
                         out.append({"error": event[1]})
                     else:
@@ -148,6 +151,9 @@ def add_routes(app: web.Application, state: ServerState) -> None:
             await resp.prepare(request)
         await resp.write_eof()
         return resp
+
+    async def live(request: web.Request) -> web.Response:
+        return web.json_response({"live": True})
 
     async def ready(request: web.Request) -> web.Response:
         ok = state.engine.state in ("ready", "lazy")
@@ -173,7 +179,7 @@ def add_routes(app: web.Application, state: ServerState) -> None:
     app.router.add_post("/v2/models/{model}/versions/{version}/infer", infer)
     app.router.add_post("/v2/models/{model}/generate", generate)
     app.router.add_post("/v2/models/{model}/generate_stream", generate_stream)
-    app.router.add_get("/v2/health/live", lambda r: web.json_response({"live": True}))
+    app.router.add_get("/v2/health/live", live)
     app.router.add_get("/v2/health/ready", ready)
     app.router.add_get("/v2/models/{model}/ready", model_ready)
     app.router.add_get("/v2/models/{model}", model_metadata)

@@ -161,7 +161,10 @@ def start_command(cmd: CommandTarget) -> ManagedServer:
 def start_managed(target: Target) -> ManagedServer | None:
     """Start the target when latbench manages it (``reference:`` or ``command:``); None for a plain URL."""
     if target.reference is not None:
-        return start_reference(target.reference)
+        ref = target.reference
+        if target.transport == "grpc" and "grpc_port" not in ref.options:  # KServe v2 over gRPC: serve it
+            ref = ref.model_copy(update={"options": {**ref.options, "grpc_port": 0}})
+        return start_reference(ref)
     if target.command is not None:
         return start_command(target.command)
     return None

@@ -107,7 +107,8 @@ class Target(Strict):
     timeout: Duration = Field(60.0, description="per-request timeout")
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
-    transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
+    transport: Literal["auto", "aiohttp", "lean", "httpx", "grpc"] = Field(
+        "auto", description="auto: grpc for grpc:// URLs, httpx for http2, lean for http://, aiohttp for https://")
     metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run")
 
     @model_validator(mode="after")
