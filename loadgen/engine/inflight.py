@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict, deque
 
 from loadgen.engine.cancel import AbortAfterTokens, chosen
+from loadgen.protocols.streaming import counted_by_server
 from loadgen.records.schema import ABORTED, Outcome
 from loadgen.schedule.arrivals import PhasePlan
 from loadgen.transports.base import Transport
@@ -40,7 +41,7 @@ def _uncancel(task) -> None:
 
 def _tokens_so_far(out: Outcome) -> None:
     """An aborted request's output tokens: the usage's when it came, else the token chunks received."""
-    if not out.usage_tokens:
+    if not counted_by_server(out):
         out.output_tokens = len(out.token_times)
 
 

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from loadgen.protocols.apis import base_url_of, path_of, target_headers
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
-from loadgen.protocols.streaming import EventStreamHandler, JsonBodyHandler, as_int
+from loadgen.protocols.streaming import EventStreamHandler, JsonBodyHandler, as_int, output_from_usage
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import KServeTensors, Target, Workload
 from loadgen.scenario.prompts import Prompt
@@ -64,8 +64,7 @@ def read_counts(out: Outcome, values: dict) -> None:
     if it is not None:
         out.prompt_tokens = it
     if ot is not None:
-        out.output_tokens = ot
-        out.usage_tokens = True
+        output_from_usage(out, ot)
 
 
 class KServeHttpProtocol(ApiProtocol):
@@ -121,7 +120,7 @@ class TritonStream(EventStreamHandler):
 
     def on_end(self, out: Outcome) -> None:
         if self._counted and len(out.chunk_tokens) == len(out.token_times):
-            out.output_tokens, out.usage_tokens = self._counted, True
+            output_from_usage(out, self._counted)
         EventStreamHandler.on_end(self, out)
 
 

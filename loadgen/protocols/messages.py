@@ -25,7 +25,7 @@ import json
 
 from loadgen.protocols.apis import base_url_of, path_of, target_headers
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
-from loadgen.protocols.streaming import EventStreamHandler, JsonBodyHandler, as_int
+from loadgen.protocols.streaming import EventStreamHandler, JsonBodyHandler, as_int, output_from_usage
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt
@@ -71,8 +71,7 @@ def _anthropic_usage(out: Outcome, usage) -> None:
         out.prompt_tokens = sum(p for p in parts if p is not None)
     ot = as_int(usage.get("output_tokens"))
     if ot is not None:
-        out.output_tokens = ot
-        out.usage_tokens = True
+        output_from_usage(out, ot)
 
 
 class AnthropicStream(EventStreamHandler):
@@ -91,8 +90,10 @@ class AnthropicStream(EventStreamHandler):
             elif dtype == "thinking_delta" and delta.get("thinking"):
                 self.token(out, now, False)
         elif kind == "message_start":
-            _anthropic_usage(out, (obj.get("message") or {}).get("usage"))
-            out.usage_tokens = False  # message_start's output_tokens is a placeholder; message_delta says
+            usage = (obj.get("message") or {}).get("usage")
+            # message_start's output_tokens is a placeholder (message_delta says): its input counts only
+            _anthropic_usage(out, {k: v for k, v in usage.items() if k != "output_tokens"}
+                             if isinstance(usage, dict) else None)
         elif kind == "message_delta":
             _anthropic_usage(out, obj.get("usage"))
         elif kind == "message_stop":
@@ -151,8 +152,7 @@ def _responses_usage(handler, out: Outcome, usage) -> None:
     if it is not None:
         out.prompt_tokens = it
     if ot is not None:
-        out.output_tokens = ot
-        out.usage_tokens = True
+        output_from_usage(out, ot)
     details = usage.get("output_tokens_details")
     rt = as_int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
     if rt is not None:

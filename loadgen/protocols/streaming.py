@@ -98,7 +98,7 @@ class EventStreamHandler(ResponseHandler):
         self._reasoning_usage = True
 
     def on_end(self, out: Outcome) -> None:
-        if not out.usage_tokens:
+        if not counted_by_server(out):
             out.output_tokens = self._count
         if not self._reasoning_usage:
             out.reasoning_tokens = self._reasoning
@@ -148,6 +148,17 @@ class JsonBodyHandler(ResponseHandler):
     def read(self, obj: dict, out: Outcome) -> str | None:
         """Read the parsed body; return what is wrong with it, or None."""
         raise NotImplementedError
+
+
+def output_from_usage(out: Outcome, tokens: int) -> None:
+    """The server counted the answer: ``tokens`` output tokens, from its usage (the one place that says so)."""
+    out.output_tokens = tokens
+    out.usage_tokens = True
+
+
+def counted_by_server(out: Outcome) -> bool:
+    """Whether the output tokens came from the server's usage (else latbench counts token chunks)."""
+    return out.usage_tokens
 
 
 def bad_response(out: Outcome, detail: str) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from loadgen.protocols.apis import target_headers
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
 from loadgen.protocols.kserve_grpc import MODEL_INFER, MODEL_STREAM_INFER, messages
-from loadgen.protocols.streaming import DETAIL, bad_response
+from loadgen.protocols.streaming import DETAIL, bad_response, counted_by_server, output_from_usage
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import KServeTensors, Target, Workload
 from loadgen.scenario.prompts import Prompt
@@ -84,7 +84,7 @@ class GrpcInferHandler(ResponseHandler):
             return bad_response(out, f"no output tensor {self._names.text_output!r} in the response")
         ot = _counts(out, values)
         if ot is not None:
-            out.output_tokens, out.usage_tokens = ot, True
+            output_from_usage(out, ot)
 
 
 class GrpcStreamHandler(ResponseHandler):
@@ -126,8 +126,8 @@ class GrpcStreamHandler(ResponseHandler):
 
     def on_end(self, out: Outcome) -> None:
         if self._counted and len(out.chunk_tokens) == len(out.token_times):
-            out.output_tokens, out.usage_tokens = self._counted, True
-        elif not out.usage_tokens:
+            output_from_usage(out, self._counted)
+        elif not counted_by_server(out):
             out.output_tokens = self._count
 
 
