@@ -39,6 +39,17 @@ def bounds_for(objectives: list[GoodputObjectives], target: str, phase: str) -> 
     return {m: b for m, (_, b) in best.items()}
 
 
+def good_within(df: pd.DataFrame, bounds: dict[str, float] | None) -> np.ndarray:
+    """Per request, as :func:`good_column`, for requests that all share ``bounds`` (None or empty: not judged)."""
+    good = np.full(len(df), np.nan)
+    if not bounds:
+        return good
+    g = df["ok"].to_numpy().copy()
+    for metric, bound in bounds.items():
+        g &= ~(df[metric].to_numpy() > bound)  # NaN compares False: no such metric, no verdict on it
+    return np.where(df["aborted"].to_numpy(), np.nan, g.astype(np.float64))
+
+
 def good_column(df: pd.DataFrame, plans: list[PhasePlan], objectives: list[GoodputObjectives] | None,
                 target: str) -> np.ndarray:
     """Per request: 1.0 good, 0.0 not good, NaN when no objective applies to it (or the request was aborted by
@@ -46,16 +57,9 @@ def good_column(df: pd.DataFrame, plans: list[PhasePlan], objectives: list[Goodp
     good = np.full(len(df), np.nan)
     if not objectives:
         return good
-    ok = df["ok"].to_numpy()
-    aborted = df["aborted"].to_numpy()
     phase = df["phase"].to_numpy()
     for p in plans:
-        bounds = bounds_for(objectives, target, p.name)
-        if not bounds:
-            continue
         sel = phase == p.index
-        g = ok[sel].copy()
-        for metric, bound in bounds.items():
-            g &= ~(df[metric].to_numpy()[sel] > bound)  # NaN compares False: no such metric, no verdict on it
-        good[sel] = np.where(aborted[sel], np.nan, g.astype(np.float64))
+        if sel.any():
+            good[sel] = good_within(df[sel], bounds_for(objectives, target, p.name))
     return good

@@ -39,6 +39,8 @@ from loadgen.run.signals import install_signal_handlers
               help="fail on a significant regression against this run")
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
               help="allowed worsening of a percentile before it counts")
+@click.option("--capacity", "capacity", metavar="RUNDIR", type=click.Path(file_okay=False),
+              help="a `latbench capacity` RunDir of the same target: the headroom headline says how far from its knee")
 @click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
               help="native: one asyncio process; locust: Locust's master/worker runners (scales past one machine)")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
@@ -51,12 +53,14 @@ from loadgen.run.signals import install_signal_handlers
               help="native: generator processes [default: 1 when the target runs on this machine, else cores - 1]")
 @exits_on_errors
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
-        baseline: str | None, max_regression: str, engine: str, workers: int, expect_workers: int, master_bind: str,
-        processes: int) -> None:
+        baseline: str | None, max_regression: str, capacity: str | None, engine: str, workers: int,
+        expect_workers: int, master_bind: str, processes: int) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
     if baseline is not None and not (Path(baseline) / "meta.json").is_file():
         raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
+    if capacity is not None and not (Path(capacity) / "capacity.json").is_file():
+        raise click.BadParameter(f"{capacity} is not a capacity RunDir (no capacity.json)", param_hint="--capacity")
     loaded = load_or_exit(scenario)
     scrub_logs(loaded.secrets)
     display = StatusDisplay(out_console)
@@ -83,7 +87,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     install_signal_handlers(lambda: current.get("engine"), display.say)
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
-                              baseline=baseline, max_regression=allowance, opts=opts)
+                              baseline=baseline, max_regression=allowance, opts=opts, capacity=capacity)
     except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
         display.close()
         click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "

@@ -18,7 +18,7 @@ from loadgen.engine.inflight import ClosedPhase, InFlight
 from loadgen.engine.live import LiveStats
 from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.reqcache import RequestCache
-from loadgen.records.schema import ABORTED, ABORTED_CODE, Outcome, RecordBuffer, RecordWriter
+from loadgen.records.schema import ABORTED, ABORTED_CODE, Outcome, RecordBuffer, RecordSink
 from loadgen.schedule.arrivals import PhasePlan, arrivals
 from loadgen.schedule.pacing import FLUSH_EVERY_S, sleep_for
 
@@ -34,7 +34,7 @@ class NativeEngine(InFlight):
     request.
     """
 
-    def __init__(self, settings: EngineSettings, protocol: ApiProtocol, prompts, transport, writer: RecordWriter):
+    def __init__(self, settings: EngineSettings, protocol: ApiProtocol, prompts, transport, writer: RecordSink):
         self.s = settings
         self.protocol = protocol
         self.prompts = prompts

@@ -109,7 +109,8 @@ class Target(Strict):
     http2: bool = False
     transport: Literal["auto", "aiohttp", "lean", "httpx", "grpc"] = Field(
         "auto", description="auto: grpc for grpc:// URLs, httpx for http2, lean for http://, aiohttp for https://")
-    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run")
+    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
+                                       "for a command target, '{port}' is its port")
 
     @model_validator(mode="after")
     def _one_kind(self):
@@ -280,7 +281,8 @@ class Load(Strict):
         return self
 
 
-def _slo_line(v: Any) -> SLO:
+def slo_line(v: Any) -> SLO:
+    """One ``slo:`` entry as written in YAML: a line, or the mapping YAML makes of a scoped line."""
     if isinstance(v, SLO):
         return v
     if isinstance(v, dict) and len(v) == 1:  # YAML reads `- burst: latency.p99 < 800ms` as a mapping
@@ -291,7 +293,7 @@ def _slo_line(v: Any) -> SLO:
 
 SloLine = Annotated[
     SLO,
-    BeforeValidator(_slo_line),
+    BeforeValidator(slo_line),
     WithJsonSchema({"type": "string", "description": "[scope:] metric.stat op value, e.g. 'latency.p99 < 300ms'"}),
 ]
 
