@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from loadgen.analysis.goodput import bounds_for
+from loadgen.analysis.metrics import records_frame, window_stats
 from loadgen.errors import ScenarioError
+from loadgen.records.schema import Outcome, RecordBuffer
 from loadgen.scenario.loader import load_scenario
 from tests.helpers import write_scenario
 
@@ -55,3 +59,18 @@ def test_mistakes_are_named(tmp_path, extra, message):
         load(tmp_path, extra)
     assert message in str(e.value), str(e.value)
     assert "s.yaml:" in str(e.value)
+
+
+def test_a_watch_window_judges_goodput_by_the_block_and_leaves_aborted_requests_unjudged():
+    buf = RecordBuffer()
+    lat = [0.05, 0.08, 0.12, 0.09, 0.3, 0.07]
+    errors = ["", "", "", "http_5xx", "", "aborted"]
+    for i, (latency, err) in enumerate(zip(lat, errors)):
+        buf.append(i, 0, True, float(i), Outcome(sent=i, done=i + latency, status=200, error=err), 0.0)
+    df = records_frame(pa.Table.from_batches([buf.drain()]))
+    s = window_stats(df, 0.0, 10.0, [], {"latency": 0.1})
+    # judged: all but the aborted one (5); good: succeeded within 100 ms (0.05, 0.08): 2 of 5
+    assert s["goodput"] == 2 / 5 and s["aborted"] == 1 and s["errors"] == {"http_5xx": 1}
+    assert s["goodput_qps"] == 2 / 10.0
+    assert window_stats(df, 0.0, 10.0, [], None)["goodput"] is None
+    assert np.isnan(df["ttfat"]).all()
