@@ -58,9 +58,12 @@ def _batch(rng, scheduled, phase, recorded, base, tokens, error_rate) -> pa.Reco
         "status": np.where(err == "http_5xx", 500, np.where(ok, 200, 0)).astype(np.int16), "error": err,
         "prompt_tokens": np.full(n, 100, np.int32), "output_tokens": counts, "usage_tokens": np.ones(n, bool),
         "bytes_in": counts.astype(np.int64) * 100, "worker": np.zeros(n, np.int16),
+        "first_answer": first_token, "reasoning_tokens": np.zeros(n, np.int32),
+        "chunk_tokens_source": np.where(counts > 0, "chunks", ""),
     }
-    arrays = [pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32())) if f.name == "token_times"
-              else pa.array(cols[f.name], type=f.type) for f in SCHEMA]
+    lists = {"token_times": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32())),
+             "chunk_tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(len(values), np.int16)))}
+    arrays = [lists[f.name] if f.name in lists else pa.array(cols[f.name], type=f.type) for f in SCHEMA]
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
 

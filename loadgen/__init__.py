@@ -34,7 +34,7 @@ _EXPORTS = {
     # building blocks of a sender (for embedding and for benchmarks/)
     "plan_phases": "loadgen.schedule.arrivals",
     "make_prompt_source": "loadgen.scenario.prompts",
-    "make_protocol": "loadgen.protocols.apis",
+    "make_protocol": "loadgen.protocols.registry",
     "make_transport": "loadgen.transports.factory",
     "LeanTransport": "loadgen.transports.lean",
     "AiohttpTransport": "loadgen.transports.aiohttp_client",

@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="reference_server", description="latbench reference inference server")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="TCP port; 0 picks a free one (default 0)")
+    p.add_argument("--grpc-port", type=int, default=None,
+                   help="also serve KServe v2 over gRPC on this port; 0 picks a free one (default: no gRPC; "
+                        "needs grpcio and protobuf)")
     p.add_argument("--arch", choices=ARCHS, default="naive", help="architecture preset (default naive)")
     p.add_argument("--model", default=None,
                    help="tiny | small | medium | large | 1b | 3b (default: small on CPU, 1b on CUDA)")

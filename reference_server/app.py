@@ -28,6 +28,8 @@ from .config import ServerConfig
 from .engine import Engine
 from .faults import FaultInjector
 from .generation import ServerState, handle_generation
+from .grpc_server import start_grpc
+from .kserve import add_routes as add_kserve_routes
 from .metrics import Metrics
 from .protocol import ApiError
 
@@ -48,7 +50,7 @@ def _error_response(exc: ApiError) -> web.Response:
 def _build_app(state: ServerState) -> web.Application:
     @web.middleware
     async def errors(request: web.Request, handler):
-        counted = request.path.startswith("/v1/")
+        counted = request.path.startswith(("/v1/", "/v2/models/"))
         try:
             resp = await handler(request)
         except ApiError as exc:
@@ -101,6 +103,7 @@ def _build_app(state: ServerState) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
+    add_kserve_routes(app, state)
     return app
 
 
@@ -112,9 +115,12 @@ class RunningServer:
     resolved: dict
     state: ServerState
     runner: web.AppRunner
+    grpc: object = None  # the gRPC server (--grpc-port), or None
 
     async def close(self) -> None:
         """Stop accepting, stop the engine worker, release the port."""
+        if self.grpc is not None:
+            await self.grpc.stop(None)
         await self.runner.cleanup()
         await asyncio.get_running_loop().run_in_executor(None, self.state.engine.stop)
 
@@ -142,8 +148,15 @@ async def start(config: ServerConfig, *, announce: TextIO | None = None) -> Runn
     port = runner.addresses[0][1]
     host = f"[{config.host}]" if ":" in config.host else config.host
     url = f"http://{host}:{port}"
+    grpc_server = grpc_port = None
+    if config.grpc_port is not None:
+        try:
+            grpc_server, grpc_port = await start_grpc(state, config.host, config.grpc_port)
+        except BaseException:
+            await runner.cleanup()
+            raise
     resolved_config = dict(config.to_dict(), port=port, backend_requested=config.backend, model=resolved.spec.name,
-                           served_model_name=state.served_model,
+                           served_model_name=state.served_model, grpc_port=grpc_port,
                            parameter_count=resolved.spec.parameter_count(), cache_dir=str(resolved.cache_dir),
                            **resolved.to_dict())
     if announce is not None:
@@ -153,7 +166,7 @@ async def start(config: ServerConfig, *, announce: TextIO | None = None) -> Runn
     log.info("listening on %s (arch=%s, model=%s, %d parameters)", url, config.arch, resolved.spec.name,
              resolved.spec.parameter_count())
     engine.start(asyncio.get_running_loop())
-    return RunningServer(url, resolved_config, state, runner)
+    return RunningServer(url, resolved_config, state, runner, grpc_server)
 
 
 def _loop_factory():

@@ -20,6 +20,7 @@ class ServerConfig:
     arch: str = "naive"
     host: str = "127.0.0.1"
     port: int = 0
+    grpc_port: int | None = None  # KServe v2 over gRPC on this port (0: a free one); None: no gRPC
     model: str | None = None  # None: small on CPU, 1b on CUDA, tiny for sim backends
     backend: str = "auto"  # auto | numpy | torch | sim:<profile>
     cache_dir: str | None = None  # None: $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights
@@ -100,6 +101,8 @@ class ServerConfig:
                 raise ValueError(f"{name}: must be within [0, 1], got {getattr(self, name)!r}")
         if self.cache_size < 0:
             raise ValueError(f"cache_size: must be >= 0, got {self.cache_size!r}")
+        if self.grpc_port is not None and not 0 <= int(self.grpc_port) <= 65535:
+            raise ValueError(f"grpc_port: must be within [0, 65535], got {self.grpc_port!r}")
         if not 0 <= int(self.port) <= 65535:
             raise ValueError(f"port: must be within [0, 65535], got {self.port!r}")
 

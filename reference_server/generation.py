@@ -88,12 +88,42 @@ async def _replay(state: ServerState, hit: CachedResult):
     yield [("done", hit.finish_reason, hit.completion_tokens)]
 
 
+@dataclass
+class Generation:
+    """A request on its way: the events of its answer (from the cache or the engine) and what to remember."""
+
+    events: object  # async iterator of event batches (lists): ("text", piece) ... then ("done", reason, n)
+    prompt_tokens: int
+    plan: FaultPlan
+    key: object  # the result-cache key, None without a cache
+    gen: GenRequest | None  # the engine request (None when answered from the cache)
+    arrival: float
+
+    def close(self, state: ServerState) -> None:
+        """Free the engine slot (a no-op when finished): on timeout, disconnect, or the end."""
+        if self.gen is not None:
+            state.engine.abort(self.gen)
+
+
 async def handle_generation(state: ServerState, request: web.Request, kind: str) -> web.StreamResponse:
     """Validate, apply faults, answer from the cache or the engine. Raises ApiError for 4xx/5xx."""
     arrival = time.perf_counter()
     cfg = state.config
     req = parse_request(parse_json(await request.read()), kind, served_model=state.served_model,
                         max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens)
+    g = await begin(state, req, arrival)
+    try:
+        if req.stream:
+            return await _stream(state, request, req, g.events, g.prompt_tokens, g.plan, g.key, arrival)
+        return await _collect(state, req, g.events, g.prompt_tokens, g.key, arrival)
+    finally:
+        g.close(state)
+
+
+async def begin(state: ServerState, req: ParsedRequest, arrival: float) -> Generation:
+    """Apply the fault plan, then start the answer: replayed from the result cache, or submitted to the engine.
+    Raises ApiError (injected error, queue full, model unavailable)."""
+    cfg = state.config
     plan = state.faults.plan(req.stream, req.max_tokens)
     if plan.error:
         state.metrics.fault("error")
@@ -101,7 +131,7 @@ async def handle_generation(state: ServerState, request: web.Request, kind: str)
     if plan.slow_s:
         state.metrics.fault("slow")
         await asyncio.sleep(plan.slow_s)
-    key = cache_key(state.served_model, kind, req.canonical) if state.cache is not None else None
+    key = cache_key(state.served_model, req.kind, req.canonical) if state.cache is not None else None
     hit = state.cache.get(key) if key is not None else None
     if key is not None:
         (state.metrics.cache_hits if hit else state.metrics.cache_misses).inc()
@@ -120,13 +150,12 @@ async def handle_generation(state: ServerState, request: web.Request, kind: str)
             raise ApiError(503, str(exc), "server_error", code="model_unavailable") from None
         deadline = arrival + cfg.request_timeout_s if cfg.request_timeout_s > 0 else None
         events, prompt_tokens = _engine_events(gen, deadline), len(req.prompt_ids)
-    try:
-        if req.stream:
-            return await _stream(state, request, req, events, prompt_tokens, plan, key, arrival)
-        return await _collect(state, req, events, prompt_tokens, key, arrival)
-    finally:
-        if gen is not None:
-            state.engine.abort(gen)  # no-op when finished; frees the slot on timeout or disconnect
+    return Generation(events, prompt_tokens, plan, key, gen, arrival)
+
+
+def remember(state, key, pieces, reason, prompt_tokens, completion_tokens, arrival) -> None:
+    """A finished answer: observe its end-to-end time, and keep it in the result cache."""
+    _remember(state, key, pieces, reason, prompt_tokens, completion_tokens, arrival)
 
 
 def _remember(state, key, pieces, reason, prompt_tokens, completion_tokens, arrival) -> None:

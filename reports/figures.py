@@ -28,14 +28,16 @@ def _sample(v: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
 
 
 def itl_sample(td: TargetData, ok: pd.DataFrame) -> np.ndarray:
-    """Inter-token gaps (s) of at most ITL_SAMPLE successful requests, drawn at random with a fixed seed."""
+    """Per-token inter-token gaps (s) of at most ITL_SAMPLE successful requests, drawn at random with a fixed
+    seed (a chunk of n tokens counts as n gaps: :func:`~loadgen.analysis.metrics.itl_samples`)."""
     if ok.empty or "token_times" not in td.table().column_names:
         return np.empty(0)
     idx = ok.index.to_numpy()
     if idx.size > ITL_SAMPLE:
         idx = np.sort(np.random.default_rng(1).choice(idx, ITL_SAMPLE, replace=False))
-    tt = td.table().column("token_times").take(idx).to_pandas()
-    return itl_samples(pd.DataFrame({"token_times": tt}))
+    table = td.table()
+    cols = ("token_times", "chunk_tokens")
+    return itl_samples(pd.DataFrame({c: table.column(c).take(idx).to_pandas() for c in cols}))
 
 
 def latency_samples(targets: list[tuple[str, TargetData | list[TargetData]]]) -> list[tuple[str, np.ndarray]]:

@@ -118,7 +118,7 @@ def slo_kind(slo: dict) -> str:
     """The display kind of an SLO's measured value."""
     if slo.get("stat"):
         return "ms"
-    if slo.get("metric") in ("error_rate", "goodput"):
+    if slo.get("metric") in ("error_rate", "aborted_rate", "goodput"):
         return "pct"
     return "rate"
 

@@ -22,7 +22,7 @@ from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
 from loadgen.records.rundir import COLD_START, META, REPEATS, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
 from loadgen.records.schema import read_records, records_exist
-from loadgen.scenario.model import Load, slo_line
+from loadgen.scenario.model import GoodputObjectives, Load, slo_line
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
 #: Record columns the plots read (token times are read separately, for a sample only).
@@ -143,6 +143,15 @@ def load_rundir(path) -> RunData:
     return run
 
 
+def _goodput(scenario: dict) -> list[GoodputObjectives] | None:
+    """The scenario's goodput: block (None when absent or unreadable: no goodput is computed)."""
+    g = scenario.get("goodput")
+    try:
+        return [GoodputObjectives.model_validate(e) for e in ([g] if isinstance(g, dict) else g)] if g else None
+    except (ValueError, TypeError):
+        return None
+
+
 def _cold_start(path: Path, meta: dict) -> dict | None:
     """cold_start.json, or, for a study whose run stopped before writing it (or wrote an older form without
     per-start rows), the same computed from the RunDir's files by :func:`loadgen.coldstart.cold_start_summary`."""
@@ -177,7 +186,7 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
     s = summarize(table, plans, slos, float(duration or 1e-3), target=td.name, scenario=run.name,
                   complete=False, notes=[note], expected_qps=(run.scenario.get("load") or {}).get("expected_qps"),
-                  capacity=run.meta.get("capacity"))
+                  capacity=run.meta.get("capacity"), goodput=_goodput(run.scenario or {}))
     return jsonable(s)
 
 

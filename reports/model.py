@@ -15,7 +15,9 @@ from reports import fmt
 from reports.loader import RunData, TargetData
 from reports.strips import REPEATS_SRC, strips_for
 
-DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("itl", "inter-token (ITL)"), ("tpot", "time per output token"),
+DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("ttfat", "time to first answer token"),
+             ("reasoning_time", "reasoning time"), ("itl", "inter-token (ITL, per token)"),
+             ("chunk_gap", "gap between chunks"), ("tpot", "time per output token"),
              ("service_time", "service time"), ("send_lag", "send lag (generator)"))
 PCTS = ("p50", "p90", "p95", "p99", "p99.9")
 
@@ -81,9 +83,10 @@ def percentile_table(summary: dict, target: str, prefix: str) -> list[dict]:
 
 
 THROUGHPUT = (("count", "count", "requests"), ("ok", "count", "ok"), ("error_rate", "pct", "error rate"),
+              ("aborted_rate", "pct", "aborted (client)"),
               ("target_qps", "rate", "target req/s"), ("sent_qps", "rate", "sent req/s"),
               ("achieved_qps", "rate", "achieved req/s"), ("output_tokens_per_s", "rate", "output tokens/s"),
-              ("goodput", "pct", "goodput"))
+              ("goodput", "pct", "goodput"), ("goodput_qps", "rate", "good req/s"))
 
 
 def throughput_rows(summary: dict, target: str) -> list[dict]:

@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 class ServerProcess:
     """A tests.servers.KnownServer in a subprocess, on 127.0.0.1 and a free port."""
 
-    def __init__(self, **kw):
-        argv = [sys.executable, "-m", "tests.servers"]
+    def __init__(self, module: str = "tests.servers", **kw):
+        argv = [sys.executable, "-m", module]
         for k, v in kw.items():
             argv += ["--" + k.replace("_", "-"), str(v)]
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -31,6 +31,21 @@ def known_server():
 
     def start(**kw):
         s = ServerProcess(**kw)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def api_server():
+    """tests.api_servers.ApiServer (Anthropic, Responses, rerank, KServe v2, Triton) in a subprocess."""
+    started = []
+
+    def start(**kw):
+        s = ServerProcess("tests.api_servers", **kw)
         started.append(s)
         return s
 

@@ -49,10 +49,18 @@ class KnownServer:
     token after ``ttft``, then ``tokens - 1`` more every ``gap`` seconds, a usage chunk and [DONE].
     ``stall_at`` / ``stall_for``: every request that *arrives* in that window of server time is held
     until the stall ends (a server that stops answering for a moment).
+
+    Token ``i`` is produced at ``ttft + i * gap``. ``per_chunk``: the first token goes alone, then each chunk
+    carries up to that many tokens and leaves when its last one is produced (speculative decoding, a stream
+    interval). ``reasoning``: the first that many tokens are ``reasoning_content`` (or ``reasoning_field``),
+    the rest ``content``; usage then says so in ``completion_tokens_details.reasoning_tokens``. A request with
+    ``stream_options.continuous_usage_stats`` gets a cumulative ``usage`` in every chunk, as vLLM sends it.
     """
 
-    def __init__(self, delay=0.05, ttft=0.08, gap=0.01, tokens=20, stall_at=None, stall_for=0.0, status=200, slots=0):
+    def __init__(self, delay=0.05, ttft=0.08, gap=0.01, tokens=20, stall_at=None, stall_for=0.0, status=200, slots=0,
+                 per_chunk=1, reasoning=0, reasoning_field="reasoning_content"):
         self.delay, self.ttft, self.gap, self.tokens = delay, ttft, gap, tokens
+        self.per_chunk, self.reasoning, self.reasoning_field = per_chunk, reasoning, reasoning_field
         self.slots = slots  # > 0: at most this many requests served at once, the rest queue (a known capacity)
         self._sem = None
         self.stall_at, self.stall_for, self.status = stall_at, stall_for, status
@@ -87,18 +95,44 @@ class KnownServer:
             return web.json_response(_chat_body(self.tokens))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        per_chunk_usage = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+
+        def usage(n):
+            u = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+            if self.reasoning:
+                u["completion_tokens_details"] = {"reasoning_tokens": min(n, self.reasoning)}
+            return u
+
+        def with_usage(raw: bytes, n: int) -> bytes:
+            if not per_chunk_usage:
+                return raw
+            obj = json.loads(raw[6:])
+            obj["usage"] = usage(n)
+            return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+        try:
+            await self._stream(resp, with_usage, usage)
+        except ConnectionResetError:  # the client went away (an abort, a timeout): nothing more to send
+            pass
+        return resp
+
+    async def _stream(self, resp, with_usage, usage):
         start = time.perf_counter()
-        await resp.write(_chunk({"role": "assistant", "content": ""}))
-        for i in range(self.tokens):
-            await sleep_until(start + self.ttft + i * self.gap)
-            await resp.write(_chunk({"content": f"t{i} "}))
+        await resp.write(with_usage(_chunk({"role": "assistant", "content": ""}), 0))
+        bounds = [0, 1] + list(range(1 + self.per_chunk, self.tokens, self.per_chunk)) + [self.tokens]
+        for a, b in zip(bounds, bounds[1:]):
+            if a >= b:
+                continue
+            await sleep_until(start + self.ttft + (b - 1) * self.gap)
+            think = "".join(f"r{i} " for i in range(a, min(b, self.reasoning)))
+            say = "".join(f"t{i} " for i in range(max(a, self.reasoning), b))
+            delta = {**({self.reasoning_field: think} if think else {}), **({"content": say} if say else {})}
+            await resp.write(with_usage(_chunk(delta), b))
         await resp.write(_chunk({}, finish="length"))
-        usage = {"id": "x", "object": "chat.completion.chunk", "choices": [],
-                 "usage": {"prompt_tokens": 5, "completion_tokens": self.tokens, "total_tokens": 5 + self.tokens}}
-        await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
+        last = {"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage(self.tokens)}
+        await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-        return resp
 
     async def sleep(self, request: web.Request):
         """``GET /sleep?ms=M&sigma=S``: answers after M * LogNormal(0, S) milliseconds, timed from arrival.
@@ -168,6 +202,9 @@ def main(argv=None) -> None:
     ap.add_argument("--tokens", type=int, default=20)
     ap.add_argument("--status", type=int, default=200)
     ap.add_argument("--slots", type=int, default=0)
+    ap.add_argument("--per-chunk", type=int, default=1)
+    ap.add_argument("--reasoning", type=int, default=0)
+    ap.add_argument("--reasoning-field", default="reasoning_content")
     a = ap.parse_args(argv)
     kw = {k: v for k, v in vars(a).items() if v is not None}
     srv = KnownServer(**kw).start()

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from loadgen.analysis.metrics import itl_samples
+from loadgen.analysis.metrics import metric_samples
 from loadgen.analysis.stats import sectioned_ci
-from loadgen.scenario.model import Load, Phase
+from loadgen.scenario.model import GoodputObjectives, Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
 from loadgen.units import json_num
 
@@ -73,6 +73,14 @@ def step_load(base: Load, qps: float, duration: float, warmup: float, index: int
     return base.model_copy(update={"phases": phases, "starts": 1, "seed": base.seed + 1000 * index})
 
 
+def step_goodput(objectives: list[GoodputObjectives] | None) -> list[GoodputObjectives] | None:
+    """The goodput objectives of a step: as :func:`step_objectives`, a scoped entry applies to each step (where
+    two give the same metric, the tighter bound holds)."""
+    if not objectives:
+        return objectives
+    return [g.model_copy(update={"scope": None}) for g in objectives]
+
+
 def step_objectives(slos: list[SLO]) -> list[SLO]:
     """The objectives every step must meet. A step is one steady load that stands in for the scenario's
     phases, so an objective scoped to a phase (``at_120: latency.p99 < 500ms``) or to the target applies
@@ -96,7 +104,7 @@ def sectioned_intervals(df: pd.DataFrame, results: list[dict]) -> None:
             continue
         metric = r["metric"]
         rows = step if metric == "send_lag" else step[step["ok"]]
-        x = itl_samples(rows) if metric == "itl" else rows[metric].to_numpy(dtype=np.float64)
+        x = metric_samples(rows, metric)
         ci = sectioned_ci(x, percentile_of(r["stat"]), SECTIONS)
         r["ci_sectioned"] = None if ci is None else [json_num(ci[0]), json_num(ci[1])]
 

@@ -117,13 +117,15 @@ class WatchExporter:
         self.registry.register(self)
 
     def add_target(self, name: str, slos: list[SLO], qps: float, now: Callable[[], float | None],
-                   all_slos: list[SLO] | None = None, send_lag_threshold: float = 0.005) -> None:
+                   all_slos: list[SLO] | None = None, send_lag_threshold: float = 0.005,
+                   goodput_bounds: dict[str, float] | None = None) -> None:
         """Watch target ``name``: ``slos`` are judged over the window; bucket bounds come from ``all_slos``
         (default ``slos``); ``now`` gives run seconds on the records' clock, None before the run starts;
-        ``send_lag_threshold`` (s) is the scenario's ``load.send_lag_threshold``."""
+        ``send_lag_threshold`` (s) is the scenario's ``load.send_lag_threshold``; ``goodput_bounds`` the per-request
+        bounds of its goodput: block that apply to this target (metric -> s; None: no goodput)."""
         bounds_from = all_slos if all_slos is not None else slos
         hists = {m: _Hist(bucket_bounds(bounds_from, m)) for m in HISTOGRAM_METRICS}
-        window = SlidingWindow(self.window_s, slos, send_lag_threshold)
+        window = SlidingWindow(self.window_s, slos, send_lag_threshold, goodput_bounds)
         t = _Target(name, (self.scenario, name, PHASE), now, qps, window, hists)
         t.requests = {c: 0 for c in ("",) + ERROR_CLASSES}  # every series exists from the start (rate() needs it)
         with self._lock:

@@ -4,14 +4,19 @@ Definitions (seconds; see ``loadgen.records.definitions``, written to metrics.js
 
     latency      = done - scheduled            what a user waits; corrects coordinated omission
     service_time = done - sent                 what the server and network took
-    ttft         = first_token - scheduled     streaming only
-    itl          = gaps between consecutive token chunks of one response
+    ttft         = first_token - scheduled     streaming only; the first token of any kind (reasoning too)
+    ttfat        = first_answer - scheduled    streaming only; the first answer token (not reasoning)
+    reasoning_time = first_answer - first_token  requests that reasoned
+    itl          = per-token gaps: a chunk of n tokens after a gap g gives n samples of g / n
+    chunk_gap    = gaps between consecutive token chunks of one response
     tpot         = (done - first_token) / (output_tokens - 1)
     send_lag     = sent - scheduled            the generator's own lag
 
 Distributions are taken over successful requests of recorded phases. Errors are never dropped from
 view: ``error_rate`` counts them, and ``latency_errors_inf`` gives the latency percentiles with every
-failed request counted as infinitely slow. A request belongs to the phase of its scheduled time.
+failed request counted as infinitely slow. Requests the client aborted on purpose (``workload.cancel``)
+are neither: they are counted in ``aborted`` / ``aborted_rate`` and left out of every distribution.
+A request belongs to the phase of its scheduled time.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
-from loadgen.records.schema import ERROR_CLASSES
+from loadgen.records.schema import ABORTED, ERROR_CLASSES
+from loadgen.scenario.model import GoodputObjectives
 from loadgen.scenario.slo import DISTRIBUTIONS, SLO, percentile_of
 from loadgen.schedule.arrivals import PhasePlan
 from loadgen.units import json_num
@@ -35,50 +42,100 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     """The records as a DataFrame with the derived per-request columns added (token_times kept as arrays)."""
     df = table.to_pandas()
     df["ok"] = df["error"] == ""
+    df["aborted"] = df["error"] == ABORTED  # the client aborted it on purpose: neither success nor error
+    df["failed"] = ~df["ok"] & ~df["aborted"]
     df["latency"] = df["done"] - df["scheduled"]
     df["service_time"] = df["done"] - df["sent"]
     df["ttft"] = df["first_token"] - df["scheduled"]
+    if "first_answer" in df:  # a reader may select fewer columns (the reports' plots)
+        df["ttfat"] = df["first_answer"] - df["scheduled"]
+        df["reasoning_time"] = np.where(df["reasoning_tokens"] > 0, df["first_answer"] - df["first_token"], np.nan)
     n = df["output_tokens"].astype(np.float64)
     df["tpot"] = np.where(n > 1, (df["done"] - df["first_token"]) / (n - 1), np.nan)
     df["send_lag"] = df["sent"] - df["scheduled"]
     return df
 
 
-def itl_samples(df: pd.DataFrame) -> np.ndarray:
+def chunk_gap_samples(df: pd.DataFrame) -> np.ndarray:
+    """Gaps between consecutive token chunks of each stream (seconds), whatever each chunk carried."""
     tt = df["token_times"]
     parts = [np.diff(np.asarray(a, dtype=np.float64)) for a in tt if a is not None and len(a) > 1]
     return np.concatenate(parts) if parts else np.empty(0)
 
 
-def _per_request_limits(slos: list[SLO]) -> dict[str, float]:
-    """The tightest '<' threshold per distribution metric: the per-request bound used by goodput."""
-    limits: dict[str, float] = {}
-    for s in slos:
-        if s.metric in ("latency", "ttft", "tpot", "service_time") and s.op in ("<", "<="):
-            limits[s.metric] = min(limits.get(s.metric, math.inf), s.threshold)
-    return limits
+def itl_samples(df: pd.DataFrame) -> np.ndarray:
+    """Per-token inter-token latency (seconds): a chunk that carried n tokens after a gap g is n samples of g / n.
+
+    The tokens of one chunk were produced during the gap before it, so this is the time per token a decode
+    step took, right when chunks carry several tokens; with one token a chunk it equals :func:`chunk_gap_samples`.
+    A chunk counted as zero tokens (per-chunk usage that did not move) adds its gap to the next chunk's.
+    """
+    parts = []
+    for times, counts in zip(df["token_times"], df["chunk_tokens"]):
+        if times is None or len(times) < 2:
+            continue
+        t = np.asarray(times, dtype=np.float64)
+        n = np.asarray(counts, dtype=np.int64) if counts is not None and len(counts) == len(t) else None
+        if n is None or (n == 1).all():
+            parts.append(np.diff(t))
+            continue
+        keep = n > 0
+        t, n = t[keep], n[keep]
+        if len(t) > 1:
+            parts.append(np.repeat(np.diff(t) / n[1:], n[1:]))
+    return np.concatenate(parts) if parts else np.empty(0)
 
 
-def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, extra_pcts, limits) -> dict:
+def metric_samples(df: pd.DataFrame, metric: str) -> np.ndarray:
+    """The samples of one distribution metric from the rows given (the caller picks them: successful ones,
+    or all for send_lag): one per request, or one per gap for the stream metrics."""
+    if metric == "itl":
+        return itl_samples(df)
+    if metric == "chunk_gap":
+        return chunk_gap_samples(df)
+    return df[metric].to_numpy(dtype=np.float64)
+
+
+def reasoning_stats(ok: pd.DataFrame) -> dict:
+    """Reasoning tokens of successful requests: how many requests reasoned, tokens in total and per such request."""
+    r = ok["reasoning_tokens"].to_numpy()
+    n = int((r > 0).sum())
+    return {"requests": n, "tokens": int(r[r > 0].sum()), "tokens_mean": float(r[r > 0].mean()) if n else None}
+
+
+def chunk_stats(df: pd.DataFrame) -> dict:
+    """How many tokens the token chunks of successful streams carried, and how that is known.
+
+    ``tokens_per_chunk``: tokens / chunks after each stream's first chunk (the first holds what the prefill
+    gave); ``multi_token_fraction``: the share of those chunks that carried more than one token; ``sources``:
+    streams per ``chunk_tokens_source``. None where no stream had a second chunk."""
+    counts = [np.asarray(c)[1:] for c in df["chunk_tokens"] if c is not None and len(c) > 1]
+    sources = {str(k): int(v) for k, v in df["chunk_tokens_source"].value_counts().items() if k}
+    if not counts:
+        return {"tokens_per_chunk": None, "multi_token_fraction": None, "sources": sources}
+    allc = np.concatenate(counts)
+    return {"tokens_per_chunk": float(allc.mean()), "multi_token_fraction": float((allc > 1).mean()),
+            "sources": sources}
+
+
+def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, extra_pcts) -> dict:
     duration = max(end - start, 1e-9)
     ok = df[df["ok"]]
     count = len(df)
-    errors = {c: int(v) for c, v in df.loc[~df["ok"], "error"].value_counts().items()}
-    n_err = int((~df["ok"]).sum())
+    errors = {c: int(v) for c, v in df.loc[df["failed"], "error"].value_counts().items()}
+    n_err = int(df["failed"].sum())
+    n_aborted = int(df["aborted"].sum())
     in_window = ok[(ok["done"] >= start) & (ok["done"] < end)]
     metrics = {}
     pcts = tuple(sorted(set(PERCENTILES) | set(extra_pcts)))
     for m in DISTRIBUTIONS:
-        if m == "itl":
-            metrics[m] = describe(itl_samples(ok), pcts)
-        elif m == "send_lag":
-            metrics[m] = describe(df["send_lag"].to_numpy(), pcts)
-        else:
-            metrics[m] = describe(ok[m].to_numpy(), pcts)
-    lat_inf = np.where(df["ok"], df["latency"], np.inf)
-    good = df["ok"].to_numpy().copy()
-    for m, lim in limits.items():
-        good &= ~(df[m].to_numpy() > lim)  # NaN (no stream) does not disqualify
+        metrics[m] = describe(metric_samples(df if m == "send_lag" else ok, m), pcts)
+    judged_lat = df[~df["aborted"]]
+    lat_inf = np.where(judged_lat["ok"], judged_lat["latency"], np.inf)
+    good = df["good"].to_numpy()
+    judged = ~np.isnan(good)
+    done = df["done"].to_numpy()
+    n_good_in_window = int(((good == 1) & (done >= start) & (done < end)).sum())
     return {
         "start": start,
         "end": end,
@@ -87,21 +144,40 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
         "ok": int(len(ok)),
         "errors": errors,
         "error_rate": (n_err / count) if count else None,
+        "aborted": n_aborted,
+        "aborted_rate": (n_aborted / count) if count else None,
         "target_qps": target_qps,
         "sent_qps": int((df["error"] != "dropped").sum()) / duration,
         "achieved_qps": len(in_window) / duration,
         "output_tokens_per_s": float(in_window["output_tokens"].sum()) / duration,
-        "goodput": (float(good.sum()) / count) if count else None,
+        "goodput": float(good[judged].sum() / judged.sum()) if judged.any() else None,
+        "goodput_qps": n_good_in_window / duration if judged.any() else None,
+        "chunks": chunk_stats(ok),
+        "reasoning": reasoning_stats(ok),
         "metrics": metrics,
         "latency_errors_inf": describe(lat_inf, pcts)["percentiles"],
     }
 
 
-def window_stats(df: pd.DataFrame, start: float, end: float, slos: list[SLO]) -> dict:
+def _chunk_note(chunks: dict) -> list[str]:
+    """A note when streams carried more than one token per chunk (empty otherwise)."""
+    frac = chunks.get("multi_token_fraction")
+    if not frac:
+        return []
+    sources = ", ".join(f"{k} ({v})" for k, v in sorted(chunks["sources"].items()))
+    return [f"streams carried {chunks['tokens_per_chunk']:.2f} tokens per chunk after the first "
+            f"({frac:.0%} of chunks more than one; counted from: {sources}): itl is per token, "
+            "chunk_gap the gap between chunks"]
+
+
+def window_stats(df: pd.DataFrame, start: float, end: float, slos: list[SLO],
+                 goodput_bounds: dict[str, float] | None = None) -> dict:
     """The statistics of the records of one stretch ``[start, end)`` (run seconds), as summary.json holds them
-    per phase, with the percentiles and per-request limits ``slos`` need: what a sliding window is judged on."""
+    per phase, with the percentiles ``slos`` need: what a sliding window is judged on. ``goodput_bounds``: the
+    per-request bounds of the scenario's goodput: block that apply here (metric -> s); None: no goodput."""
     extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
-    return _scope_stats(df, start, end, None, extra, _per_request_limits(slos))
+    df = df.assign(good=good_within(df, goodput_bounds))
+    return _scope_stats(df, start, end, None, extra)
 
 
 def send_lag_limited(scope: dict, threshold: float) -> bool:
@@ -136,7 +212,7 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
         if not limits:
             continue
         limit = min(limits)
-        sel = df[(df["scheduled"] >= nxt.start) & (df["scheduled"] < nxt.end)]
+        sel = df[(df["scheduled"] >= nxt.start) & (df["scheduled"] < nxt.end) & ~df["aborted"]]
         lat = np.where(sel["ok"], sel["latency"], np.inf)
         sched = sel["scheduled"].to_numpy()
         ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, RECOVERY_STEP_S)
@@ -184,7 +260,7 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
     mid = edges[:-1] + step / 2
     target = [sum(p.rate_at(t) for p in plans) for t in mid]
     errs = {}
-    for cls in sorted(set(df.loc[~df["ok"], "error"])):
+    for cls in sorted(set(df.loc[df["failed"], "error"])):
         sel = df["error"].to_numpy() == cls
         errs[cls] = np.bincount(b[sel], minlength=nb).tolist()
     return {
@@ -205,21 +281,22 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
               scenario: str = "", complete: bool = True, notes: list[str] | None = None,
               send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
               failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None,
-              timeseries_step: float = 1.0) -> dict:
+              timeseries_step: float = 1.0, goodput: list[GoodputObjectives] | None = None) -> dict:
     """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts; with
     the headline numbers of :mod:`loadgen.analysis.headline` (``burst``, ``headroom``: ``expected_qps`` is
     the scenario's, ``capacity`` the fields of a capacity search of the same target).
 
     ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it).
-    ``timeseries_step``: seconds per time-series bin (a watch that ran for days takes coarser ones)."""
+    ``timeseries_step``: seconds per time-series bin (a watch that ran for days takes coarser ones).
+    ``goodput``: the scenario's per-request objectives (:mod:`loadgen.analysis.goodput`); None: no goodput."""
     df = records_frame(table)
+    df["good"] = good_column(df, plans, goodput, target)
     extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
-    limits = _per_request_limits(slos)
     phases = {}
     for p in plans:
         sel = df[df["phase"] == p.index]
         tq = 0.5 * (p.rate_start + p.rate_end) if not p.closed else None
-        st = _scope_stats(sel, p.start, min(p.end, max(duration, p.start)), tq, extra, limits)
+        st = _scope_stats(sel, p.start, min(p.end, max(duration, p.start)), tq, extra)
         st.update(recorded=p.recorded, concurrency=p.concurrency)
         phases[p.name] = st
     rec_plans = [p for p in plans if p.recorded]
@@ -231,7 +308,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
               if span else 0)
     else:
         start, end, tq = 0.0, duration, 0.0
-    overall = _scope_stats(rec, start, max(end, start + 1e-9), tq, extra, limits)
+    overall = _scope_stats(rec, start, max(end, start + 1e-9), tq, extra)
     lag = overall["metrics"]["send_lag"]
     lag_p99 = stat_value(lag, "p99")
     cpu_util = (cpu_seconds / duration / processes) if (cpu_seconds is not None and duration > 0) else None
@@ -241,6 +318,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
                                      f"{send_lag_threshold * 1e3:g} ms "
                                      "threshold, but small against the latencies measured"]
     saturated = cpu_util is not None and cpu_util > 0.9
+    notes = list(notes or []) + _chunk_note(overall["chunks"])
     summary = {
         "schema_version": SCHEMA_VERSION,
         "scenario": scenario,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.analysis.metrics import itl_samples, records_frame
+from loadgen.analysis.metrics import metric_samples, records_frame
 from loadgen.analysis.stats import nearest_rank_unsorted
 from loadgen.analysis.verdict import Kind, Reason
 from loadgen.records.rundir import REQUESTS, RunDir
@@ -30,9 +30,7 @@ MAX_SAMPLE = 4_000  # larger samples are subsampled for the bootstrap (the point
 
 def _samples(frame, metric: str) -> np.ndarray:
     ok = frame[frame["ok"] & frame["recorded"]]
-    if metric == "itl":
-        return itl_samples(ok)
-    x = ok[metric].to_numpy(dtype=np.float64)
+    x = metric_samples(ok, metric)
     return x[~np.isnan(x)]
 
 
@@ -52,7 +50,7 @@ def bootstrap_ratio(cur: np.ndarray, base: np.ndarray, p: float, seed: int = 0,
 
 def _error_test(cur, base, allowance: float) -> dict:
     n1, n0 = len(cur), len(base)
-    e1, e0 = int((~cur["ok"]).sum()), int((~base["ok"]).sum())
+    e1, e0 = int(cur["failed"].sum()), int(base["failed"].sum())
     r1, r0 = (e1 / n1 if n1 else 0.0), (e0 / n0 if n0 else 0.0)
     pooled = (e1 + e0) / max(n1 + n0, 1)
     se = math.sqrt(max(pooled * (1 - pooled) * (1 / max(n1, 1) + 1 / max(n0, 1)), 1e-18))

@@ -73,12 +73,14 @@ def _num(v) -> float:
 class SlidingWindow:
     """Record batches of the last ``span_s`` seconds, judged on demand. Not thread-safe: its owner locks."""
 
-    def __init__(self, span_s: float, slos: list[SLO], send_lag_threshold: float = 0.005):
+    def __init__(self, span_s: float, slos: list[SLO], send_lag_threshold: float = 0.005,
+                 goodput_bounds: dict[str, float] | None = None):
         if span_s <= 0:
             raise ValueError(f"window: expected a span above 0 s, got {span_s}")
         self.span_s = span_s
         self.slos = list(slos)
         self.send_lag_threshold = send_lag_threshold
+        self.goodput_bounds = goodput_bounds  # the scenario's goodput: bounds for this target (metric -> s)
         self._batches: deque[tuple[float, pa.RecordBatch]] = deque()  # (latest done in the batch, batch)
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -103,7 +105,7 @@ class SlidingWindow:
         if df is None or df.empty:
             return WindowState(now, 0, 0, math.nan, math.nan,
                                tuple(SloState(s, math.nan, math.nan) for s in self.slos))
-        stats = window_stats(df, start, now, self.slos)
+        stats = window_stats(df, start, now, self.slos, self.goodput_bounds)
         states = []
         for s in self.slos:
             value = _num(slo_value(stats, s)[0])

@@ -60,21 +60,27 @@ class StatusDisplay:
 
 
 def summary_table(name: str, summary: dict) -> Table:
-    """Per-phase table: requests, errors, achieved vs target QPS, latency and TTFT percentiles."""
+    """Per-phase table: requests, errors (and client aborts), achieved vs target QPS, latency and TTFT
+    percentiles, and goodput when the scenario defines it."""
     t = Table(title=f"{name}", title_justify="left")
-    for col in ("phase", "requests", "errors", "qps (target)", "lat p50", "lat p99", "lat max", "ttft p50", "ttft p99",
-                "itl p50"):
-        t.add_column(col, justify="right" if col != "phase" else "left")
     rows = [(k, v) for k, v in summary["phases"].items()] + [("overall", summary["overall"])]
+    goodput = any(s.get("goodput") is not None for _, s in rows)
+    for col in ("phase", "requests", "errors", "qps (target)", "lat p50", "lat p99", "lat max", "ttft p50", "ttft p99",
+                "itl p50") + (("goodput",) if goodput else ()):
+        t.add_column(col, justify="right" if col != "phase" else "left")
     for label, s in rows:
         m = s["metrics"]
         lat, ttft, itl = m["latency"], m["ttft"], m["itl"]
         tq = s.get("target_qps")
         err = f"{s['error_rate'] * 100:.2f}%" if s.get("error_rate") is not None else "-"
+        if s.get("aborted"):
+            err += f" (+{s['aborted_rate'] * 100:.1f}% aborted)"
+        extra = ([f"{s['goodput'] * 100:.1f}%" if s.get("goodput") is not None else "-"] if goodput else [])
         name_cell = label + ("" if s.get("recorded", True) else " (not recorded)")
         t.add_row(name_cell, str(s["count"]), err,
                   (f"{s['achieved_qps']:.1f} ({tq:.0f})" if tq is not None and not math.isnan(tq)
                    else f"{s['achieved_qps']:.1f}"),
                   fmt_ms(stat_value(lat, "p50")), fmt_ms(stat_value(lat, "p99")), fmt_ms(stat_value(lat, "max")),
-                  fmt_ms(stat_value(ttft, "p50")), fmt_ms(stat_value(ttft, "p99")), fmt_ms(stat_value(itl, "p50"), 2))
+                  fmt_ms(stat_value(ttft, "p50")), fmt_ms(stat_value(ttft, "p99")), fmt_ms(stat_value(itl, "p50"), 2),
+                  *extra)
     return t

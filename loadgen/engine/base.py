@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 from loadgen.engine.failfast import FailFast
 from loadgen.engine.live import LiveStats
 from loadgen.scenario.loader import LoadedScenario
-from loadgen.scenario.model import Target
+from loadgen.scenario.model import Cancel, Target
 from loadgen.schedule.arrivals import PhasePlan
 
 try:  # a faster event loop, when installed (not on Windows)
@@ -76,6 +76,7 @@ class EngineSettings:
     grace: float = 5.0
     worker: int = 0
     failfast: FailFast | None = None  # stop as soon as an objective can no longer be met
+    cancel: Cancel | None = None  # workload.cancel: requests the client aborts on purpose
 
 
 @dataclass

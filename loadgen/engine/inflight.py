@@ -9,6 +9,8 @@
 Either way one sweeper (:meth:`InFlight._timeout_loop`) enforces every timeout: deadlines are in send order
 (one timeout for all), so it looks at the oldest requests only. A timed-out request is recorded as
 ``timeout``, one still in flight at the run's end or at an abort as ``cancelled``; every request has a record.
+A request the client aborts on purpose (``workload.cancel``, :mod:`loadgen.engine.cancel`) is recorded as
+``aborted``: a loop timer ``after`` seconds from its launch, or its handler once ``after_tokens`` chunks came.
 
 The engine provides ``s`` (settings), ``t0``, ``live``, ``protocol``, ``transport``, ``_requests``,
 ``_record``, ``_live_tick``, ``_stopping``, ``_seq``, ``count`` and ``_loop``.
@@ -21,7 +23,9 @@ import math
 import time
 from collections import OrderedDict, deque
 
-from loadgen.records.schema import Outcome
+from loadgen.engine.cancel import AbortAfterTokens, chosen
+from loadgen.protocols.streaming import counted_by_server
+from loadgen.records.schema import ABORTED, Outcome
 from loadgen.schedule.arrivals import PhasePlan
 from loadgen.transports.base import Transport
 
@@ -33,6 +37,12 @@ def _uncancel(task) -> None:
     """Forget a cancellation that was handled (Python 3.11+ counts them; 3.10 does not)."""
     if hasattr(task, "uncancel"):
         task.uncancel()
+
+
+def _tokens_so_far(out: Outcome) -> None:
+    """An aborted request's output tokens: the usage's when it came, else the token chunks received."""
+    if not counted_by_server(out):
+        out.output_tokens = len(out.token_times)
 
 
 class ClosedPhase:
@@ -57,6 +67,7 @@ class InFlight:
         self._submit = transport.submit
         self._calls: deque = deque()
         self._idle: asyncio.Future | None = None  # set when the last call in flight ends, once stopping
+        self._aborting: set[int] = set()  # Task path: requests being aborted on purpose (workload.cancel)
 
     async def _timeout_loop(self) -> None:
         """Time out every request past its deadline, and feed the live stats. Deadlines are in send order
@@ -98,7 +109,18 @@ class InFlight:
         try:
             req = self._requests.get(seq)
             self.live.sent += 1
-            call = self._submit(req, self.protocol.handler(), out, self._on_done, (seq, plan, sched, closed))
+            handler = self.protocol.handler()
+            cancel = self.s.cancel if chosen(seq, self.s.cancel, self.s.seed) else None
+            if cancel is not None and cancel.after_tokens:
+                ref: list = []
+                handler = AbortAfterTokens(handler, cancel.after_tokens,
+                                           lambda: self._loop.call_soon(lambda: self._abort_call(ref[0])))
+            call = self._submit(req, handler, out, self._on_done, (seq, plan, sched, closed))
+            if cancel is not None:
+                if cancel.after_tokens:
+                    ref.append(call)
+                else:
+                    self._loop.call_later(cancel.after, self._abort_call, call)
         except Exception as exc:  # a bug in a protocol or transport must not lose the record
             out.error, out.done = "other", clock()
             out.error_detail = f"{type(exc).__name__}: {exc}"
@@ -125,6 +147,19 @@ class InFlight:
         out = call.out
         out.error, out.done = error, clock()
         self._on_done(call)
+
+    def _abort_call(self, call) -> None:
+        """The client aborts a call still in flight on purpose (workload.cancel)."""
+        if not call.finished:
+            _tokens_so_far(call.out)
+            self._abandon(call, ABORTED)
+
+    def _abort_task(self, seq: int, task: asyncio.Task) -> None:
+        """The client aborts request ``seq`` of ``task``, if it is still in flight (a closed-loop worker's task
+        may be on a later request by now: then nothing happens)."""
+        if seq in self._deadlines and not task.done():
+            self._aborting.add(seq)
+            task.cancel()
 
     def _cancel_calls(self) -> int:
         calls, self._calls = self._calls, deque()
@@ -165,23 +200,39 @@ class InFlight:
     async def _one(self, seq: int, plan: PhasePlan, sched: float) -> None:
         out = Outcome()
         pending = self._deadlines
+        timer = None
         try:
             req = self._requests.get(seq)
             handler = self.protocol.handler()
             self.live.sent += 1
-            pending[seq] = (clock() + self.s.timeout, asyncio.current_task())
+            task = asyncio.current_task()
+            cancel = self.s.cancel if chosen(seq, self.s.cancel, self.s.seed) else None
+            if cancel is not None:
+                if cancel.after_tokens:
+                    handler = AbortAfterTokens(handler, cancel.after_tokens,
+                                               lambda: self._loop.call_soon(self._abort_task, seq, task))
+                else:
+                    timer = self._loop.call_later(cancel.after, self._abort_task, seq, task)
+            pending[seq] = (clock() + self.s.timeout, task)
             await self.transport.send(req, handler, out)
         except asyncio.CancelledError:
             if seq in self._timed_out:
                 self._timed_out.discard(seq)
                 out.error, out.done = "timeout", clock()
                 _uncancel(asyncio.current_task())  # a closed-loop worker goes on with its next request
+            elif seq in self._aborting:
+                self._aborting.discard(seq)
+                _tokens_so_far(out)
+                out.error, out.done = ABORTED, clock()
+                _uncancel(asyncio.current_task())
             else:
                 out.error, out.done = "cancelled", clock()
         except Exception as exc:  # a bug in a protocol or transport must not lose the record
             out.error, out.done = "other", clock()
             out.error_detail = f"{type(exc).__name__}: {exc}"
         finally:
+            if timer is not None:
+                timer.cancel()
             pending.pop(seq, None)
             self.live.in_flight -= 1
             if math.isnan(out.done):

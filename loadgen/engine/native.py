@@ -18,7 +18,7 @@ from loadgen.engine.inflight import ClosedPhase, InFlight
 from loadgen.engine.live import LiveStats
 from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.reqcache import RequestCache
-from loadgen.records.schema import Outcome, RecordBuffer, RecordSink
+from loadgen.records.schema import ABORTED, ABORTED_CODE, Outcome, RecordBuffer, RecordSink
 from loadgen.schedule.arrivals import PhasePlan, arrivals
 from loadgen.schedule.pacing import FLUSH_EVERY_S, sleep_for
 
@@ -86,7 +86,7 @@ class NativeEngine(InFlight):
         buffer = self.buffer
         buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
         ff = self.s.failfast
-        if ff is not None and not self._stopping:
+        if ff is not None and not self._stopping and out.error != ABORTED:  # aborted on purpose: no verdict
             t0 = self.t0
             if ff.observe(plan.index, plan.recorded, not out.error, out.done - t0 - sched,
                           out.first_token - t0 - sched, out.done - out.sent):
@@ -100,7 +100,9 @@ class NativeEngine(InFlight):
         n = len(buffer)
         if n > mark:
             done = buffer.column("done", mark, n)
-            self.live.add_many(done, done - buffer.column("scheduled", mark, n), buffer.column("error", mark, n) == 0)
+            err = buffer.column("error", mark, n)
+            keep = err != ABORTED_CODE  # aborted on purpose: neither a success nor an error
+            self.live.add_many(done[keep], (done - buffer.column("scheduled", mark, n))[keep], err[keep] == 0)
             self._live_mark = n
 
     def _drain(self):

@@ -12,7 +12,7 @@ from loadgen.engine.base import EngineResult, EngineSettings, MeasuredTarget, On
 from loadgen.engine.failfast import FailFast
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.scrape import MetricsScraper
-from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.registry import make_protocol
 from loadgen.records.rundir import REQUESTS, SERVER_METRICS
 from loadgen.records.schema import RecordWriter
 from loadgen.scenario.model import Target
@@ -36,7 +36,7 @@ def build_sender(mt: MeasuredTarget, fail_fast: float | None, k: int = 0, p: int
     settings = EngineSettings(plans, timeout=mt.target.timeout,
                               max_in_flight=max(1, share(sc.load.max_in_flight, k, p)),
                               seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace, worker=k,
-                              failfast=failfast)
+                              failfast=failfast, cancel=sc.workload.cancel)
     protocol = make_protocol(mt.target, sc.workload, mt.model)
     prompts = make_prompt_source(sc.workload, sc.load.seed, mt.loaded.path.parent)
     return settings, protocol, prompts, transport_factory(mt.target)

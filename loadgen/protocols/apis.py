@@ -6,10 +6,15 @@ what it means into the :class:`~loadgen.records.schema.Outcome`:
 
 - **streams** (``stream: true``): the first chunk carrying non-empty ``content``, ``reasoning_content``,
   ``reasoning`` or ``tool_calls`` (chat ``choices[].delta``) or ``text`` (completions ``choices[].text``)
-  sets ``first_token``; every such chunk's arrival time is kept in ``token_times``. A role-only or empty
+  sets ``first_token``; every such chunk's arrival time is kept in ``token_times``. The first one with an
+  answer (``content``, ``tool_calls`` or ``text``: not reasoning alone) sets ``first_answer``; reasoning
+  tokens are the usage's ``completion_tokens_details.reasoning_tokens`` when given, else counted in the
+  reasoning-only chunks. A role-only or empty
   delta and a usage-only chunk are not tokens. ``output_tokens`` and ``prompt_tokens`` come from the
   ``usage`` chunk when the server sends one (``usage_tokens`` True), else output_tokens is the count of
-  token chunks. ``bad_stream``: no ``[DONE]`` before the body ended, an error object or ``event: error``
+  token chunks. A token chunk that carries its own ``usage`` (vLLM's ``continuous_usage_stats``, asked for
+  with ``target.continuous_usage_stats``) says how many tokens it carried: ``chunk_tokens``.
+  ``bad_stream``: no ``[DONE]`` before the body ended, an error object or ``event: error``
   in the stream, or a data line that is not JSON.
 - **JSON bodies**: parsed once at the end; tokens from ``usage``. ``bad_response``: invalid JSON, an
   ``error`` object, no ``choices`` (chat, completions) or no ``data`` list (embeddings).
@@ -85,7 +90,8 @@ def _path_of(url: str) -> str:
     return rest[i:] if i >= 0 else "/"
 
 
-def _usage(out: Outcome, usage: dict, output: bool = True) -> None:
+def _usage(out: Outcome, usage: dict, output: bool = True) -> bool:
+    """Read a usage object into ``out``; True when it counted reasoning tokens."""
     pt = usage.get("prompt_tokens")
     if isinstance(pt, int):
         out.prompt_tokens = pt
@@ -94,15 +100,23 @@ def _usage(out: Outcome, usage: dict, output: bool = True) -> None:
         if isinstance(ct, int):
             out.output_tokens = ct
             out.usage_tokens = True
+        details = usage.get("completion_tokens_details")
+        rt = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        if isinstance(rt, int):
+            out.reasoning_tokens = rt
+            return True
+    return False
 
 
 # --- handlers ------------------------------------------------------------------------------------
+
+_ANSWER, _REASONING = 2, 1  # what a stream chunk carried
 
 
 class StreamHandler(ResponseHandler):
     """Reads an OpenAI server-sent-event stream (chat or completions)."""
 
-    __slots__ = ("_sse", "_live", "_done", "_count", "_chat")
+    __slots__ = ("_sse", "_live", "_done", "_count", "_chat", "_cum", "_answered", "_reasoning", "_reasoning_usage")
 
     def __init__(self, chat: bool):
         self._sse = SSEParser()
@@ -110,6 +124,10 @@ class StreamHandler(ResponseHandler):
         self._done = False
         self._count = 0
         self._chat = chat
+        self._cum = 0  # completion tokens the per-chunk usage counted so far
+        self._answered = False  # an answer (not reasoning) token was seen
+        self._reasoning = 0  # reasoning tokens counted in the stream (per-chunk usage, else one per chunk)
+        self._reasoning_usage = False  # the usage counted them (completion_tokens_details.reasoning_tokens)
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -142,33 +160,56 @@ class StreamHandler(ResponseHandler):
             if obj.get("error"):
                 return self._fail(out, "error in stream: " + ev.decode("utf-8", "replace"))
             choices = obj.get("choices")
-            # the common chunk first (content in the first choice's delta), without _has_token's loop
-            if choices and ((self._chat and type(choices) is list and type(c0 := choices[0]) is dict
-                             and type(d := c0.get("delta")) is dict and d.get("content"))
-                            or self._has_token(choices)):
+            usage = obj.get("usage")
+            # the common chunk first (content in the first choice's delta), without _token_kind's loop
+            if (self._chat and choices and type(choices) is list and type(c0 := choices[0]) is dict
+                    and type(d := c0.get("delta")) is dict and d.get("content")):
+                kind = _ANSWER
+            else:
+                kind = self._token_kind(choices) if choices else 0
+            if kind:
                 if self._count == 0:
                     out.first_token = now
                 self._count += 1
                 out.token_times.append(now)
-            usage = obj.get("usage")
-            if usage:
-                _usage(out, usage)
+                n = 1
+                if usage:  # per-chunk usage (continuous_usage_stats): cumulative, so this chunk is the difference
+                    ct = usage.get("completion_tokens")
+                    if isinstance(ct, int):
+                        n = ct - self._cum
+                        out.chunk_tokens.append(n)
+                        self._cum = ct
+                if kind == _ANSWER:
+                    if self._answered is False:
+                        self._answered = True
+                        out.first_answer = now
+                else:
+                    self._reasoning += n
+            if usage and _usage(out, usage):
+                self._reasoning_usage = True
 
-    def _has_token(self, choices) -> bool:
+    def _token_kind(self, choices) -> int:
+        """_ANSWER when a choice carries content, a tool call or text; _REASONING when only reasoning; 0 none."""
+        kind = 0
         for c in choices:
             if not isinstance(c, dict):
                 continue
             if self._chat:
                 d = c.get("delta")
-                if d and (d.get("content") or d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls")):
-                    return True
+                if d:
+                    if d.get("content") or d.get("tool_calls"):
+                        return _ANSWER
+                    if d.get("reasoning_content") or d.get("reasoning"):
+                        kind = _REASONING
             elif c.get("text"):
-                return True
-        return False
+                return _ANSWER
+        return kind
 
     def on_end(self, out: Outcome) -> None:
         if not out.usage_tokens:
             out.output_tokens = self._count
+        if not self._reasoning_usage:
+            out.reasoning_tokens = self._reasoning
         if self._live and not self._done:
             self._fail(out, "the stream ended without [DONE]")
 
@@ -258,6 +299,7 @@ class _OpenAI(ApiProtocol):
         if model is not None:
             self.fixed["model"] = model
         self.ignore_eos = workload.ignore_eos
+        self.continuous_usage = target.continuous_usage_stats
 
     def _body(self, prompt: Prompt) -> dict:
         body = dict(self.fixed)
@@ -265,7 +307,8 @@ class _OpenAI(ApiProtocol):
         body["max_tokens"] = prompt.max_tokens
         if self.stream:
             body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
+            body["stream_options"] = ({"include_usage": True, "continuous_usage_stats": True}
+                                      if self.continuous_usage else {"include_usage": True})
         else:
             body["stream"] = False
         if self.ignore_eos:
@@ -405,3 +448,9 @@ def make_protocol(target: Target, workload: Workload, model: str | None, base_ur
     if cls is None:
         raise ValueError(f"unknown api {target.api!r}; expected one of {', '.join(_PROTOCOLS)}")
     return cls(target, workload, model if model is not None else target.model, base_url)
+
+
+# The helpers the other protocol modules share (loadgen.protocols.messages, loadgen.protocols.kserve).
+target_headers = _headers
+base_url_of = _base_url
+path_of = _path_of

@@ -7,15 +7,40 @@ METRIC_DEFINITIONS = {
                                             "(coordinated omission corrected)")},
     "service_time": {"unit": "s", "definition": "done - sent: from the moment the request left to the last byte"},
     "ttft": {"unit": "s",
-             "definition": "first_token - scheduled: time to the first non-empty content token of a stream"},
-    "itl": {"unit": "s", "definition": "gaps between consecutive token chunks of one streamed response"},
+             "definition": ("first_token - scheduled: time to the first token of a stream, of any kind: content, "
+                            "reasoning (reasoning_content, reasoning), a tool call or completion text")},
+    "ttfat": {"unit": "s",
+              "definition": ("first_answer - scheduled: time to the first answer token of a stream (content, a "
+                             "tool call or completion text; not reasoning): what a user of a reasoning model "
+                             "waits for")},
+    "reasoning_time": {"unit": "s", "definition": ("first_answer - first_token, for requests that reasoned: how "
+                                                   "long the model thought before answering")},
+    "reasoning_tokens": {"unit": "tokens", "definition": ("reasoning tokens of successful requests (usage's "
+                                                          "completion_tokens_details.reasoning_tokens, else "
+                                                          "counted reasoning chunks): requests, total, mean")},
+    "itl": {"unit": "s", "definition": ("inter-token latency, per token: a chunk that carried n tokens after a gap "
+                                        "g gives n samples of g / n (tokens per chunk: chunk_tokens, by "
+                                        "chunk_tokens_source); equals chunk_gap when every chunk carries one token")},
+    "chunk_gap": {"unit": "s", "definition": "gaps between consecutive token chunks of one streamed response"},
+    "tokens_per_chunk": {"unit": "tokens", "definition": ("tokens / token chunks of successful streams, after each "
+                                                          "stream's first chunk")},
+    "multi_token_fraction": {"unit": "fraction",
+                             "definition": "share of those chunks that carried more than one token"},
     "tpot": {"unit": "s",
              "definition": "(done - first_token) / (output_tokens - 1): time per output token after the first"},
     "send_lag": {"unit": "s", "definition": "sent - scheduled: how late the generator sent the request"},
     "error_rate": {"unit": "fraction",
                    "definition": "failed requests (any error class, dropped included) / all requests"},
-    "goodput": {"unit": "fraction", "definition": ("requests that succeeded and met every per-request "
-                                                   "latency/ttft/tpot objective / all requests")},
+    "aborted_rate": {"unit": "fraction",
+                     "definition": ("requests the client aborted on purpose (workload.cancel; not an error, left "
+                                    "out of every latency distribution) / all requests")},
+    "goodput": {"unit": "fraction", "definition": ("good requests / requests judged: a request is good when it "
+                                                   "succeeded and met every per-request bound of the scenario's "
+                                                   "goodput: block that applies to it (latency, ttft, ttfat, "
+                                                   "tpot, service_time); aborted requests are not judged; "
+                                                   "absent (null) without a goodput: block")},
+    "goodput_qps": {"unit": "1/s", "definition": ("good requests completed inside the window / duration "
+                                                  "(DistServe's and vLLM's request goodput)")},
     "achieved_qps": {"unit": "1/s",
                      "definition": "successful responses completed inside the phase window / phase duration"},
     "sent_qps": {"unit": "1/s", "definition": "requests sent (not dropped) scheduled in the phase / phase duration"},

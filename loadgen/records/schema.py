@@ -14,7 +14,7 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | connected       | float64       | that connection was ready (TCP and TLS done; NaN when reused)         |
 | tls             | float64       | TLS handshake duration in seconds, when it could be measured         |
 | first_byte      | float64       | first response byte (status line)                                     |
-| first_token     | float64       | first non-empty content token of a stream (NaN when not streaming)    |
+| first_token     | float64       | first token of a stream, of any kind: content, reasoning, tool call   |
 | done            | float64       | last byte, or the moment the error was known                          |
 | status          | int16         | HTTP status, 0 when no response came                                  |
 | error           | string        | '' for success, else one of ERROR_CLASSES                             |
@@ -24,9 +24,26 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | bytes_in        | int64         | response bytes received (body)                                        |
 | worker          | int16         | the generator process or Locust worker that sent it                   |
 | token_times     | list<float32> | arrival of each token chunk, seconds after ``first_token``           |
+| first_answer    | float64       | first answer token of a stream: content, tool call or text, not       |
+|                 |               | reasoning (NaN when not streaming or no answer came)                  |
+| reasoning_tokens| int32         | reasoning tokens: usage's ``completion_tokens_details.reasoning_tokens``|
+|                 |               | when given, else counted reasoning chunks (0 when none)               |
+| chunk_tokens    | list<int16>   | tokens carried by each token chunk (parallel to ``token_times``)      |
+| chunk_tokens_source | string    | where chunk_tokens came from (CHUNK_TOKEN_SOURCES; '' no stream)     |
 
 Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
 first minute of a stream), which keeps a 1000-token stream at 4 kB.
+
+**Tokens per chunk.** A stream chunk may carry several tokens (speculative decoding, a server's stream
+interval), so a gap between chunks is not a gap between tokens. ``chunk_tokens`` says how many each chunk
+carried, and ``chunk_tokens_source`` how that is known (:data:`CHUNK_TOKEN_SOURCES`): ``chunk_usage`` (the
+server's per-chunk usage, as vLLM sends with ``stream_options.continuous_usage_stats``), ``usage_spread``
+(the final usage spread over the chunks: the first chunk one token, the rest evenly, earlier chunks taking
+the remainder), ``chunks`` (one per chunk: nothing else was known, or the usage was fewer tokens than chunks).
+
+**Aborted requests.** ``error == "aborted"`` (:data:`ABORTED`) is not an error: the client aborted the
+request on purpose (``workload.cancel``), as a user closes a tab. It is kept apart from ``cancelled``
+(still in flight when the run stopped, an error) and from every latency distribution.
 """
 
 from __future__ import annotations
@@ -62,6 +79,11 @@ ERROR_CLASSES = (
     "other",  # anything else; the run's log names the exception type
 )
 
+#: Not an error: the client aborted the request on purpose (workload.cancel). Stored in the ``error`` column.
+ABORTED = "aborted"
+#: Where a record's chunk_tokens came from (see the module's docstring); '' means no token chunks.
+CHUNK_TOKEN_SOURCES = ("chunk_usage", "usage_spread", "chunks")
+
 FLOAT_COLUMNS = ("scheduled", "sent", "connect_start", "connected", "tls", "first_byte", "first_token", "done")
 
 SCHEMA = pa.schema(
@@ -78,6 +100,10 @@ SCHEMA = pa.schema(
         ("bytes_in", pa.int64()),
         ("worker", pa.int16()),
         ("token_times", pa.list_(pa.float32())),
+        ("first_answer", pa.float64()),
+        ("reasoning_tokens", pa.int32()),
+        ("chunk_tokens", pa.list_(pa.int16())),
+        ("chunk_tokens_source", pa.string()),
     ]
 )
 
@@ -93,9 +119,17 @@ _NUMPY_DTYPES = {
     "usage_tokens": np.bool_,
     "bytes_in": np.int64,
     "worker": np.int16,
+    "first_answer": np.float64,
+    "reasoning_tokens": np.int32,
+    "chunk_tokens_source": np.int8,  # index into _CHUNK_SOURCE_NAMES while buffered
 }
-_ERROR_NAMES = ("",) + ERROR_CLASSES
+_ERROR_NAMES = ("",) + ERROR_CLASSES + (ABORTED,)
 _ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
+#: The code of ``aborted`` in ``RecordBuffer.column("error")`` (0 is success).
+ABORTED_CODE = _ERROR_INDEX[ABORTED]
+_CHUNK_SOURCE_NAMES = ("",) + CHUNK_TOKEN_SOURCES
+_CHUNK_USAGE, _USAGE_SPREAD, _ONE_PER_CHUNK = 1, 2, 3
+_INT16_MAX = 32767
 
 
 @dataclass(slots=True)
@@ -124,11 +158,38 @@ class Outcome:
     # absolute perf_counter of each token chunk: an array of C doubles, 8 bytes a token in flight (a list of
     # floats holds a 24-byte object per read besides its 8-byte slot)
     token_times: array = field(default_factory=partial(array, "d"))
+    first_answer: float = math.nan  # the first answer (not reasoning) token chunk, absolute perf_counter
+    reasoning_tokens: int = 0
+    chunk_tokens: list = field(default_factory=list)  # tokens of each token chunk, when the server said (per-chunk
+    #                                                   usage); else left empty and filled in by RecordBuffer.append
 
 
-_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 97 bytes a record
+_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 110 bytes a record
 _OTHER = _ERROR_INDEX["other"]
-_ABSOLUTE = frozenset(FLOAT_COLUMNS) - {"scheduled", "tls"}  # buffered as perf_counter values
+_ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer"}) - {"scheduled", "tls"}  # buffered as perf_counter values
+
+
+def _fill_chunk_tokens(dest: np.ndarray, out: Outcome) -> int:
+    """Write the tokens of each of ``out``'s token chunks into ``dest`` (one slot per chunk); return the source
+    index. The server's per-chunk counts when it gave one per chunk; else its final usage spread over the
+    chunks (the first chunk one token: what a prefill yields); else one per chunk."""
+    k = len(dest)
+    given = out.chunk_tokens
+    if len(given) == k:
+        dest[:] = np.minimum(given, _INT16_MAX)
+        return _CHUNK_USAGE
+    n = out.output_tokens
+    if out.usage_tokens and n >= k:
+        if k == 1:
+            dest[0] = min(n, _INT16_MAX)
+        else:
+            base, extra = divmod(n - 1, k - 1)
+            dest[0] = 1
+            dest[1:] = min(base, _INT16_MAX)
+            dest[1 : 1 + extra] = min(base + 1, _INT16_MAX)
+        return _USAGE_SPREAD
+    dest[:] = 1
+    return _ONE_PER_CHUNK
 
 
 class RecordBuffer:
@@ -143,6 +204,7 @@ class RecordBuffer:
         self.n = 0  # rows buffered; public, read per record on the hot path (cheaper than len())
         self._rows = np.empty(capacity, dtype=_ROW)
         self._tok = np.empty(capacity * 4, dtype=np.float32)
+        self._ctok = np.empty(capacity * 4, dtype=np.int16)  # chunk_tokens: parallel to _tok, the same offsets
         self._tok_n = 0
         self._tok_offsets = np.zeros(capacity + 1, dtype=np.int32)
         self._t0 = 0.0
@@ -172,19 +234,26 @@ class RecordBuffer:
         if i == self._cap:
             self._grow()
         self._t0 = t0
-        self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
-                         out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
-                         out.prompt_tokens, out.output_tokens, out.usage_tokens, out.bytes_in, worker)
+        source = 0
         times = out.token_times
         if times:
             k = len(times)
             need = self._tok_n + k
             if need > len(self._tok):
-                new = np.empty(max(need, 2 * len(self._tok)), dtype=np.float32)
+                size = max(need, 2 * len(self._tok))
+                new = np.empty(size, dtype=np.float32)
                 new[: self._tok_n] = self._tok[: self._tok_n]
                 self._tok = new
+                ctok = np.empty(size, dtype=np.int16)
+                ctok[: self._tok_n] = self._ctok[: self._tok_n]
+                self._ctok = ctok
             self._tok[self._tok_n : need] = np.asarray(times, dtype=np.float64) - out.first_token
+            source = _fill_chunk_tokens(self._ctok[self._tok_n : need], out)
             self._tok_n = need
+        self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
+                         out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
+                         out.prompt_tokens, out.output_tokens, out.usage_tokens, out.bytes_in, worker,
+                         out.first_answer, out.reasoning_tokens, source)
         self._tok_offsets[i + 1] = self._tok_n
         self.n = i + 1
 
@@ -205,6 +274,13 @@ class RecordBuffer:
                 offsets = pa.array(self._tok_offsets[: n + 1].copy(), type=pa.int32())
                 values = pa.array(self._tok[: self._tok_n].copy(), type=pa.float32())
                 arrays.append(pa.ListArray.from_arrays(offsets, values))
+            elif name == "chunk_tokens":  # the same offsets as token_times
+                offsets = pa.array(self._tok_offsets[: n + 1].copy(), type=pa.int32())
+                values = pa.array(self._ctok[: self._tok_n].copy(), type=pa.int16())
+                arrays.append(pa.ListArray.from_arrays(offsets, values))
+            elif name == "chunk_tokens_source":
+                names = np.asarray(_CHUNK_SOURCE_NAMES, dtype=object)
+                arrays.append(pa.array(names[rows["chunk_tokens_source"]], type=pa.string()))
             elif name == "error":
                 arrays.append(pa.array(np.asarray(_ERROR_NAMES, dtype=object)[rows["error"]], type=pa.string()))
             elif name in _ABSOLUTE:
@@ -328,10 +404,11 @@ def read_records(path: str | os.PathLike) -> pa.Table:
     path = os.fspath(path)
     partial = partial_path(path)
     if os.path.exists(partial):
-        batches = []
+        batches, schema = [], SCHEMA
         try:
             with pa.OSFile(partial, "rb") as f:
                 reader = pa.ipc.open_stream(f)
+                schema = reader.schema
                 while True:
                     try:
                         batches.append(reader.read_next_batch())
@@ -339,5 +416,25 @@ def read_records(path: str | os.PathLike) -> pa.Table:
                         break
         except (pa.ArrowInvalid, OSError):
             pass  # a torn last batch: keep the whole ones
-        return pa.Table.from_batches(batches, schema=SCHEMA)
-    return pq.read_table(path, schema=SCHEMA)
+        return _with_chunk_columns(pa.Table.from_batches(batches, schema=schema))
+    return _with_chunk_columns(pq.read_table(path))
+
+
+def _with_chunk_columns(table: pa.Table) -> pa.Table:
+    """Records written before first_answer, reasoning_tokens and chunk_tokens existed, with them filled in
+    (no answer time known, no reasoning seen, one token per chunk); a current file as it is."""
+    if all(name in table.column_names for name in SCHEMA.names):
+        return table.select(SCHEMA.names).cast(SCHEMA)
+    n = table.num_rows
+    tt = table.column("token_times").combine_chunks() if n else pa.array([], type=pa.list_(pa.float32()))
+    lengths = np.asarray(tt.value_lengths().fill_null(0), dtype=np.int64) if n else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    filled = {
+        "first_answer": pa.array(np.full(n, np.nan), type=pa.float64()),
+        "reasoning_tokens": pa.array(np.zeros(n, np.int32), type=pa.int32()),
+        "chunk_tokens": pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()),
+                                                 pa.array(np.ones(int(offsets[-1]), np.int16), type=pa.int16())),
+        "chunk_tokens_source": pa.array(np.where(lengths > 0, "chunks", ""), type=pa.string()),
+    }
+    cols = [table.column(f.name) if f.name in table.column_names else filled[f.name] for f in SCHEMA]
+    return pa.Table.from_arrays(cols, schema=SCHEMA)

@@ -18,6 +18,7 @@ from loadgen.analysis.capacity import (
     judge,
     knee,
     sectioned_intervals,
+    step_goodput,
     step_load,
     step_objectives,
 )
@@ -53,7 +54,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         summary = summarize(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,
                             complete=not res.interrupted, notes=res.notes,
                             send_lag_threshold=sc.load.send_lag_threshold,
-                            cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast)
+                            cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast,
+                            goodput=step_goodput(sc.goodput))
         sectioned_intervals(records_frame(table), summary["slo"])
         write_json(tdir / SUMMARY, summary, loaded.secrets)
         ok, reasons, unsure = judge(summary, qps)
@@ -138,7 +140,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     server = start_managed(target)
     engine = SingleProcess()
     try:
-        url = server.url if server else target.url
+        url = server.url_for(target.api, target.transport) if server else target.url
         model = resolve_model(target, url, server)
         measured = target.model_copy(update={"url": url})
 

@@ -229,7 +229,7 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
         tr.error = scrub(str(exc), secrets)
         log.error("target %s did not start: %s", name, tr.error)
         return tr
-    url = server.url if server else target.url
+    url = server.url_for(target.api, target.transport) if server else target.url
     tr.url = url
     if server:
         tr.server = {**server.config, "listen_s": server.listen_s, "ready_s": server.ready_s}
@@ -264,7 +264,7 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
                         target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
                         notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
                         cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
-                        expected_qps=sc.load.expected_qps, capacity=capacity)
+                        expected_qps=sc.load.expected_qps, capacity=capacity, goodput=sc.goodput)
     summary["model"] = mt.model
     summary["engine"] = engine
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study

@@ -44,6 +44,10 @@ def reference_argv(ref: ReferenceTarget, port: int = 0) -> list[str]:
     return argv
 
 
+#: APIs whose paths start at the server's root (/v2/...), not under /v1.
+ROOT_APIS = ("kserve-v2", "triton-generate")
+
+
 @dataclass
 class ManagedServer:
     proc: subprocess.Popen
@@ -56,6 +60,19 @@ class ManagedServer:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def url_for(self, api: str, transport: str = "auto") -> str:
+        """The base URL for ``api``: the OpenAI-style APIs under ``/v1``; KServe v2 and Triton at the root, or
+        for ``transport: grpc`` the gRPC address the reference server announced (``grpc://host:port``)."""
+        if api not in ROOT_APIS:
+            return self.url
+        if transport == "grpc":
+            port = self.config.get("grpc_port")
+            if not port:
+                raise TargetStartError("transport: grpc, but the server serves no gRPC (reference: options: "
+                                       "{grpc_port: 0} starts it on a free port)")
+            return "grpc://" + self.root.split("://", 1)[1].rsplit(":", 1)[0] + f":{port}"
+        return self.root
 
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL after a grace period. Returns the exit code."""
@@ -146,7 +163,10 @@ def start_command(cmd: CommandTarget) -> ManagedServer:
 def start_managed(target: Target) -> ManagedServer | None:
     """Start the target when latbench manages it (``reference:`` or ``command:``); None for a plain URL."""
     if target.reference is not None:
-        return start_reference(target.reference)
+        ref = target.reference
+        if target.transport == "grpc" and "grpc_port" not in ref.options:  # KServe v2 over gRPC: serve it
+            ref = ref.model_copy(update={"options": {**ref.options, "grpc_port": 0}})
+        return start_reference(ref)
     if target.command is not None:
         return start_command(target.command)
     return None

@@ -24,6 +24,7 @@ from typing import Callable
 import pyarrow as pa
 
 from loadgen.analysis.exposition import PHASE, WatchExporter, serve
+from loadgen.analysis.goodput import bounds_for
 from loadgen.analysis.metrics import summarize
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.analysis.window import WindowState, watchable
@@ -180,7 +181,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
             server = start_managed(target)
             if server:
                 servers.append(server)
-            url = server.url if server else target.url
+            url = server.url_for(target.api, target.transport) if server else target.url
             model = resolve_model(target, url, server)
             wt = WatchedTarget(target.name, safe_name(target.name), url)
             tdir = rd.target_dir(target.name)
@@ -196,7 +197,8 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         holders = [dict() for _ in mts]
         for (mt, slos), holder in zip(mts, holders):
             exporter.add_target(mt.name, slos, settings.qps, _clock_of(holder), all_slos=list(sc.slo),
-                                send_lag_threshold=sc.load.send_lag_threshold)
+                                send_lag_threshold=sc.load.send_lag_threshold,
+                                goodput_bounds=bounds_for(sc.goodput or [], mt.name, PHASE))
         metrics_url, stop_metrics = serve(exporter, settings.host, settings.port)
         meta["watch"]["metrics_url"] = metrics_url
         rd.write_meta(meta, secrets)
@@ -296,7 +298,7 @@ def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSetting
                      arrival=sc.load.arrival)
     s = summarize(table, [plan], slos, res.duration, target=mt.name, scenario=sc.name, complete=True, notes=notes,
                   send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds,
-                  timeseries_step=max(1.0, math.ceil(res.duration / SUMMARY_BINS)))
+                  timeseries_step=max(1.0, math.ceil(res.duration / SUMMARY_BINS)), goodput=sc.goodput)
     s.update(model=mt.model, engine="native", run_name=mt.name, mode="watch")
     return s
 

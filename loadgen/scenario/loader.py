@@ -20,7 +20,7 @@ from loadgen.errors import ScenarioError
 from loadgen.redact import REDACTED, is_secret_header, url_password
 from loadgen.scenario.model import Scenario
 
-_ITEM = re.compile(r"^(slo)\[(\d+)\] ")
+_ITEM = re.compile(r"^(slo|goodput)\[(\d+)\]:? ")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: Where ${ENV} is expanded. Everything else is taken literally.
 _ENV_FIELDS = ("url", "metrics_url", "headers")

@@ -74,22 +74,41 @@ class HttpRequest(Strict):
     content_type: str = "application/json"
 
 
+class KServeTensors(Strict):
+    """Tensor names of a KServe v2 / Triton text model (api: kserve-v2, triton-generate). The defaults are those
+    of Triton's vLLM and TensorRT-LLM backends."""
+
+    text_input: str = Field("text_input", description="the prompt (BYTES)")
+    text_output: str = Field("text_output", description="the answer (BYTES)")
+    max_tokens: Optional[str] = Field("max_tokens", description="the output length asked for (INT32); null: not sent")
+    stream: Optional[str] = Field("stream", description="the BOOL input that asks a decoupled model to stream "
+                                                        "(gRPC ModelStreamInfer); null: not sent")
+
+
 class Target(Strict):
     name: Optional[str] = Field(None, description="label of this target in reports; required in `targets:`")
     url: Optional[str] = Field(None, description="base URL, e.g. http://127.0.0.1:8000/v1; ${ENV} is expanded")
     reference: Optional[ReferenceTarget] = None
     command: Optional[CommandTarget] = None
-    api: Literal["openai-chat", "openai-completions", "embeddings", "http"] = "openai-chat"
+    api: Literal["openai-chat", "openai-completions", "embeddings", "http", "anthropic-messages", "openai-responses",
+                 "rerank", "kserve-v2", "triton-generate"] = Field(
+        "openai-chat", description="the API spoken; kserve-v2 over HTTP/JSON (http://) or gRPC (grpc://)")
     model: Optional[str] = Field(None, description="model name sent in requests; default: the reference model, "
                                                    "else the first of /v1/models")
     stream: bool = True
+    continuous_usage_stats: bool = Field(False, description="ask for usage in every stream chunk (vLLM's "
+                                         "stream_options.continuous_usage_stats): exact tokens per chunk")
     headers: dict[str, str] = Field(default_factory=dict,
                                     description="extra headers; ${ENV} is expanded at run time and never written out")
     request: Optional[HttpRequest] = None
+    kserve: KServeTensors = Field(default_factory=KServeTensors, description="kserve-v2 / triton-generate tensors")
+    documents: Optional[int] = Field(None, ge=1, le=10_000, description="api: rerank: the prompt is cut into this "
+                                                                        "many documents (default 8)")
     timeout: Duration = Field(60.0, description="per-request timeout")
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
-    transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
+    transport: Literal["auto", "aiohttp", "lean", "httpx", "grpc"] = Field(
+        "auto", description="auto: grpc for grpc:// URLs, httpx for http2, lean for http://, aiohttp for https://")
     metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
                                        "for a command target, '{port}' is its port")
 
@@ -121,6 +140,22 @@ class Prompts(Strict):
     distinct: int = Field(1000, ge=1, description="number of distinct prompts; requests cycle through them")
 
 
+class Cancel(Strict):
+    """Client-side aborts, as users close a tab: a share of requests is aborted by latbench after a time or a
+    number of tokens. An aborted request is its own class (``aborted``): not an error, not in the latency
+    distributions, counted in ``aborted_rate``; its connection is closed, so the server can free its slot."""
+
+    fraction: float = Field(gt=0, le=1, description="share of requests aborted (the same requests every run)")
+    after: Optional[Duration] = Field(None, description="abort this long after the request was sent")
+    after_tokens: Optional[int] = Field(None, ge=1, description="abort once this many token chunks arrived")
+
+    @model_validator(mode="after")
+    def _one_trigger(self):
+        if (self.after is None) == (self.after_tokens is None):
+            raise ValueError("expected exactly one of after (a duration) or after_tokens (a number of tokens)")
+        return self
+
+
 class Workload(Strict):
     prompts: Prompts = Field(default_factory=Prompts)
     dataset: Optional[str] = Field(None, description="JSONL file of {prompt: ...} or {messages: [...]}, "
@@ -128,6 +163,9 @@ class Workload(Strict):
     ignore_eos: bool = False
     max_tokens: Optional[int] = Field(None, ge=1,
                                       description="fixed max_tokens; default: output_tokens drawn per request")
+    cancel: Optional[Cancel] = Field(None, description="abort a share of requests client-side, e.g. "
+                                                       "{fraction: 0.1, after: 500ms} or {fraction: 0.1, "
+                                                       "after_tokens: 20}")
 
 
 class Ramp(BaseModel):
@@ -272,6 +310,57 @@ SloLine = Annotated[
 ]
 
 
+#: Per-request metrics a goodput objective may bound (each defined in loadgen.analysis.metrics).
+GOODPUT_METRICS = ("latency", "ttft", "ttfat", "tpot", "service_time")
+
+
+class GoodputObjectives(Strict):
+    """Per-request objectives (DistServe; vLLM's ``--goodput``): a request is good when it succeeded and met
+    every bound given. ``scope`` as in SLO lines: a phase, a target, or ``target/phase``; unscoped: everywhere.
+    Where several entries apply, each bound comes from the most specific one that gives it."""
+
+    scope: Optional[str] = Field(None, description="a phase, a target or target/phase; none: every request")
+    latency: Optional[Duration] = Field(None, description="done - scheduled at most this")
+    ttft: Optional[Duration] = Field(None, description="time to first token at most this (streams)")
+    ttfat: Optional[Duration] = Field(None, description="time to first answer token at most this (streams)")
+    tpot: Optional[Duration] = Field(None, description="time per output token at most this (streams)")
+    service_time: Optional[Duration] = Field(None, description="done - sent at most this")
+
+    @model_validator(mode="after")
+    def _some_bound(self):
+        if not self.bounds():
+            raise ValueError(f"expected at least one per-request bound: {', '.join(GOODPUT_METRICS)}")
+        return self
+
+    def bounds(self) -> dict[str, float]:
+        """The bounds given, metric -> seconds."""
+        return {m: getattr(self, m) for m in GOODPUT_METRICS if getattr(self, m) is not None}
+
+    def scope_parts(self) -> tuple[str | None, str | None]:
+        """(target, phase_or_target) of the scope, as :meth:`SLO.scope_parts`."""
+        if not self.scope:
+            return None, None
+        if "/" in self.scope:
+            target, phase = self.scope.split("/", 1)
+            return target.strip(), phase.strip()
+        return None, self.scope.strip()
+
+
+def _goodput_list(v: Any) -> Any:
+    return [v] if isinstance(v, dict) else v
+
+
+def _scope_problem(tgt: str | None, name: str | None, scope: str | None, targets: set, phases: set) -> str | None:
+    """What is wrong with an objective's scope (None when it names a known phase, target or target/phase)."""
+    if tgt is not None and (tgt not in targets or name not in phases):
+        return (f"scope {scope!r} must be target/phase with a target among {sorted(targets) or 'none'} and a "
+                f"phase among {sorted(phases)}")
+    if tgt is None and name is not None and name not in phases | targets:
+        return (f"unknown scope {name!r}, expected a phase ({', '.join(sorted(phases))})"
+                + (f" or a target ({', '.join(sorted(targets))})" if targets else ""))
+    return None
+
+
 class Scenario(Strict):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
     name: str = Field(description="short name; used in the RunDir's name")
@@ -281,6 +370,10 @@ class Scenario(Strict):
     workload: Workload = Field(default_factory=Workload)
     load: Load
     slo: list[SloLine] = Field(default_factory=list)
+    goodput: Annotated[Optional[list[GoodputObjectives]], BeforeValidator(_goodput_list)] = Field(
+        None, description="per-request objectives that make a request 'good', e.g. {ttft: 200ms, tpot: 50ms, "
+                          "latency: 2s}; or a list of them, each with an optional scope. Without it no goodput "
+                          "is computed")
     repeat: Repeat = Field(default_factory=Repeat, description="repeated runs: between-run intervals and verdicts")
 
     @model_validator(mode="after")
@@ -310,14 +403,16 @@ class Scenario(Strict):
                    | ({self.target.name} if self.target and self.target.name else set()))
         bad = []
         for i, s in enumerate(self.slo):
-            tgt, name = s.scope_parts()
-            if tgt is not None and (tgt not in targets or name not in phases):
-                bad.append(f"slo[{i}] {s.expr!r}: scope {s.scope!r} must be target/phase with a target among "
-                           f"{sorted(targets) or 'none'} and a phase among {sorted(phases)}")
-            elif tgt is None and name is not None and name not in phases | targets:
-                bad.append(f"slo[{i}] {s.expr!r}: unknown scope {name!r}, "
-                           f"expected a phase ({', '.join(sorted(phases))})"
-                           + (f" or a target ({', '.join(sorted(targets))})" if targets else ""))
+            problem = _scope_problem(*s.scope_parts(), s.scope, targets, phases)
+            if problem:
+                bad.append(f"slo[{i}] {s.expr!r}: {problem}")
+            if s.metric in ("goodput", "goodput_qps") and not self.goodput:
+                bad.append(f"slo[{i}] {s.expr!r}: goodput needs per-request objectives: add a goodput: block "
+                           "such as {ttft: 200ms, tpot: 50ms, latency: 2s}")
+        for i, g in enumerate(self.goodput or []):
+            problem = _scope_problem(*g.scope_parts(), g.scope, targets, phases)
+            if problem:
+                bad.append(f"goodput[{i}]: {problem}")
         if bad:
             raise ValueError("\n".join(bad))
         return self

@@ -6,7 +6,8 @@ Grammar (one objective per line)::
     burst: latency.p99 < 800ms     only the phase (or target) named 'burst'
     naive/burst: ttft.p50 < 1s     target 'naive', phase 'burst'
     error_rate < 0.1%              a fraction: '0.1%' or 0.001
-    goodput >= 99%                 the fraction of requests that succeeded within every per-request SLO
+    goodput >= 99%                 the fraction of requests that were good (the scenario's goodput: block)
+    goodput_qps >= 50              good requests per second
     achieved_qps >= 95             requests per second completed
     latency.p99 < 300ms @upper     with repeated runs: judged on the bound of the between-run interval
 
@@ -29,9 +30,9 @@ from dataclasses import dataclass
 from loadgen.units import fmt_ms, parse_duration, parse_percent
 
 #: Distribution metrics, each defined once in loadgen.analysis.metrics.
-DISTRIBUTIONS = ("latency", "ttft", "itl", "tpot", "service_time", "send_lag")
+DISTRIBUTIONS = ("latency", "ttft", "ttfat", "itl", "chunk_gap", "tpot", "reasoning_time", "service_time", "send_lag")
 #: Scalar metrics of a phase or run.
-SCALARS = ("error_rate", "goodput", "achieved_qps")
+SCALARS = ("error_rate", "aborted_rate", "goodput", "goodput_qps", "achieved_qps")
 #: Named statistics; any ``pNN`` or ``pNN.N`` percentile is accepted too.
 STATS = ("mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")
 _PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
@@ -99,9 +100,9 @@ def parse_slo(text: str) -> SLO:
         raise ValueError(f"unknown judgement '@{judge}'; expected one of {', '.join('@' + j for j in JUDGES)}")
     if lhs in SCALARS:
         try:
-            threshold = float(rhs) if lhs == "achieved_qps" else parse_percent(rhs)
+            threshold = float(rhs) if lhs.endswith("_qps") else parse_percent(rhs)
         except ValueError:
-            what = "a number" if lhs == "achieved_qps" else "a fraction such as '1%' or 0.01"
+            what = "a number" if lhs.endswith("_qps") else "a fraction such as '1%' or 0.01"
             raise ValueError(f"{lhs}: expected {what}, got {rhs!r}") from None
         return SLO(text.strip(), lhs, None, op, threshold, scope, judge)
     metric, _, stat = lhs.partition(".")
@@ -126,6 +127,6 @@ def show_value(result: dict, value=None) -> str:
         return "inf"
     if result.get("stat"):
         return fmt_ms(float(v))
-    if result.get("metric") in ("error_rate", "goodput"):
+    if result.get("metric") in ("error_rate", "aborted_rate", "goodput"):
         return f"{float(v) * 100:.2f}%"
     return f"{float(v):.4g}"

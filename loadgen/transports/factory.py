@@ -5,14 +5,21 @@ from __future__ import annotations
 from loadgen.errors import TransportError
 from loadgen.scenario.model import Target
 from loadgen.transports.aiohttp_client import AiohttpTransport
+from loadgen.transports.grpc_client import GrpcTransport
 from loadgen.transports.httpx_client import HttpxTransport
 from loadgen.transports.lean import LeanTransport
 
 
 def make_transport(target: Target):
-    """``transport:`` when given; else httpx for ``http2: true``, the lean asyncio transport for plain
-    http://, and aiohttp for TLS (and whatever else the lean path does not do). Not started yet."""
+    """``transport:`` when given; else gRPC for ``grpc://`` and ``grpcs://`` URLs, httpx for ``http2: true``, the
+    lean asyncio transport for plain http://, and aiohttp for TLS (and whatever else the lean path does not do).
+    Not started yet."""
     choice = target.transport
+    url = target.url or ""
+    if choice == "grpc" or url.startswith(("grpc://", "grpcs://")):
+        if not url.startswith(("grpc://", "grpcs://")):
+            raise TransportError(f"transport: grpc sends to grpc:// or grpcs:// URLs, not {url!r}")
+        return GrpcTransport(url, verify=target.verify)
     if choice == "auto":
         choice = "httpx" if target.http2 else "lean" if LeanTransport.supports(target.url or "") else "aiohttp"
     if choice == "lean":

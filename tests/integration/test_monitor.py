@@ -41,6 +41,7 @@ slo:
   - goodput >= 99%
   - steady: latency.p50 < 100ms
   - achieved_qps >= 9
+goodput: {latency: 300ms, ttft: 200ms}
 """
 
 

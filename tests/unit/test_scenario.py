@@ -59,7 +59,7 @@ def test_three_mistakes_are_reported_together_with_their_lines(tmp_path):
 @pytest.mark.parametrize(
     "change,expected",
     [
-        (("api: openai-chat", "api: grpc"), "'openai-chat', 'openai-completions', 'embeddings' or 'http', got 'grpc'"),
+        (("api: openai-chat", "api: grpc"), "'kserve-v2' or 'triton-generate', got 'grpc'"),
         (("qps: 20,", "qps: -5,"), "non-negative"),
         (("qps: 20,", "qps: 1e12,"), "at most 1,000,000 requests per second"),
         (("qps: 20,", "qps: .nan,"), "finite"),

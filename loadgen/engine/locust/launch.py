@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
+from loadgen.errors import UsageError
 from loadgen.records.rundir import REQUESTS
 from loadgen.records.schema import RecordWriter, records_exist
 
@@ -130,6 +131,9 @@ class LocustEngine:
 
     def run(self, mt: MeasuredTarget, on_engine: OnEngine | None = None,
             fail_fast: float | None = None) -> LocustResult:
+        if mt.loaded.scenario.workload.cancel is not None:
+            raise UsageError("workload.cancel (client-side aborts) is not available with --engine locust: "
+                             "use the native engine")
         return run_target_locust(mt.loaded.path, mt.index, mt.url, mt.model, mt.tdir, workers=self.workers,
                                  expect_workers=self.expect_workers, master_bind=self.master_bind,
                                  on_progress=self.on_progress)

@@ -32,7 +32,7 @@ from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
 from loadgen.engine.locust.transport import Cancelled, fire_request_event, send
-from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.registry import make_protocol
 from loadgen.records.schema import Outcome, RecordBuffer
 from loadgen.records.wire import batch_from_bytes, batch_to_bytes
 from loadgen.scenario.model import Target, Workload

@@ -1,0 +1,171 @@
+"""Building blocks of the protocols that are not OpenAI chat/completions: a stream of JSON events, a JSON body.
+
+:class:`EventStreamHandler` reads a server-sent-event stream whose events are JSON objects and leaves their
+meaning to :meth:`EventStreamHandler.on_event`; it records token chunks the one way every protocol must
+(:meth:`EventStreamHandler.token`): the first of any kind sets ``first_token``, the first answer (not
+reasoning) ``first_answer``, each one's arrival goes into ``token_times``. :class:`JsonBodyHandler` keeps a
+whole JSON body (bounded) and hands the parsed object to :meth:`JsonBodyHandler.read`.
+
+Failures follow the OpenAI handlers (:mod:`loadgen.protocols.apis`): ``bad_stream`` for a stream that breaks
+its protocol (an error event, a data line that is not JSON, no end event when the protocol has one),
+``bad_response`` for a body that is not what the protocol expects; an HTTP error status keeps its class.
+"""
+
+from __future__ import annotations
+
+import json
+
+from loadgen.protocols.apis import MAX_PARSED_BODY
+from loadgen.protocols.base import ResponseHandler
+from loadgen.protocols.sse import SSEParser
+from loadgen.records.schema import Outcome
+
+DETAIL = 200  # characters of a server's message kept in error_detail
+
+
+class EventStreamHandler(ResponseHandler):
+    """Reads an SSE stream of JSON events. Subclasses implement :meth:`on_event`; ``end_event`` False when
+    the protocol has no end marker (the stream simply closes)."""
+
+    __slots__ = ("_sse", "_live", "done", "_count", "_answered", "_reasoning", "_reasoning_usage")
+
+    end_event = True  # the protocol ends a complete stream with an event of its own ([DONE], message_stop...)
+    end_name = "its end event"
+
+    def __init__(self) -> None:
+        self._sse = SSEParser()
+        self._live = True
+        self.done = False  # the end event came: nothing after it counts
+        self._count = 0
+        self._answered = False
+        self._reasoning = 0
+        self._reasoning_usage = False
+
+    def on_status(self, status: int, out: Outcome) -> None:
+        ResponseHandler.on_status(self, status, out)
+        self._live = not out.error and status < 400
+
+    def fail(self, out: Outcome, detail: str) -> None:
+        out.error = "bad_stream"
+        out.error_detail = detail[:DETAIL]
+        self._live = False
+
+    def on_body(self, data: bytes, now: float, out: Outcome) -> None:
+        out.bytes_in += len(data)
+        if not self._live:
+            return
+        events = self._sse.feed(data)
+        if self._sse.error is not None:
+            return self.fail(out, "event: error: " + self._sse.error.decode("utf-8", "replace"))
+        for ev in events:
+            if self.done:
+                continue
+            if ev == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                obj = json.loads(ev)
+            except ValueError:
+                return self.fail(out, "not JSON: " + ev.decode("utf-8", "replace"))
+            if not isinstance(obj, dict):
+                return self.fail(out, "not a JSON object: " + ev.decode("utf-8", "replace"))
+            problem = self.on_event(obj, now, out)
+            if problem:
+                return self.fail(out, problem)
+
+    def on_event(self, obj: dict, now: float, out: Outcome) -> str | None:
+        """Read one event; return a description of what is wrong with the stream, or None."""
+        raise NotImplementedError
+
+    def token(self, out: Outcome, now: float, answer: bool, n: int | None = None) -> None:
+        """A chunk that carried tokens arrived: an answer (content, tool call) or reasoning; ``n`` the tokens it
+        carried when the server said (else unknown: see RecordBuffer's chunk_tokens)."""
+        if self._count == 0:
+            out.first_token = now
+        self._count += 1
+        out.token_times.append(now)
+        if n is not None:
+            out.chunk_tokens.append(n)
+        if answer:
+            if not self._answered:
+                self._answered = True
+                out.first_answer = now
+        else:
+            self._reasoning += 1 if n is None else n
+
+    def reasoning_from_usage(self, out: Outcome, tokens: int) -> None:
+        out.reasoning_tokens = tokens
+        self._reasoning_usage = True
+
+    def on_end(self, out: Outcome) -> None:
+        if not counted_by_server(out):
+            out.output_tokens = self._count
+        if not self._reasoning_usage:
+            out.reasoning_tokens = self._reasoning
+        if self._live and self.end_event and not self.done:
+            self.fail(out, f"the stream ended without {self.end_name}")
+
+
+class JsonBodyHandler(ResponseHandler):
+    """Keeps a JSON body (up to MAX_PARSED_BODY bytes) and hands it to :meth:`read` at its end."""
+
+    __slots__ = ("_parts", "_size", "_live")
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._live = True
+
+    def on_status(self, status: int, out: Outcome) -> None:
+        ResponseHandler.on_status(self, status, out)
+        self._live = not out.error and status < 400
+
+    def on_body(self, data: bytes, now: float, out: Outcome) -> None:
+        out.bytes_in += len(data)
+        if self._live:
+            self._size += len(data)
+            if self._size <= MAX_PARSED_BODY:
+                self._parts.append(data)
+
+    def on_end(self, out: Outcome) -> None:
+        if not self._live:
+            return
+        if self._size > MAX_PARSED_BODY:  # too long to parse: the status says it succeeded
+            return
+        body = b"".join(self._parts)
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return bad_response(out, "not JSON: " + body[:DETAIL].decode("utf-8", "replace"))
+        if not isinstance(obj, dict):
+            return bad_response(out, "not a JSON object")
+        if obj.get("error"):
+            return bad_response(out, "error: " + json.dumps(obj["error"])[:DETAIL])
+        problem = self.read(obj, out)
+        if problem:
+            bad_response(out, problem)
+
+    def read(self, obj: dict, out: Outcome) -> str | None:
+        """Read the parsed body; return what is wrong with it, or None."""
+        raise NotImplementedError
+
+
+def output_from_usage(out: Outcome, tokens: int) -> None:
+    """The server counted the answer: ``tokens`` output tokens, from its usage (the one place that says so)."""
+    out.output_tokens = tokens
+    out.usage_tokens = True
+
+
+def counted_by_server(out: Outcome) -> bool:
+    """Whether the output tokens came from the server's usage (else latbench counts token chunks)."""
+    return out.usage_tokens
+
+
+def bad_response(out: Outcome, detail: str) -> None:
+    out.error = "bad_response"
+    out.error_detail = detail[:DETAIL]
+
+
+def as_int(v) -> int | None:
+    """``v`` when it is an int (not a bool), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None

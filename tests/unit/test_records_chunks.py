@@ -1,0 +1,73 @@
+"""The record columns for tokens per chunk, reasoning and aborted requests: buffered, written, read back."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loadgen.records.schema import ABORTED, SCHEMA, Outcome, RecordBuffer, RecordWriter, read_records
+
+T0 = 100.0
+
+
+def _outcome(chunks: int, **kw) -> Outcome:
+    out = Outcome(sent=T0 + 0.01, first_byte=T0 + 0.02, first_token=T0 + 0.08, done=T0 + 0.3, status=200, **kw)
+    out.token_times = [T0 + 0.08 + 0.04 * i for i in range(chunks)]
+    return out
+
+
+@pytest.mark.parametrize(
+    "chunks, kw, tokens, source",
+    [
+        (6, {"output_tokens": 20, "usage_tokens": True}, [1, 4, 4, 4, 4, 3], "usage_spread"),  # 19 over 5, early first
+        (6, {"output_tokens": 6, "usage_tokens": True}, [1] * 6, "usage_spread"),
+        (1, {"output_tokens": 5, "usage_tokens": True}, [5], "usage_spread"),
+        (3, {"output_tokens": 9, "chunk_tokens": [1, 4, 4]}, [1, 4, 4], "chunk_usage"),
+        (4, {"output_tokens": 4}, [1, 1, 1, 1], "chunks"),  # no usage: one per chunk
+        (5, {"output_tokens": 3, "usage_tokens": True}, [1] * 5, "chunks"),  # usage below the chunks: not spread
+        (0, {}, [], ""),
+    ],
+)
+def test_chunk_tokens_and_their_source(chunks, kw, tokens, source):
+    buf = RecordBuffer(capacity=1)
+    buf.append(0, 0, True, 0.0, _outcome(0), T0)  # a row before, so offsets are exercised
+    buf.append(1, 0, True, 0.0, _outcome(chunks, **kw), T0)  # and a grown buffer
+    rows = buf.drain().to_pylist()
+    assert rows[1]["chunk_tokens"] == tokens and rows[1]["chunk_tokens_source"] == source
+    assert len(rows[1]["token_times"]) == chunks
+    assert rows[0]["chunk_tokens"] == [] and rows[0]["chunk_tokens_source"] == ""
+
+
+def test_reasoning_answer_and_aborted_round_trip(tmp_path):
+    buf = RecordBuffer(capacity=2)
+    buf.append(0, 0, True, 0.0, _outcome(8, first_answer=T0 + 0.13, reasoning_tokens=5, output_tokens=8), T0)
+    buf.append(1, 0, True, 0.0, Outcome(sent=T0, done=T0 + 0.5, status=200, error=ABORTED), T0)
+    path = tmp_path / "requests.parquet"
+    w = RecordWriter(path)
+    w.write(buf.drain())
+    w.close()
+    t = read_records(path)
+    assert t.schema == SCHEMA
+    a, b = t.to_pylist()
+    assert a["first_answer"] == pytest.approx(0.13) and a["reasoning_tokens"] == 5 and a["error"] == ""
+    assert b["error"] == "aborted" and math.isnan(b["first_answer"]) and b["reasoning_tokens"] == 0
+
+
+def test_records_written_before_the_chunk_columns_are_read_with_them_filled_in(tmp_path):
+    buf = RecordBuffer()
+    buf.append(0, 0, True, 0.0, _outcome(3, output_tokens=3), T0)
+    buf.append(1, 0, True, 0.0, _outcome(0), T0)
+    table = pa.Table.from_batches([buf.drain()])
+    old = table.drop_columns(["first_answer", "reasoning_tokens", "chunk_tokens", "chunk_tokens_source"])
+    path = tmp_path / "old.parquet"
+    pq.write_table(old, path)
+    t = read_records(path)
+    assert t.schema == SCHEMA
+    rows = t.to_pylist()
+    assert [r["chunk_tokens"] for r in rows] == [[1, 1, 1], []]
+    assert [r["chunk_tokens_source"] for r in rows] == ["chunks", ""]
+    assert np.isnan([r["first_answer"] for r in rows]).all() and [r["reasoning_tokens"] for r in rows] == [0, 0]
