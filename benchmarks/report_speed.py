@@ -54,7 +54,9 @@ def _batch(rng, scheduled, phase, recorded, base, tokens, error_rate) -> pa.Reco
         "scheduled": scheduled, "sent": sent, "connect_start": connect_start, "connected": connected,
         "tls": np.full(n, np.nan), "first_byte": first_byte, "first_token": first_token, "done": done,
         "status": np.where(err == "http_5xx", 500, np.where(ok, 200, 0)).astype(np.int16), "error": err,
-        "prompt_tokens": np.full(n, 100, np.int32), "output_tokens": counts, "usage_tokens": np.ones(n, bool),
+        "prompt_tokens": np.full(n, 100, np.int32), "prompt_tokens_source": np.full(n, "usage"),
+        "input_tokens": np.full(n, 100, np.int32), "added_tokens": np.full(n, -1, np.int32),
+        "output_tokens": counts, "output_tokens_source": np.full(n, "usage"),
         "bytes_in": counts.astype(np.int64) * 100, "worker": np.zeros(n, np.int16),
     }
     arrays = [pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32())) if f.name == "token_times"

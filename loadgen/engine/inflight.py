@@ -97,6 +97,7 @@ class InFlight:
         out = Outcome()
         try:
             req = self._requests.get(seq)
+            out.counts = req.counts
             self.live.sent += 1
             call = self._submit(req, self.protocol.handler(), out, self._on_done, (seq, plan, sched, closed))
         except Exception as exc:  # a bug in a protocol or transport must not lose the record
@@ -167,6 +168,7 @@ class InFlight:
         pending = self._deadlines
         try:
             req = self._requests.get(seq)
+            out.counts = req.counts
             handler = self.protocol.handler()
             self.live.sent += 1
             pending[seq] = (clock() + self.s.timeout, asyncio.current_task())
