@@ -26,6 +26,7 @@ from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
+from loadgen.protocols.workload import describe_tokens
 from loadgen.records.rundir import COLD_START, META, REGRESSION, REQUESTS, SUMMARY, RunDir, safe_name, write_json
 from loadgen.records.schema import read_records
 from loadgen.redact import scrub
@@ -186,13 +187,14 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
         model = resolve_model(target, url, server)
         metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
         mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index, metrics_url)
+        tokens = describe_tokens(mt.target, loaded.scenario.workload, model, url, loaded.path.parent)
         res = opts.engine_for(target).run(mt, on_engine, fail_fast)
     finally:
         if server:
             server.stop()
     tr.interrupted = res.interrupted
     tr.failed_fast = res.failed_fast
-    tr.summary = summarize_target(mt, res, opts.engine, run_name=name)
+    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, tokens=tokens)
     write_json(tdir / SUMMARY, tr.summary, secrets)
     entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
                  duration_s=res.duration, requests=res.requests)
@@ -200,13 +202,15 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     return tr
 
 
-def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None) -> dict:
-    """summary.json of one target from its records and its engine's result."""
+def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
+                     tokens: dict | None = None) -> dict:
+    """summary.json of one target from its records and its engine's result (``tokens``: how counts were made)."""
     sc = mt.loaded.scenario
     summary = summarize(read_records(mt.tdir / REQUESTS), plan_phases(sc.load), sc.slo, res.duration,
                         target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
                         notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
-                        cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast)
+                        cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
+                        tokens=tokens)
     summary["model"] = mt.model
     summary["engine"] = engine
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study

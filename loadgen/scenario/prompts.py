@@ -52,7 +52,7 @@ __all__ = ["CHARS_PER_TOKEN", "Prompt", "PromptSource", "make_prompt_source"]
 CHARS_PER_TOKEN = 4
 
 # Short common English words, one BPE token each in common tokenizers (mean length 3.4 letters).
-_WORDS = tuple(
+WORDS = tuple(
     """the of and to in is it you that he was for on are as with his they at be this have from or
     one had by but not what all were we when your can said use an each she do how if will up
     out many then them so some her like him into time has look two more go see no way my than
@@ -97,7 +97,7 @@ class SyntheticPrompts(PromptSource):
         # Enough words that n distinct word starts each have `longest` characters after them
         # (every word with its space is at least 2 characters).
         n_words = n + longest // 2 + 64
-        words = np.asarray(_WORDS, dtype=object)[rng.integers(0, len(_WORDS), size=n_words)]
+        words = np.asarray(WORDS, dtype=object)[rng.integers(0, len(WORDS), size=n_words)]
         self._corpus = " ".join(words.tolist())
         starts = np.zeros(n_words, dtype=np.int64)
         np.cumsum([len(w) + 1 for w in words[:-1]], out=starts[1:])
@@ -173,7 +173,7 @@ def make_prompt_source(workload: Workload, seed: int, base_dir: Path, tokenizer:
 
 def _word_corpus(rng: np.random.Generator, n_words: int) -> str:
     """A seeded random sequence of common words (more words than tokens are needed, in any tokenizer)."""
-    return " ".join(np.asarray(_WORDS, dtype=object)[rng.integers(0, len(_WORDS), size=n_words)].tolist())
+    return " ".join(np.asarray(WORDS, dtype=object)[rng.integers(0, len(WORDS), size=n_words)].tolist())
 
 
 def _dataset_prompts(workload: Workload, rng: np.random.Generator, base_dir: Path, tokenizer: Tokenizer | None,
