@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import train_tokenizer
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -44,3 +46,10 @@ def _weights_cache(tmp_path_factory, monkeypatch):
     """Reference-server weights go to one temp folder per test session, never to the home folder."""
     cache = tmp_path_factory.getbasetemp() / "weights-cache"
     monkeypatch.setenv("LATBENCH_CACHE_DIR", str(cache))
+
+
+@pytest.fixture(scope="session")
+def bpe_dir(tmp_path_factory):
+    """A model folder with a small byte-level BPE tokenizer trained offline (BOS on plain prompts, a chat
+    template with header tokens), shared by the session: see tests.helpers.train_tokenizer."""
+    return train_tokenizer(tmp_path_factory.mktemp("bpe"))
