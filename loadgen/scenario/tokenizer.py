@@ -223,7 +223,9 @@ def resolve_local(spec: str, base_dir: Path) -> Path:
         raise TokenizerError(f"{spec!r} is not a file or folder, and huggingface_hub (to look the id up in the "
                              "local cache) is not installed: pip install huggingface_hub") from None
     try:
-        return Path(hub.snapshot_download(spec, local_files_only=True, allow_patterns=list(TOKENIZER_FILES)))
+        # the cache folder as the environment says now (huggingface_hub reads it once, when first imported)
+        return Path(hub.snapshot_download(spec, local_files_only=True, allow_patterns=list(TOKENIZER_FILES),
+                                          cache_dir=os.environ.get("HF_HUB_CACHE")))
     except Exception:  # LocalEntryNotFoundError, or an id the hub's validator refuses
         raise TokenizerError(f"{spec!r} is neither a file nor a folder here, and no tokenizer of the Hugging Face "
                              f"model {spec!r} is in the local cache (latbench never downloads): fetch it first, "
