@@ -66,7 +66,8 @@ def tokens_line(summary: dict) -> str:
     if not info.get("tokenizer"):
         return f"tokens: {rate}; prompt lengths approximated (4 characters a token; set workload.tokenizer for exact)"
     tk = o.get("tokens") or {}
-    parts = [f"tokens: {rate}; counted with {info['tokenizer']}"]
+    who = "the target's /tokenize" if info["tokenizer"] == "server" else info["tokenizer"]
+    parts = [f"tokens: {rate}; counted with {who}"]
     if info.get("special_tokens"):
         parts.append(f"special tokens added to a plain prompt: {' '.join(info['special_tokens'])}")
     if tk.get("added_tokens"):
