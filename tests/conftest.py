@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import train_tokenizer
+from loadgen.scenario.sample_data import train_sample_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,5 +51,5 @@ def _weights_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def bpe_dir(tmp_path_factory):
     """A model folder with a small byte-level BPE tokenizer trained offline (BOS on plain prompts, a chat
-    template with header tokens), shared by the session: see tests.helpers.train_tokenizer."""
-    return train_tokenizer(tmp_path_factory.mktemp("bpe"))
+    template with header tokens), shared by the session: see loadgen.scenario.sample_data.train_sample_tokenizer."""
+    return train_sample_tokenizer(tmp_path_factory.mktemp("bpe"))

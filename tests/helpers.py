@@ -1,7 +1,6 @@
 """Shared test helpers: write a scenario file, run it in-process, read the RunDir back."""
 
 import json
-import random
 import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
@@ -10,7 +9,6 @@ from loadgen.analysis.metrics import records_frame
 from loadgen.records.schema import read_records
 from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
-from loadgen.scenario.prompts import WORDS
 
 
 def write_scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
@@ -70,34 +68,3 @@ def parse(path: Path) -> Page:
     p.close()
     return p
 
-
-CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-                 "{{ m['content'] }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
-                 "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
-SPECIALS = ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
-
-
-def train_tokenizer(folder: Path, vocab_size: int = 600, template: bool = True) -> Path:
-    """A small byte-level BPE trained offline on English-like words (a Llama-3-shaped tokenizer: BOS added to
-    plain prompts, a chat template with header tokens), saved as a model folder. Returns the folder."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    rng = random.Random(7)
-    endings = ["", "", "", "s", "ing", "ed", ",", ".", "?"]
-    corpus = [" ".join(rng.choice(WORDS) + rng.choice(endings) for _ in range(40)) for _ in range(1500)]
-    corpus += ["".join(chr(rng.randrange(32, 127)) for _ in range(60)) for _ in range(200)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                        show_progress=False))
-    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
-                                                       special_tokens=[("<|begin_of_text|>", 0)])
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.save(str(folder / "tokenizer.json"))
-    config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
-    if template:
-        config["chat_template"] = CHAT_TEMPLATE
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder

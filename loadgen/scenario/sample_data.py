@@ -1,4 +1,5 @@
-"""A small ShareGPT-format dataset that latbench generates itself, for examples and tests (no download).
+"""Sample data latbench makes itself, for examples, tests and benchmarks (no download): a small ShareGPT-format
+dataset, and a small BPE tokenizer trained on the spot.
 
 ``python -m loadgen.scenario.sample_data scenarios/data/sharegpt_small.json`` writes the file the bundled
 ``scenarios/dataset.yaml`` reads; a test checks that the committed file is exactly what this writes. The
@@ -6,6 +7,10 @@ conversations are seeded random sentences of common words in ShareGPT's shape (`
 of ``from``/``value`` turns): prompts of 4 to 120 words, answers of 2 to 60, some conversations of several
 turns, some opening with a system turn, and a few with no answered human turn (which readers skip, as
 vLLM's ShareGPT mode does), so every rule of the format is exercised.
+
+:func:`train_sample_tokenizer` trains (offline, in about a second) a byte-level BPE shaped like Llama 3's:
+BOS added to a plain prompt, header tokens and a jinja2 chat template in ``tokenizer_config.json``. Give it
+to latbench (``workload.tokenizer``) and to the reference server (``--tokenizer``) to see exact counts.
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ from pathlib import Path
 
 from loadgen.scenario.prompts import WORDS  # the same plain words as synthetic prompts
 
-__all__ = ["sharegpt_sample", "write_sharegpt_sample"]
+__all__ = ["sharegpt_sample", "train_sample_tokenizer", "write_sharegpt_sample"]
+
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                 "{{ m['content'] }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+                 "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+SPECIAL_TOKENS = ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
 
 
 def _sentences(rng: random.Random, words: int) -> str:
@@ -55,5 +65,36 @@ def write_sharegpt_sample(path: str | Path, n: int = 48, seed: int = 0) -> Path:
     return path
 
 
-if __name__ == "__main__":
-    print(write_sharegpt_sample(sys.argv[1] if len(sys.argv) > 1 else "sharegpt_small.json"))
+def train_sample_tokenizer(folder: str | Path, vocab_size: int = 600, template: bool = True) -> Path:
+    """Train a small byte-level BPE on seeded English-like words and save it as a model folder (tokenizer.json,
+    tokenizer_config.json with the chat template unless ``template`` is False). Returns the folder."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # the dependency
+
+    rng = random.Random(7)
+    endings = ["", "", "", "s", "ing", "ed", ",", ".", "?"]
+    corpus = [" ".join(rng.choice(WORDS) + rng.choice(endings) for _ in range(40)) for _ in range(1500)]
+    corpus += ["".join(chr(rng.randrange(32, 127)) for _ in range(60)) for _ in range(200)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                        show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                                       special_tokens=[("<|begin_of_text|>", 0)])
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+    if template:
+        config["chat_template"] = CHAT_TEMPLATE
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return folder
+
+
+if __name__ == "__main__":  # python -m loadgen.scenario.sample_data [sharegpt.json] [--tokenizer FOLDER]
+    args = sys.argv[1:]
+    if args[:1] == ["--tokenizer"]:
+        print(train_sample_tokenizer(args[1] if len(args) > 1 else "sample-tokenizer"))
+    else:
+        print(write_sharegpt_sample(args[0] if args else "sharegpt_small.json"))

@@ -15,9 +15,10 @@ from loadgen.errors import ScenarioError
 from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.model import Workload
 from loadgen.scenario.prompts import make_prompt_source
+from loadgen.scenario.sample_data import train_sample_tokenizer
 from loadgen.scenario.tokenized import exact_texts
 from loadgen.scenario.tokenizer import TokenizerError, load_tokenizer
-from tests.helpers import train_tokenizer, write_scenario
+from tests.helpers import write_scenario
 
 MIXED = {"mean": 120, "stddev": 150, "min": 1, "max": 1500}
 
@@ -53,7 +54,7 @@ def test_chat_template_overhead_is_counted_apart(bpe_dir):
 
 
 def test_a_tokenizer_without_a_chat_template_leaves_the_overhead_unknown(tmp_path):
-    tok = load_tokenizer(str(train_tokenizer(tmp_path / "plain", template=False)), Path("."))
+    tok = load_tokenizer(str(train_sample_tokenizer(tmp_path / "plain", template=False)), Path("."))
     assert {p.added_tokens for p in prompts(tok, chat=True, n=20)} == {-1}
 
 
