@@ -18,8 +18,8 @@ from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
 from loadgen.redact import REDACTED, is_secret_header, url_password
-from loadgen.scenario.datasets import DatasetError, read_dataset
-from loadgen.scenario.model import Scenario, as_dataset
+from loadgen.scenario.datasets import check_dataset
+from loadgen.scenario.model import Scenario
 from loadgen.scenario.tokenizer import TokenizerError, resolve_local
 
 _ITEM = re.compile(r"^(slo)\[(\d+)\] ")
@@ -262,15 +262,8 @@ def _check_workload(scenario: Scenario, path: Path, root: yaml.Node, fname: str)
         except TokenizerError as exc:
             loc = ("workload", "tokenizer")
             errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {exc}")
-    if wl.dataset is not None:
-        try:
-            read_dataset(as_dataset(wl.dataset), base)
-        except DatasetError as exc:
-            if exc.line is not None:  # the mistake is in the dataset
-                errors.append(f"{exc} (the dataset of {fname})")
-            else:
-                loc = ("workload", "dataset")
-                errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {exc}")
+    where = f"{fname}:{_mark(_locate(root, ('workload', 'dataset')))}: workload.dataset"
+    errors += [f"{where}: {msg}" for msg in check_dataset(wl, base)]  # each with the dataset's own file:line
     return errors
 
 

@@ -203,8 +203,8 @@ def _dataset_prompts(workload: Workload, rng: np.random.Generator, base_dir: Pat
             break
     prompts = prompts[:want]
     if not prompts:
-        raise DatasetError(ds.path or ds.hf, None, "no entry passes the length filters (min/max_input_tokens, "
-                                                   "min/max_output_tokens)")
+        raise DatasetError([f"{ds.path or ds.hf}: no entry passes the length filters (min/max_input_tokens, "
+                            "min/max_output_tokens)"])
     drawn = draw_tokens(spec.output_tokens, len(prompts), rng)
     for p, d in zip(prompts, drawn.tolist()):
         if workload.max_tokens is not None:

@@ -97,8 +97,19 @@ def test_a_broken_entry_is_named_by_file_and_line(tmp_path, content, line, messa
     (tmp_path / "d.json").write_text(content)
     with pytest.raises(DatasetError) as e:
         read_dataset(Dataset(path="d.json"), tmp_path)
-    assert (e.value.line, str(e.value)) == (line, f"{tmp_path / 'd.json'}:{line}: " + e.value.message)
-    assert message in e.value.message
+    (err,) = e.value.errors
+    assert err.startswith(f"{tmp_path / 'd.json'}:{line}: ") and message in err
+
+
+def test_every_broken_line_is_reported_at_once(tmp_path):
+    lines = ['{"prompt": "a"}', "{oops", '{"prompt": "b"}', '{"messages": []}'] + ['{"x": 1}'] * 30
+    (tmp_path / "d.jsonl").write_bytes(("\n".join(lines) + "\n").encode() + b'{"prompt": "\xff"}\n')
+    with pytest.raises(DatasetError) as e:
+        read_dataset(Dataset(path="d.jsonl"), tmp_path)
+    errs = e.value.errors
+    assert errs[0].startswith(f"{tmp_path / 'd.jsonl'}:2: expected a JSON object, got invalid JSON")
+    assert errs[1].startswith(f"{tmp_path / 'd.jsonl'}:4: messages: expected a non-empty list")
+    assert len(errs) == 21 and errs[-1] == f"{tmp_path / 'd.jsonl'}: ... and 13 more problems"
 
 
 def scenario(tmp_path, dataset_line: str) -> Path:
@@ -116,12 +127,13 @@ def test_the_loader_checks_the_dataset_before_anything_is_sent(tmp_path):
     with pytest.raises(ScenarioError) as e:
         load_scenario(scenario(tmp_path, "d.jsonl"))
     assert e.value.exit_code == 2
-    assert e.value.errors == [f"{tmp_path / 'd.jsonl'}:3: prompt: expected a non-empty string, got '' "
-                              f"(the dataset of {tmp_path / 's.yaml'})"]
+    assert e.value.errors == [f"{tmp_path / 's.yaml'}:5:12: workload.dataset: {tmp_path / 'd.jsonl'}:3: "
+                              "prompt: expected a non-empty string, got ''"]
 
 
 @pytest.mark.parametrize("setup, message", [
     (lambda p: None, "cannot read dataset: No such file or directory"),
+    (lambda p: (p / "d.jsonl").mkdir(), "cannot read dataset: Is a directory"),
     (lambda p: (p / "d.jsonl").write_text("\n\n"), "the dataset has no prompts"),
     (lambda p: (p / "d.jsonl").write_text(json.dumps(conv(("human", "q")))), "no conversation with an answered"),
 ])
