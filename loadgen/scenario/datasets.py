@@ -5,8 +5,9 @@ Formats, told apart by content (not by the file's extension):
 - **JSON lines**, one request per line, each one of
   ``{"prompt": "..."}``, ``{"messages": [{"role", "content"}, ...]}`` or a ShareGPT entry
   ``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}``;
-  a line may give its output length as ``max_tokens`` (or ``output_tokens``) and its own request
-  options as ``extra_body`` (merged over ``target.extra_body``). Blank lines are skipped.
+  a line may give its output length as ``max_tokens`` (or ``output_tokens``) or as the ``reply`` whose
+  length in tokens it is, and its own request options as ``extra_body`` (merged over
+  ``target.extra_body``). Blank lines are skipped.
 - **ShareGPT JSON**: one array of such conversation entries (the format of the ShareGPT_V3 file that vLLM's
   ``bench serve`` reads). As vLLM does, the first human turn is the prompt and the turn answering it gives
   the output length (its length in tokens); entries with no answered human turn are skipped.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.errors import UsageError
 from loadgen.scenario.datasets import read_dataset
 from loadgen.scenario.model import Dataset
 from loadgen.scenario.sample_data import write_sharegpt_sample
@@ -139,3 +140,18 @@ def test_reference_server_refuses_a_tokenizer_it_cannot_load(tmp_path):
     p = subprocess.run([sys.executable, "-m", "reference_server", "--model", "tiny", "--tokenizer",
                         str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--tokenizer" in p.stderr and "no tokenizer.json" in p.stderr
+
+
+def test_a_target_without_tokenize_is_a_clear_usage_error(tmp_path):
+    srv = RecordingServer().start()
+    try:
+        with pytest.raises(UsageError, match=r"workload.tokenizer: tokenizer: server: POST /tokenize answered 404"):
+            run(tmp_path, f"""
+            name: notokenize
+            target: {{url: "{srv.url}", model: known}}
+            workload: {{tokenizer: server}}
+            load: {{phases: [{{name: a, duration: 1s, qps: 5}}]}}
+            """)
+    finally:
+        srv.stop()
+    assert srv.bodies == []  # nothing was sent to the API
