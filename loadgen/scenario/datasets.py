@@ -100,7 +100,7 @@ def _messages(msgs, path, line) -> list:
         if (not isinstance(m, dict) or not isinstance(m.get("role"), str)
                 or not isinstance(m.get("content"), (str, list))):
             raise _Bad(path, line, f"messages[{i}]: expected {{\"role\": str, \"content\": str}}, "
-                                           f"got {m!r:.60}")
+                                   f"got {m!r:.60}")
     return msgs
 
 
@@ -111,7 +111,7 @@ def _conversation(conv, path, line) -> tuple[str, str] | None:
     for i, turn in enumerate(conv):
         if not (isinstance(turn, dict) and isinstance(turn.get("from"), str) and isinstance(turn.get("value"), str)):
             raise _Bad(path, line, f"conversations[{i}]: expected {{\"from\": str, \"value\": str}}, "
-                                           f"got {turn!r:.60}")
+                                   f"got {turn!r:.60}")
     for i, turn in enumerate(conv[:-1]):
         if turn["from"].lower() in HUMAN and turn["value"]:
             return turn["value"], conv[i + 1]["value"]
@@ -119,11 +119,12 @@ def _conversation(conv, path, line) -> tuple[str, str] | None:
 
 
 def entry_of(obj, path, line) -> Entry | None:
-    """The Entry of one JSON object (None: a ShareGPT conversation without an answered prompt). DatasetError."""
+    """The Entry of one record (None: a ShareGPT conversation without an answered prompt): the one rule every
+    format's records go through. Raises a ValueError whose message starts with ``path:line``."""
     where = f"{path}:{line}"
     if not isinstance(obj, dict):
         raise _Bad(path, line, "expected an object with 'prompt', 'messages' or 'conversations', "
-                                       f"got {type(obj).__name__}")
+                               f"got {type(obj).__name__}")
     if "max_tokens" in obj and "output_tokens" in obj:
         raise _Bad(path, line, "give max_tokens or output_tokens, not both")
     key = "max_tokens" if "max_tokens" in obj else "output_tokens"
@@ -150,7 +151,7 @@ def entry_of(obj, path, line) -> Entry | None:
             return None
         return Entry(where, text=pair[0], output_tokens=out, reply=pair[1], extra_body=extra)
     raise _Bad(path, line, f"expected an object with 'prompt', 'messages' or 'conversations', "
-                                   f"got keys {sorted(obj)}")
+                           f"got keys {sorted(obj)}")
 
 
 def _entries(items, path, problems: _Problems) -> list[Entry]:

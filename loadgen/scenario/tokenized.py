@@ -76,8 +76,9 @@ def added_tokens(tok: Tokenizer, prompts: list[tuple[str, list | None, int]], ch
     if not chat:
         k = len(tok.special_tokens())
         return [k] * len(prompts)
-    out = []
-    for text, messages, n in prompts:
-        total = tok.chat_tokens(messages if messages is not None else [{"role": "user", "content": text}])
-        out.append(-1 if total is None else total - n)
+    out: list[int] = []
+    for i in range(0, len(prompts), _BATCH):
+        part = prompts[i : i + _BATCH]
+        totals = tok.chat_tokens_batch([m if m is not None else [{"role": "user", "content": t}] for t, m, _ in part])
+        out += [-1 if total is None else total - n for total, (_, _, n) in zip(totals, part)]
     return out

@@ -73,6 +73,9 @@ class Tokenizer:
     def decode_batch(self, batch: list[list[int]]) -> list[str]:
         return [self.decode(ids) for ids in batch]
 
+    def chat_tokens_batch(self, conversations: list[list[dict]]) -> list[int | None]:
+        return [self.chat_tokens(m) for m in conversations]
+
 
 # --- chat templates (rendered as Hugging Face's apply_chat_template does) ---------------------------
 
@@ -166,10 +169,13 @@ class LocalTokenizer(Tokenizer):
         return [self._tok.id_to_token(t) or str(t) for t in extra]
 
     def chat_tokens(self, messages: list[dict]) -> int | None:
+        return self.chat_tokens_batch([messages])[0]
+
+    def chat_tokens_batch(self, conversations: list[list[dict]]) -> list[int | None]:
         if self._template is None:
-            return None
-        text = self._template.render(messages=messages, add_generation_prompt=True, **self._specials)
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
+            return [None] * len(conversations)
+        texts = [self._template.render(messages=m, add_generation_prompt=True, **self._specials) for m in conversations]
+        return [len(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 
 
 class TransformersTokenizer(Tokenizer):
