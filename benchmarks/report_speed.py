@@ -10,6 +10,7 @@ loadgen.analysis.metrics.summarize for summary.json), then times write_outputs a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -22,7 +23,8 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.analysis.metrics import summarize  # noqa: E402
-from loadgen.records.rundir import REQUESTS, SUMMARY, RunDir, write_json  # noqa: E402
+from loadgen.analysis.repeats import RepeatRun, repeats_summary  # noqa: E402
+from loadgen.records.rundir import REPEATS, REQUESTS, SUMMARY, RunDir, write_json  # noqa: E402
 from loadgen.records.schema import SCHEMA, RecordWriter, read_records  # noqa: E402
 from loadgen.scenario.model import Load  # noqa: E402
 from loadgen.scenario.slo import parse_slo  # noqa: E402
@@ -110,6 +112,26 @@ def synthetic_rundir(path, rows: int = 10_000, *, name: str = "synthetic", targe
 
 
 _OPEN: list = []
+
+
+def synthetic_repeated_rundir(path, groups: dict[str, list[float]], rows: int = 2_000, *, judge: str = "median",
+                              slos=("latency.p99 < 300ms", "error_rate < 1%"), seed: int = 0, **kw) -> Path:
+    """A RunDir of a repeated run: ``groups`` maps each target to the base latency (s) of each of its runs;
+    the runs are interleaved (a-rep1 b-rep1 a-rep2 ...) and repeats.json is computed from their summaries,
+    as ``latbench run --repeat N`` leaves it."""
+    n = max(len(v) for v in groups.values())
+    order = [(g, k) for k in range(1, n + 1) for g, bases in groups.items() if k <= len(bases)]
+    targets = tuple((f"{g}-rep{k}", groups[g][k - 1]) for g, k in order)
+    root = synthetic_rundir(path, rows, targets=targets, slos=slos, seed=seed, **kw)
+    rd = RunDir(root)
+    meta = rd.meta()
+    for entry, (g, k) in zip(meta["targets"], order):
+        entry.update(group=g, repetition=k)
+    meta["repeat"] = {"runs": n, "pause": 0.0, "judge": judge}
+    rd.write_meta(meta, [])
+    runs = [RepeatRun(g, k, f"{g}-rep{k}", json.loads((root / f"{g}-rep{k}" / SUMMARY).read_text())) for g, k in order]
+    write_json(root / REPEATS, repeats_summary(runs, [parse_slo(x) for x in slos], judge, [r.dir for r in runs]))
+    return root
 
 
 def main() -> None:

@@ -22,7 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="TCP port; 0 picks a free one (default 0)")
     p.add_argument("--arch", choices=ARCHS, default="naive", help="architecture preset (default naive)")
-    p.add_argument("--model", default=None, help="tiny | small | medium | 1b | 3b (default: small on CPU, 1b on CUDA)")
+    p.add_argument("--model", default=None,
+                   help="tiny | small | medium | large | 1b | 3b (default: small on CPU, 1b on CUDA)")
     p.add_argument("--backend", default=None, help="auto | numpy | torch | sim:<gpu>-<model>, e.g. sim:h200-8b")
     p.add_argument("--cache-dir", default=None,
                    help="weights cache (default $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights)")
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None,
                    help="count usage (and serve /tokenize) with this tokenizer.json or model folder, as a server of "
                         "that model would; the model itself still works on bytes (default: one token per byte)")
+    p.add_argument("--prepare-weights", action="store_true",
+                   help="write the weights file if it is missing, print LATBENCH_WEIGHTS={path, bytes, "
+                        "generated_s} and exit (no server)")
     k = p.add_argument_group("architecture knobs (override the preset)")
     k.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None, help="load the model at start")
     k.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
@@ -63,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(argv: list[str] | None = None) -> ServerConfig:
     """Parse ``argv`` into a validated ServerConfig (argparse exits with status 2 on a bad flag)."""
     args = vars(build_parser().parse_args(argv))
+    args.pop("prepare_weights")
+    return _config(args)
+
+
+def _config(args: dict) -> ServerConfig:
     arch = args.pop("arch")
     overrides = {}
     for name, value in args.items():
@@ -76,8 +85,10 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; return the exit status (2 for an invalid configuration)."""
+    args = vars(build_parser().parse_args(argv))
+    prepare = args.pop("prepare_weights")
     try:
-        config = config_from_args(argv)
+        config = _config(args)
     except ValueError as exc:
         print(f"reference_server: error: {exc}", file=sys.stderr)
         return 2
@@ -88,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         # shared cores cut the tiny model's throughput under load from ~16 to ~2 req/s).
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(var, "1")
+    if prepare:
+        from .backends import prepare_weights
+
+        try:
+            return prepare_weights(config, sys.stdout)
+        except ValueError as exc:
+            print(f"reference_server: error: {exc}", file=sys.stderr)
+            return 2
     from .app import run_server
 
     try:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from loadgen.analysis.capacity import headline
+from loadgen.analysis.repeats import spread_headline
 from loadgen.scenario.slo import parse_slo
 from reports.html import render
 from reports.plots import figure, ms_log_axis, plot_style, to_uri
@@ -57,10 +58,44 @@ def _latency_limits(result: dict):
             yield expr, s.threshold
 
 
+def _brackets(top: dict) -> str:
+    """Each search's bracket as a bar from the rate it held to the first it failed (log axis), with the
+    median held rate and its between-search 95% interval."""
+    held = top["spread"]["held"]
+    with plot_style():
+        fig, axes = figure(8, 0.5 + 0.45 * len(top["searches"]))
+        ax = axes[0][0]
+        if held.get("ci"):
+            ax.axvspan(held["ci"][0], held["ci"][1], color="#2ca02c", alpha=0.12, lw=0,
+                       label="held: between-search 95% interval")
+        if held.get("median") is not None:
+            ax.axvline(held["median"], color="#2ca02c", lw=1.2, label="held: median")
+        for s in top["searches"]:
+            lo, hi = s["bracket"]
+            y = s["search"]
+            if lo is not None:
+                ax.plot([lo, hi if hi is not None else lo], [y, y], color="#7f7f7f", lw=3, solid_capstyle="butt")
+                ax.plot(lo, y, "o", color="#2ca02c")
+            if hi is not None:
+                ax.plot(hi, y, "x", color="#d62728", ms=8)
+        ax.set_xscale("log")
+        ax.set_yticks([s["search"] for s in top["searches"]], [f"search {s['search']}" for s in top["searches"]])
+        ax.invert_yaxis()
+        ax.set_xlabel("rate (req/s, log): o held, x first failing")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return to_uri(fig)
+
+
 def write_capacity_report(rundir_path) -> Path:
-    """report.html of a capacity RunDir."""
+    """report.html of a capacity RunDir (one search, or ``--repeat N`` searches and their spread)."""
     root = Path(rundir_path)
     result = json.loads((root / "capacity.json").read_text())
+    if "searches" in result:
+        html = render("capacity_repeat.html", title=f"capacity: {result['scenario']}", r=result,
+                      headline=spread_headline(result), plot=_brackets(result) if result["searches"] else None)
+        out = root / "report.html"
+        out.write_text(html, encoding="utf-8")
+        return out
     html = render("capacity.html", title=f"capacity: {result['scenario']}", r=result, headline=headline(result),
                   curve=_curve(result) if result["steps"] else None)
     out = root / "report.html"

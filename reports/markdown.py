@@ -6,8 +6,10 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from reports import fmt, model
+from reports import fmt, model, repeats
+from reports.headline import headline
 from reports.loader import RunData
+from reports.report import run_comparison
 
 ICON = {"passed": "✅", "failed": "❌", "invalid": "⚠️"}
 
@@ -29,6 +31,65 @@ def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> list[s
     return out + [""]
 
 
+def sentence(parts: list) -> str:
+    """A headline sentence in Markdown: numbers in bold."""
+    return "".join(esc(p) if isinstance(p, str) else esc(p.text) if p.css == "rng" else f"**{esc(p.text)}**"
+                   for p in parts)
+
+
+def headline_lines(run: RunData) -> list[str]:
+    """The report's headline (the same parts as report.html's), as paragraphs and a quoted note."""
+    h = headline(run)
+    if h is None:
+        return []
+    if h.get("list"):
+        lines = [f"**{esc(h['title'])}.**", "\n".join("- " + sentence(s) for s in h["sentences"])]
+    else:
+        lines = [f"**{esc(h['title'])}.** " + " ".join(sentence(s) for s in h["sentences"][:1])]
+        lines += [sentence(s) for s in h["sentences"][1:]]
+    lines += [f"<sub>{esc(n)}</sub>" for n in h["notes"]]
+    return [x for line in lines for x in (line, "")]
+
+
+def _slo_table(run: RunData) -> list[str]:
+    """Objectives, one row each; a cold-start study's starts are grouped under their architecture: one row
+    per architecture and objective, with each start's measurement. A repeated run's objectives are shown
+    as the verdict judged them: per target, over its runs."""
+    if run.repeats:
+        slos = repeats.slo_rows(run.repeats)
+        return _table(["target", "objective", "measured", "95% CI", "result"],
+                      [[esc(r["target"]), code(r["expr"]),
+                        r["value"].text + (" ms" if r["value"].kind == "ms" else "")
+                        + (f" ({esc(r['reason'])}; runs {r['runs']})" if r.get("runs") else ""),
+                        r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
+    slos = model.slo_rows(run.targets)
+    if not slos:
+        return []
+    if not run.cold_start:
+        return _table(["target", "objective", "measured", "95% CI", "result"],
+                      [[esc(r["target"]), code(r["expr"]), r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
+                        r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
+    rows = []
+    for group, tds in run.groups():
+        by_expr: dict[str, list[dict]] = {}
+        for r in model.slo_rows(tds):
+            by_expr.setdefault(r["expr"], []).append(r)
+        for expr, rs in by_expr.items():
+            passed = sum(1 for r in rs if r["passed"])
+            unit = " ms" if rs[0]["value"].kind == "ms" else ""
+            rows.append([esc(group), code(expr), " · ".join(r["value"].text for r in rs) + unit,
+                         f"{'✅' if passed == len(rs) else '❌'} {passed} of {len(rs)} starts pass"])
+    return _table(["architecture", "objective", "measured, start by start", "result"], rows, text_cols=2)
+
+
+def _cold_table(run: RunData) -> list[str]:
+    cmp = model.cold_start_comparison(run.cold_start)
+    head = ["architecture", "starts", "cold"] + cmp["columns"]
+    rows = [[esc(r["label"]), str(r["starts"]), str(r["cold"])]
+            + [f"{c['median'].text} ({c['min'].text}–{c['max'].text})" for c in r["cells"]] for r in cmp["rows"]]
+    return _table(head, rows) + ["<sub>Median over the fresh starts (range).</sub>", ""]
+
+
 def render_markdown(run: RunData) -> str:
     v = model.verdict(run)
     lines = [f"### {ICON[v['state']]} latbench: {esc(run.name)}: **{v['word']}** ({esc(v['headline'])})", ""]
@@ -36,12 +97,13 @@ def render_markdown(run: RunData) -> str:
     lines += [f"- ⚠️ {esc(w)}" for w in v["warnings"]]
     if v["failed"] or v["warnings"]:
         lines.append("")
-    slos = model.slo_rows(run.targets)
-    if slos:
-        lines += _table(["target", "objective", "measured", "95% CI", "result"],
-                        [[esc(r["target"]), code(r["expr"]),
-                          r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
-                          r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
+    lines += headline_lines(run)
+    lines += _slo_table(run)
+    if run.cold_start:
+        lines += _cold_table(run)
+        lines.append(f"<sub>latbench {esc(run.meta.get('latbench_version', ''))} · RunDir `{esc(run.path.name)}` · "
+                     "full report in report.html</sub>")
+        return "\n".join(lines) + "\n"
     rows = []
     for td in run.targets:
         s = td.summary
@@ -59,7 +121,7 @@ def render_markdown(run: RunData) -> str:
     if rows:
         lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
                          "achieved req/s"], rows)
-    cmp = model.comparison([(td.name, td.summary) for td in run.targets])
+    cmp = run_comparison(run)
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(
             f"{esc(r['label'])}: {', '.join(r['ratios'])}" for r in cmp["rows"][1:]), ""]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadgen.analysis.repeats import group_outcomes
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from reports import fmt
 from reports.loader import RunData, TargetData
+from reports.strips import REPEATS_SRC, strips_for
 
 DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("itl", "inter-token (ITL)"), ("tpot", "time per output token"),
              ("service_time", "service time"), ("send_lag", "send lag (generator)"))
@@ -26,6 +28,7 @@ class Cell:
     target: str = ""
     css: str = ""
     title: str = ""
+    dots: object = None  # a repeated run's per-run values as a strip (reports.repeats.Strip), or None
 
 
 def get(d: dict, path: str):
@@ -104,6 +107,15 @@ def error_rows(summary: dict, target: str) -> tuple[list[str], list[dict]]:
     return [s[0] for s in sc], rows
 
 
+def target_label(td: TargetData) -> str:
+    """How a target is named in a report: a fresh start of a cold-start study, or one run of a repeated
+    run, under its target (architecture)."""
+    m = td.meta
+    if m.get("group") and m.get("repetition") is not None:
+        return f"{m['group']} · run {m['repetition']}"
+    return f"{m['group']} · start {m.get('start')}" if m.get("group") else td.name
+
+
 def slo_rows(targets: list[TargetData]) -> list[dict]:
     rows = []
     for td in targets:
@@ -113,36 +125,61 @@ def slo_rows(targets: list[TargetData]) -> list[dict]:
                 continue
             kind = fmt.slo_kind(r)
             rows.append({
-                "target": td.name, "expr": r.get("expr", ""), "passed": bool(r.get("passed")),
+                "target": target_label(td), "expr": r.get("expr", ""), "passed": bool(r.get("passed")),
                 "value": Cell(fmt.fmt(r.get("value"), kind), f"slo/{i}/value", kind, td.name),
                 "ci": Cell(fmt.ci(r.get("ci"), kind), f"slo/{i}/ci", "ci", td.name) if r.get("ci") else Cell(fmt.DASH),
-                "reason": r.get("reason", ""),
+                "reason": r.get("reason", ""), "runs": "",
             })
     return rows
 
 
-COMPARE = (("mean", "overall/metrics/latency/mean", "ms", "mean", True),
-           ("p99", "overall/metrics/latency/percentiles/p99/value", "ms", "p99", True),
-           ("TTFT p99", "overall/metrics/ttft/percentiles/p99/value", "ms", "TTFT p99", True),
-           ("QPS held", "overall/achieved_qps", "rate", "QPS", False),
-           ("error rate", "overall/error_rate", "pct", "", True))
+#: (column, summary.json path, display kind, ratio word, lower is better, repeats.json statistic)
+COMPARE = (("mean", "overall/metrics/latency/mean", "ms", "mean", True, "latency.mean"),
+           ("p50", "overall/metrics/latency/percentiles/p50/value", "ms", "p50", True, "latency.p50"),
+           ("p99", "overall/metrics/latency/percentiles/p99/value", "ms", "p99", True, "latency.p99"),
+           ("TTFT p99", "overall/metrics/ttft/percentiles/p99/value", "ms", "TTFT p99", True, "ttft.p99"),
+           ("QPS held", "overall/achieved_qps", "rate", "QPS", False, "achieved_qps"),
+           ("error rate", "overall/error_rate", "pct", "", True, "error_rate"))
 
 
-def comparison(entries: list[tuple[str, dict]]) -> dict | None:
-    """'architecture | mean | p99 | TTFT p99 | QPS held' with ratios against the first entry."""
-    entries = [(label, s) for label, s in entries if s]
+def comparison(entries: list[tuple[str, dict]], groups: dict[str, dict] | None = None) -> dict | None:
+    """'architecture | mean | p50 | p99 | TTFT p99 | QPS held' with ratios against the first entry.
+
+    ``groups``: repeated targets by label (their repeats.json entry): such an entry shows the median of
+    its runs (``src`` then points into repeats.json) with one dot per run beside it; its summary may be None."""
+    groups = groups or {}
+    entries = [(label, s) for label, s in entries if s or label in groups]
     if len(entries) < 2:
         return None
-    base = entries[0][1]
+    values = [[_compare_value(label, s, groups, col) for col in COMPARE] for label, s in entries]
+    strips = [strips_for([v[j][2] for v in values], [v[j][3] for v in values], COMPARE[j][2])
+              for j in range(len(COMPARE))]
     rows = []
-    for i, (label, s) in enumerate(entries):
+    for i, (label, _) in enumerate(entries):
         cells, ratios = [], []
-        for _, path, kind, what, lower in COMPARE:
-            cells.append(Cell(fmt.fmt(get(s, path), kind), path, kind, label))
+        for j, (_, _, kind, what, lower, _) in enumerate(COMPARE):
+            value, src, _, _ = values[i][j]
+            c = Cell(fmt.fmt(value, kind), src, kind, label)
+            if label in groups:
+                c.dots = strips[j][i]
+            cells.append(c)
             if what and i > 0:
-                ratios.append(fmt.ratio_text(get(base, path), get(s, path), what, lower))
+                ratios.append(fmt.ratio_text(values[0][j][0], value, what, lower))
         rows.append({"label": label, "cells": cells, "ratios": ratios if i else ["baseline"]})
-    return {"columns": [c[0] for c in COMPARE], "rows": rows, "base": entries[0][0]}
+    return {"columns": [c[0] for c in COMPARE], "rows": rows, "base": entries[0][0],
+            "repeated": bool(groups)}
+
+
+def _compare_value(label: str, s: dict | None, groups: dict[str, dict], col) -> tuple:
+    """(value shown, its src, the per-run values, their between-run interval) of one comparison cell."""
+    _, path, _, _, _, key = col
+    if label in groups:
+        st = groups[label]["stats"].get(key) or {}
+        name = groups[label].get("name", label)  # the target's name in repeats.json
+        return (st.get("median"), f"{REPEATS_SRC}targets/{name}/stats/{key}/median", st.get("values") or [],
+                st.get("ci"))
+    v = get(s, path)
+    return v, path, [v], None
 
 
 def stored_verdict(run: RunData) -> Verdict | None:
@@ -159,9 +196,11 @@ def stored_verdict(run: RunData) -> Verdict | None:
 def computed_verdict(run: RunData) -> Verdict:
     """The verdict of the targets given alone (one entry of a comparison, or a RunDir from before verdicts
     were stored), by the same rules as the run's own (:func:`loadgen.analysis.verdict.judge`)."""
-    outcomes = [TargetOutcome(td.name, td.summary, failed_fast=(td.summary or {}).get("failed_fast"))
+    repeated = run.repeats is not None  # each run alone is not judged: its target is, over its runs
+    outcomes = [TargetOutcome(td.name, td.summary, failed_fast=(td.summary or {}).get("failed_fast"),
+                              slo=[] if repeated and td.meta.get("repetition") is not None else None)
                 for td in run.targets if td.summary is not None]
-    return judge(outcomes, interrupted=not run.complete)
+    return judge(outcomes, interrupted=not run.complete, groups=group_outcomes(run.repeats) if repeated else None)
 
 
 def verdict(run: RunData, use_meta: bool = True) -> dict:
@@ -171,7 +210,11 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
     alone (one entry of a comparison). Either way the reasons are the verdict's, never re-derived from text.
     """
     v = (stored_verdict(run) if use_meta else None) or computed_verdict(run)
-    total = sum(1 for td in run.targets for r in (td.summary or {}).get("slo") or [] if r.get("applies", True))
+    if run.repeats and use_meta:  # judged per target over its runs, not per run
+        total = sum(1 for g in run.repeats.get("targets", {}).values() for r in g.get("slo") or []
+                    if r.get("applies", True))
+    else:
+        total = sum(1 for td in run.targets for r in (td.summary or {}).get("slo") or [] if r.get("applies", True))
     failed = [r.text for r in v.reasons if r.kind is Kind.SLO]
     warnings = [f"{td.name}: no records: this target did not run" for td in run.targets if td.summary is None]
     warnings += [r.text + ("; these numbers describe the load generator, not the server"
@@ -200,7 +243,10 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
 def header(run: RunData) -> list[tuple[str, str]]:
     m = run.meta
     dur = sum(float(t.meta.get("duration_s") or (t.summary or {}).get("duration_s") or 0) for t in run.targets)
-    rows = [("scenario", run.name), ("targets", ", ".join(t.name for t in run.targets)),
+    names = [name if len(tds) == 1 and not tds[0].meta.get("group")
+             else f"{name} ({len(tds)} runs)" if tds[0].meta.get("repetition") is not None
+             else f"{name} ({len(tds)} fresh starts)" for name, tds in run.groups()]
+    rows = [("scenario", run.name), ("targets", ", ".join(names)),
             ("engine", str(m.get("engine", fmt.DASH))), ("started", str(m.get("started", fmt.DASH))),
             ("duration", fmt.seconds(dur) if dur else fmt.DASH),
             ("latbench", str(m.get("latbench_version", fmt.DASH))), ("host", str(m.get("host", fmt.DASH))),
@@ -225,6 +271,46 @@ def target_info(td: TargetData) -> list[tuple[str, str]]:
             rows.append((label, fmt.seconds(server[k])))
     rows.append(("tokens", token_info(s)))
     return rows
+
+
+COLD = "@cold_start"  # Cell.target of numbers read from cold_start.json
+START_COLUMNS = (("listen_s", "ms", "listening (ms)"), ("ready_s", "ms", "ready (ms)"),
+                 ("model_load_s", "ms", "model load (ms)"), ("first_latency_s", "ms", "first request (ms)"),
+                 ("first_ttft_s", "ms", "first TTFT (ms)"), ("steady_latency_s", "ms", "steady (ms)"),
+                 ("penalty_s", "ms", "penalty (ms)"), ("first_steady_request", "num", "warm from request"))
+
+
+def start_rows(cs: dict, group: str) -> list[dict]:
+    """One row per fresh start of ``group``: cold or not (and the page-cache share behind it), then
+    START_COLUMNS, from cold_start.json."""
+    rows = []
+    for i, r in enumerate(get(cs, f"{group}/per_start") or []):
+        base = f"{group}/per_start/{i}"
+        cold = r.get("cold")
+        cached = (r.get("page_cache") or {}).get("resident_after")
+        rows.append({"start": r.get("start"), "target": r.get("target"),
+                     "cold": "cold" if cold else ("unknown" if cold is None else "WARM"),
+                     "cold_css": "pass" if cold else ("" if cold is None else "fail"),
+                     "cached": Cell(fmt.share(cached), f"{base}/page_cache/resident_after", "share", COLD),
+                     "cells": [Cell(fmt.fmt(get(cs, f"{base}/{k}"), kind), f"{base}/{k}", kind, COLD)
+                               for k, kind, _ in START_COLUMNS]})
+    return rows
+
+
+def cold_start_comparison(cs: dict) -> dict:
+    """Architectures side by side over their starts: median (min-max) of each START_COLUMNS figure."""
+    rows = []
+    for group in cs:
+        cells = []
+        for k, kind, _ in START_COLUMNS:
+            p = f"{group}/over_starts/{k}"
+            cells.append({"median": Cell(fmt.fmt(get(cs, f"{p}/median"), kind), f"{p}/median", kind, COLD),
+                          "min": Cell(fmt.fmt(get(cs, f"{p}/min"), kind), f"{p}/min", kind, COLD),
+                          "max": Cell(fmt.fmt(get(cs, f"{p}/max"), kind), f"{p}/max", kind, COLD)})
+        rows.append({"label": group, "starts": get(cs, f"{group}/starts"), "cold": get(cs, f"{group}/cold_starts"),
+                     "cells": cells})
+    return {"columns": [c[2] for c in START_COLUMNS], "rows": rows}
+
 
 
 def token_info(summary: dict) -> str:

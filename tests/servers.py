@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 import time
 
@@ -56,6 +57,7 @@ class KnownServer:
         self._sem = None
         self.stall_at, self.stall_for, self.status = stall_at, stall_for, status
         self.requests = 0
+        self._rng = random.Random(0)
         self.t0 = None
         self._loop = None
         self._runner = None
@@ -98,6 +100,22 @@ class KnownServer:
         await resp.write_eof()
         return resp
 
+    async def sleep(self, request: web.Request):
+        """``GET /sleep?ms=M&sigma=S``: answers after M * LogNormal(0, S) milliseconds, timed from arrival.
+
+        The delay is chosen by the caller, per request: a benchmark puts a run's drift factor into the URL
+        (``api: http`` targets), so every run draws its own, known, latency distribution."""
+        arrived = time.perf_counter()
+        self.requests += 1
+        try:
+            ms = float(request.query.get("ms", "10"))
+            sigma = float(request.query.get("sigma", "0"))
+        except ValueError:
+            return web.Response(status=400, text="ms and sigma must be numbers")
+        factor = self._rng.lognormvariate(0.0, sigma) if sigma > 0 else 1.0
+        await sleep_until(arrived + ms * factor / 1e3)
+        return web.Response(text="ok")
+
     def more_routes(self) -> list:
         """POST routes beyond /v1/chat/completions, as (path, handler)."""
         return []
@@ -115,6 +133,7 @@ class KnownServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/sleep", self.sleep)
         for path, handler in self.more_routes():
             app.router.add_post(path, handler)
         self._runner = web.AppRunner(app, access_log=None)

@@ -69,6 +69,12 @@ def compare_target(cur_dir: Path, base_dir: Path, allowance: float, seed: int = 
     """Regression checks of one target's records against the baseline's."""
     cur = records_frame(read_records(cur_dir / REQUESTS))
     base = records_frame(read_records(base_dir / REQUESTS))
+    return compare_frames(cur, base, allowance, seed)
+
+
+def compare_frames(cur, base, allowance: float, seed: int = 0) -> list[dict]:
+    """Regression checks of records (:func:`~loadgen.analysis.metrics.records_frame` frames) against a
+    baseline's: every request taken as an independent sample, whatever run it came from."""
     cur = cur[cur["recorded"]]
     base = base[base["recorded"]]
     out = []

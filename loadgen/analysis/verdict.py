@@ -74,13 +74,18 @@ class Verdict:
 
 @dataclass
 class TargetOutcome:
-    """What the verdict needs of one target's run: its summary, or why it has none."""
+    """What the verdict needs of one target's run: its summary, or why it has none.
+
+    ``slo``: the objective results to judge, when they are not the summary's own: a repeated run's runs
+    pass ``[]`` (each run alone is not judged), and each repeated target one outcome with its objectives
+    judged over the runs (:func:`loadgen.analysis.repeats.group_outcomes`), without a summary."""
 
     name: str
     summary: dict | None = None
     error: str | None = None  # the target did not start (its message)
     failed_fast: str | None = None  # the objective --fail-fast stopped it on
     interrupted: bool = False
+    slo: list[dict] | None = None  # None: the summary's objectives
 
 
 def target_reasons(t: TargetOutcome) -> list[Reason]:
@@ -88,21 +93,22 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
     if t.error:
         return [Reason(Kind.TARGET_ERROR, t.name, f"{t.name}: {t.error}")]
     s = t.summary
-    if s is None:
-        return []
     out = []
-    ov = s["overall"]
-    if ov["count"] and ov["ok"] == 0 and set(ov["errors"]) <= UNREACHABLE_CLASSES:
-        out.append(Reason(Kind.UNREACHABLE, t.name,
-                          f"{t.name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)"))
-    if s.get("generator_limited"):
-        out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
+    if s is not None:
+        ov = s["overall"]
+        if ov["count"] and ov["ok"] == 0 and set(ov["errors"]) <= UNREACHABLE_CLASSES:
+            out.append(Reason(Kind.UNREACHABLE, t.name,
+                              f"{t.name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)"))
+        if s.get("generator_limited"):
+            out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
     if t.failed_fast:
         out.append(Reason(Kind.FAILED_FAST, t.name,
                           f"{t.name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
-    for slo in s["slo"]:
+    for slo in (t.slo if t.slo is not None else (s or {}).get("slo", [])):
         if slo["applies"] and not slo["passed"]:
-            out.append(Reason(Kind.SLO, t.name, f"{t.name}: {slo['expr']} (measured {show_value(slo)})"))
+            basis = f", {slo['basis']}" if slo.get("basis") else ""
+            why = f"; {slo['reason']}" if slo.get("reason") else ""
+            out.append(Reason(Kind.SLO, t.name, f"{t.name}: {slo['expr']} (measured {show_value(slo)}{basis}{why})"))
     return out
 
 
@@ -118,14 +124,18 @@ def generator_limited_text(g: dict) -> str:
 
 
 def judge(targets: list[TargetOutcome], *, interrupted: bool = False, expected_targets: int | None = None,
-          regressions: list[Reason] | None = None) -> Verdict:
-    """The verdict over a run's targets. Invalid runs (exit 3) outrank failed objectives (exit 1)."""
+          regressions: list[Reason] | None = None, groups: list[TargetOutcome] | None = None) -> Verdict:
+    """The verdict over a run's targets. Invalid runs (exit 3) outrank failed objectives (exit 1).
+
+    ``groups``: a repeated run's targets, their objectives judged over their runs (not counted as runs)."""
     reasons: list[Reason] = []
     if interrupted:
         reasons.append(Reason(Kind.INTERRUPTED, None, "the run was interrupted: its numbers are incomplete"))
     reasons += list(regressions or [])
     for t in targets:
         reasons += target_reasons(t)
+    for g in groups or []:
+        reasons += target_reasons(g)
     expected = len(targets) if expected_targets is None else expected_targets
     if len(targets) < expected and not interrupted and not any(t.failed_fast for t in targets):
         reasons.append(Reason(Kind.MISSING_TARGETS, None, f"only {len(targets)} of {expected} targets ran"))

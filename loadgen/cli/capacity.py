@@ -6,15 +6,17 @@ import sys
 
 import click
 
+import reports  # lazy (PEP 562): loads when the report is written
 from loadgen.analysis.capacity import headline, step_objectives
+from loadgen.analysis.repeats import spread_headline
 from loadgen.cli.common import console, exits_on_errors, fraction_option, load_or_exit, scrub_logs
 from loadgen.errors import EXIT_FAILED, EXIT_OK
 from loadgen.run.capacity import run_capacity
+from loadgen.run.capacity_repeat import run_capacity_repeated
 from loadgen.run.signals import install_signal_handlers
 from loadgen.scenario.slo import parse_slo
 from loadgen.scenario.urls import on_loopback
 from loadgen.units import parse_duration
-from reports import write_capacity_report
 
 
 @click.command(help="Find the highest QPS the scenario's target sustains under the SLOs (stepping, then bisecting).\n\n"
@@ -32,14 +34,19 @@ from reports import write_capacity_report
 @click.option("--tolerance", default="10%", show_default=True, help="stop bisecting when the bracket is this narrow")
 @click.option("--target", "target_url", metavar="URL", help="search this base URL instead of the scenario's target")
 @click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
+@click.option("--repeat", "repeat_runs", default=1, show_default=True, type=click.IntRange(1, 100), metavar="N",
+              help="search N times, each from a fresh start of a managed target; report each bracket and their spread")
+@click.option("--pause", default="0s", show_default=True, help="wait between repeated searches")
 @exits_on_errors
-def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance, target_url, out) -> None:
+def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance, target_url, out, repeat_runs,
+             pause) -> None:
     out_console = console()
     loaded = load_or_exit(scenario)
     scrub_logs(loaded.secrets)
     try:
         objectives = step_objectives([parse_slo(s) for s in slos] if slos else list(loaded.scenario.slo))
         durations = parse_duration(step_duration), parse_duration(warmup)
+        pause_s = parse_duration(pause)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if not objectives:
@@ -64,14 +71,28 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
                           + (f"  ({'; '.join(st.reasons)})" if st.reasons else "")
                           + (" -> again, twice as long" if st.inconclusive else ""), highlight=False)
 
-    rd, result = run_capacity(loaded, objectives, qps_min, qps_max, durations[0], durations[1],
-                              fraction_option(tolerance, "--tolerance"), out, target_url,
-                              on_engine=lambda e: current.update(engine=e), on_step=on_step)
-    try:
-        write_capacity_report(rd.path)
-    except Exception as exc:
-        out_console.print(f"report not rendered: {type(exc).__name__}: {exc}")
-    out_console.print(f"capacity: {headline(result)}", style="bold")
+    def report(path) -> None:
+        try:
+            reports.write_capacity_report(path)
+        except Exception as exc:
+            out_console.print(f"report not rendered: {type(exc).__name__}: {exc}")
+
+    def on_search(k: int, path, res: dict) -> None:
+        report(path)
+        out_console.print(f"search {k} of {repeat_runs}: {headline(res)}", highlight=False)
+
+    tol = fraction_option(tolerance, "--tolerance")
+    if repeat_runs > 1:
+        rd, result = run_capacity_repeated(loaded, objectives, qps_min, qps_max, durations[0], durations[1], tol,
+                                           out, target_url, on_engine=lambda e: current.update(engine=e),
+                                           on_step=on_step, repeat=repeat_runs, pause=pause_s, on_search=on_search)
+        text = spread_headline(result)
+    else:
+        rd, result = run_capacity(loaded, objectives, qps_min, qps_max, durations[0], durations[1], tol, out,
+                                  target_url, on_engine=lambda e: current.update(engine=e), on_step=on_step)
+        text = headline(result)
+    report(rd.path)
+    out_console.print(f"capacity: {text}", style="bold")
     out_console.print(f"RunDir: {rd.path}   report: {rd.path / 'report.html'}", highlight=False)
     ok = result["max_sustainable_qps"] is not None and (result["headroom"] is None or result["headroom"] >= 0)
     sys.exit(EXIT_OK if ok and result["complete"] else EXIT_FAILED)

@@ -22,6 +22,9 @@ COMMANDS = {
     "compare": "reports.cli:compare",
     "serve": "loadgen.cli.serve:serve",
     "worker": "loadgen.cli.worker:worker",
+    "watch": "loadgen.cli.watch:watch",
+    "alerts": "loadgen.cli.monitor:alerts",
+    "dashboards": "loadgen.cli.monitor:dashboards",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+import reports  # lazy (PEP 562): matplotlib and jinja2 load when the report is written, after the run
+from loadgen.cli.between import between_table
 from loadgen.cli.common import (
     EXIT_CODES,
     console,
@@ -24,7 +27,7 @@ from loadgen.errors import RunDirWriteError
 from loadgen.run.gate import gate_rundir
 from loadgen.run.runner import RunResult, run_scenario
 from loadgen.run.signals import install_signal_handlers
-from reports import write_outputs
+from loadgen.units import parse_duration
 
 
 @click.command(help="Run a scenario: send its load, record every request, write a RunDir, check its SLOs.\n\n"
@@ -39,6 +42,8 @@ from reports import write_outputs
               help="fail on a significant regression against this run")
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
               help="allowed worsening of a percentile before it counts")
+@click.option("--capacity", "capacity", metavar="RUNDIR", type=click.Path(file_okay=False),
+              help="a `latbench capacity` RunDir of the same target: the headroom headline says how far from its knee")
 @click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
               help="native: one asyncio process; locust: Locust's master/worker runners (scales past one machine)")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
@@ -49,15 +54,27 @@ from reports import write_outputs
               help="locust: where the master listens")
 @click.option("--processes", default=0, type=click.IntRange(0, 64), metavar="N",
               help="native: generator processes [default: 1 when the target runs on this machine, else cores - 1]")
+@click.option("--repeat", "repeat_runs", type=click.IntRange(1, 100), metavar="N",
+              help="run the scenario N times (each from a fresh managed server, interleaved across targets) and "
+                   "judge the SLOs and --baseline on the runs together [default: the scenario's repeat.runs, 1]")
+@click.option("--pause", metavar="DURATION", help="wait between repeated runs, e.g. 5s [default: repeat.pause]")
 @exits_on_errors
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
-        baseline: str | None, max_regression: str, engine: str, workers: int, expect_workers: int, master_bind: str,
-        processes: int) -> None:
+        baseline: str | None, max_regression: str, capacity: str | None, engine: str, workers: int,
+        expect_workers: int, master_bind: str, processes: int, repeat_runs: int | None, pause: str | None) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
     if baseline is not None and not (Path(baseline) / "meta.json").is_file():
         raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
+    try:
+        pause_s = None if pause is None else parse_duration(pause)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pause") from None
+    if capacity is not None and not (Path(capacity) / "capacity.json").is_file():
+        raise click.BadParameter(f"{capacity} is not a capacity RunDir (no capacity.json)", param_hint="--capacity")
     loaded = load_or_exit(scenario)
+    repeat = loaded.scenario.repeat.model_copy(update={k: v for k, v in (("runs", repeat_runs), ("pause", pause_s))
+                                                       if v is not None})
     scrub_logs(loaded.secrets)
     display = StatusDisplay(out_console)
     current = {}
@@ -83,7 +100,8 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     install_signal_handlers(lambda: current.get("engine"), display.say)
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
-                              baseline=baseline, max_regression=allowance, opts=opts)
+                              baseline=baseline, max_regression=allowance, opts=opts, capacity=capacity,
+                              repeat=repeat)
     except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
         display.close()
         click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "
@@ -92,8 +110,12 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     finally:
         display.close()
     write_reports(out_console, result.rundir.path)
+    repeats_file = result.rundir.path / "repeats.json"
+    if repeats_file.is_file():  # per target, each run and across the runs, rather than a table per run
+        for name, group in json.loads(repeats_file.read_text())["targets"].items():
+            out_console.print(between_table(name, group))
     for tr in result.targets:
-        if tr.summary:
+        if tr.summary and not repeats_file.is_file():
             out_console.print(summary_table(tr.name, tr.summary))
             out_console.print(tokens_line(tr.summary), highlight=False)
             for r in tr.summary.get("recovery", []):
@@ -108,7 +130,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
 def write_reports(out: Console, rundir: Path) -> None:
     """report.html, summary.md and junit.xml; a report that fails to render never loses the run."""
     try:
-        write_outputs(rundir)
+        reports.write_outputs(rundir)
     except Exception as exc:  # the records and summaries are already on disk
         logging.getLogger("latbench").exception("the report could not be rendered")
         out.print(f"report not rendered: {type(exc).__name__}: {exc} (re-render with: latbench report {rundir})")

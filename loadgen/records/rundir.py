@@ -34,6 +34,7 @@ SERVER_METRICS = "server_metrics.csv"
 META = "meta.json"
 REGRESSION = "regression.json"
 COLD_START = "cold_start.json"
+REPEATS = "repeats.json"  # between-run statistics of a repeated run (loadgen.analysis.repeats)
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 

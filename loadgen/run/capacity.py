@@ -121,15 +121,16 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
 
 def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_max: float, step_duration: float,
                  warmup: float, tolerance: float = 0.1, out: str | None = None, target_url: str | None = None,
-                 on_engine: OnEngine | None = None, on_step=None) -> tuple[RunDir, dict]:
+                 on_engine: OnEngine | None = None, on_step=None, exact_out: bool = False) -> tuple[RunDir, dict]:
     """Start the scenario's (first) target once, search its capacity step by step, write the RunDir.
 
-    Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step."""
+    Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step. ``exact_out``:
+    ``out`` is the RunDir itself (one search of a repeated one, :mod:`loadgen.run.capacity_repeat`)."""
     sc = loaded.scenario
     target = sc.target_list()[0]
     if target_url:
         target = target.model_copy(update={"url": target_url, "reference": None, "command": None})
-    rd = RunDir.create(out, f"capacity_{sc.name}")
+    rd = RunDir.create(out, f"capacity_{sc.name}", exact=exact_out)
     rd.write_scenario(loaded.redacted())
     rd.write_metric_definitions()
     meta = host_meta(sc.name, "native", kind="capacity")

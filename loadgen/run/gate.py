@@ -4,31 +4,38 @@ from __future__ import annotations
 
 import json
 
-from loadgen.analysis.regression import compare_runs, regression_reasons
+from loadgen.analysis.between import baseline_reasons, compare_baseline
+from loadgen.analysis.repeats import group_outcomes
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
-from loadgen.records.rundir import REGRESSION, SUMMARY, RunDir, write_json
+from loadgen.records.rundir import REGRESSION, REPEATS, SUMMARY, RunDir, write_json
 from loadgen.run.runner import check_baseline
 
 
 def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 0.10) -> Verdict:
     """The verdict of the RunDir at ``path`` (its SLOs as recorded); with ``baseline``, regressions too.
 
-    ``max_regression`` is the allowed worsening of a percentile, as a fraction."""
+    A repeated run is judged as it was: each target's objectives over its runs (repeats.json), the
+    runs alone only for what makes them invalid. ``max_regression`` is the allowed worsening of a
+    percentile, as a fraction."""
     check_baseline(baseline)
     rd = RunDir(path)
     meta = rd.meta()
     targets = []
     for t in meta.get("targets", []):
         f = rd.path / t["dir"] / SUMMARY
+        slo = [] if t.get("repetition") is not None else None
         if f.is_file():
             summary = json.loads(f.read_text())
-            targets.append(TargetOutcome(t["name"], summary, failed_fast=summary.get("failed_fast")))
+            targets.append(TargetOutcome(t["name"], summary, failed_fast=summary.get("failed_fast"), slo=slo))
         else:
             targets.append(TargetOutcome(t["name"], error="no summary.json: the run did not finish this target"))
+    groups = []
+    if (rd.path / REPEATS).is_file():
+        groups = group_outcomes(json.loads((rd.path / REPEATS).read_text()))
     interrupted = not meta.get("complete", False) and not any(t.failed_fast for t in targets)
     regressions = []
     if baseline is not None:
-        regression = compare_runs(rd, RunDir(baseline), max_regression)
+        regression = compare_baseline(rd, RunDir(baseline), max_regression)
         write_json(rd.path / REGRESSION, regression)
-        regressions = regression_reasons(regression)
-    return judge(targets, interrupted=interrupted, regressions=regressions)
+        regressions = baseline_reasons(regression)
+    return judge(targets, interrupted=interrupted, regressions=regressions, groups=groups)

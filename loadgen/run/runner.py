@@ -18,21 +18,35 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadgen.analysis.coldstart import StartRun, cold_start_summary
+from loadgen.analysis.between import baseline_reasons, compare_baseline
+from loadgen.analysis.capacity import CAPACITY
+from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.metrics import summarize
-from loadgen.analysis.regression import compare_runs, regression_reasons
+from loadgen.analysis.repeats import RepeatRun, group_outcomes, repeats_summary
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
 from loadgen.protocols.workload import describe_tokens
-from loadgen.records.rundir import COLD_START, META, REGRESSION, REQUESTS, SUMMARY, RunDir, safe_name, write_json
+from loadgen.records.rundir import (
+    COLD_START,
+    META,
+    REGRESSION,
+    REPEATS,
+    REQUESTS,
+    SUMMARY,
+    RunDir,
+    safe_name,
+    write_json,
+)
 from loadgen.records.schema import read_records
 from loadgen.redact import scrub
+from loadgen.run.coldstart import make_cold, prepare_weights
+from loadgen.run.repetitions import plan_runs
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
-from loadgen.scenario.model import Target
+from loadgen.scenario.model import Repeat, Target
 from loadgen.schedule.arrivals import plan_phases
 from loadgen.version import __version__
 
@@ -51,10 +65,12 @@ class TargetRun:
     error: str | None = None
     failed_fast: str | None = None
     interrupted: bool = False
-    group: str | None = None  # the target a fresh start belongs to (cold-start studies)
+    group: str | None = None  # the target a fresh start or a repetition belongs to
+    repetition: int | None = None  # repeated runs: which one (its objectives are judged over all of them)
 
     def outcome(self) -> TargetOutcome:
-        return TargetOutcome(self.name, self.summary, self.error, self.failed_fast, self.interrupted)
+        return TargetOutcome(self.name, self.summary, self.error, self.failed_fast, self.interrupted,
+                             slo=[] if self.repetition is not None else None)
 
     @property
     def stops_run(self) -> bool:
@@ -101,6 +117,17 @@ def host_meta(scenario: str, engine: str, **extra) -> dict:
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scenario": scenario, "targets": [], "complete": False}
 
 
+def capacity_fields(path: str) -> dict:
+    """What a headroom headline needs from the capacity.json of a ``latbench capacity`` RunDir."""
+    f = Path(path) / CAPACITY
+    try:
+        result = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--capacity {path}: not a capacity RunDir ({f.name}: {exc})") from None
+    return {"rundir": Path(path).name, "target": (result.get("target") or {}).get("name"), "slo": result.get("slo"),
+            **{k: result.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps")}}
+
+
 def check_baseline(baseline: str | None) -> None:
     if baseline is not None and not (Path(baseline) / META).is_file():
         raise UsageError(f"--baseline {baseline}: not a RunDir (no {META})")
@@ -109,17 +136,28 @@ def check_baseline(baseline: str | None) -> None:
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
                  on_engine: OnEngine | None = None, exact_out: bool = False,
                  fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10,
-                 opts: EngineOptions | None = None) -> RunResult:
+                 opts: EngineOptions | None = None, capacity: str | None = None,
+                 repeat: Repeat | None = None) -> RunResult:
     """Run every target of a scenario, write the RunDir, and return the verdict.
 
     ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
     ``on_engine`` is called with each engine before it starts (the CLI attaches its display there).
     ``fail_fast`` stops a target as soon as an objective can no longer be met. ``baseline`` names a
-    RunDir to check for regressions beyond ``max_regression`` (a fraction).
+    RunDir to check for regressions beyond ``max_regression`` (a fraction). ``capacity`` names the RunDir
+    of a capacity search of the same target: the headroom headline then says how far the run's highest
+    rate sits from its knee. ``repeat`` (default: the scenario's) runs everything several times,
+    interleaved (:mod:`loadgen.run.repetitions`), and judges the objectives over the runs
+    (:mod:`loadgen.analysis.repeats`).
     """
     check_baseline(baseline)
+    cap = capacity_fields(capacity) if capacity is not None else None
     opts = opts or EngineOptions()
     sc = loaded.scenario
+    repeat = repeat or sc.repeat
+    if repeat.runs > 1 and sc.load.starts > 1:
+        raise UsageError("repeated runs and load.starts both repeat the run from fresh servers: give one of them")
+    if repeat.runs > 1 and fail_fast:
+        raise UsageError("--fail-fast judges one run; repeated runs are judged together: drop one of them")
     rd = RunDir.create(out, sc.name, exact=exact_out)
     rd.write_scenario(loaded.redacted())
     rd.write_metric_definitions()
@@ -128,36 +166,49 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
         targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
     secrets = loaded.secrets
     meta = host_meta(sc.name, opts.engine)
+    if cap is not None:
+        meta["capacity"] = cap
+    if repeat.runs > 1:
+        meta["repeat"] = repeat.model_dump()
     rd.write_meta(meta, secrets)
     runs: list[TargetRun] = []
     slack = FAIL_FAST_SLACK if fail_fast else None
-    expected = 0
-    for index, target in enumerate(targets):
-        starts = sc.load.starts if (target.reference or target.command) else 1
-        expected += starts
-        for k in range(1, starts + 1):
-            name = target.name if starts == 1 else f"{target.name}-start{k}"
-            tr = _run_one(loaded, target, name, rd, meta, on_engine, slack, index, opts)
-            if starts > 1:
-                tr.group = target.name
-                meta["targets"][-1].update(group=target.name, start=k)
-                rd.write_meta(meta, secrets)
-            runs.append(tr)
-            if tr.stops_run:
-                break
-        if runs and runs[-1].stops_run:
+    plan = plan_runs(targets, sc.load.starts, repeat.runs)
+    expected = len(plan)
+    # cold-start studies: each target's weights drawn once, before (not in) any of its starts
+    weights = {slot.index: prepare_weights(slot.target) for slot in plan if slot.start == 1}
+    for i, slot in enumerate(plan):
+        if i and repeat.pause > 0:
+            time.sleep(repeat.pause)
+        cold = make_cold(weights[slot.index]) if slot.start is not None else None  # weights out of the page cache
+        tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts)
+        if slot.group is not None:
+            tr.group, tr.repetition = slot.group, slot.repetition
+            meta["targets"][-1].update(slot.meta_fields())
+            if slot.start is not None:
+                meta["targets"][-1].update(cold=cold, weights_prepared=weights[slot.index])
+            rd.write_meta(meta, secrets)
+        runs.append(tr)
+        if tr.stops_run:
             break
     interrupted = bool(runs) and runs[-1].interrupted
     if sc.load.starts > 1:
-        starts_run = [StartRun(tr.group or tr.name, tr.dir, tr.server, tr.summary is not None) for tr in runs]
-        write_json(rd.path / COLD_START, cold_start_summary(starts_run, rd.path), secrets)
+        write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), secrets)
+    groups = []
+    if repeat.runs > 1:
+        repeats = repeats_summary([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
+                                  sc.slo, repeat.judge, order=[tr.dir for tr in runs])
+        write_json(rd.path / REPEATS, repeats, secrets)
+        groups = group_outcomes(repeats)
     regressions = []
     if baseline is not None and not interrupted:
-        regression = compare_runs(rd, RunDir(baseline), max_regression)
+        regression = compare_baseline(rd, RunDir(baseline), max_regression)
         write_json(rd.path / REGRESSION, regression)
-        regressions = regression_reasons(regression)
+        regressions = baseline_reasons(regression)
+        for note in regression["notes"]:
+            log.warning("baseline: %s", note)
     verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
-                    regressions=regressions)
+                    regressions=regressions, groups=groups)
     meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
                 exit_code=verdict.exit_code, verdict=verdict.to_json())
     rd.write_meta(meta, secrets)
@@ -186,6 +237,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     try:
         model = resolve_model(target, url, server)
         metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
+        if metrics_url and target.command is not None:  # '{port}' is the started command's port, as in its url
+            metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
         mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index, metrics_url)
         tokens = describe_tokens(mt.target, loaded.scenario.workload, model, url, loaded.path.parent)
         res = opts.engine_for(target).run(mt, on_engine, fail_fast)
@@ -194,23 +247,26 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
             server.stop()
     tr.interrupted = res.interrupted
     tr.failed_fast = res.failed_fast
-    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, tokens=tokens)
+    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens)
     write_json(tdir / SUMMARY, tr.summary, secrets)
-    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
+    # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
+    # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
+    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start, t0_monotonic=res.t0,
                  duration_s=res.duration, requests=res.requests)
     rd.write_meta(meta, secrets)
     return tr
 
 
 def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
-                     tokens: dict | None = None) -> dict:
-    """summary.json of one target from its records and its engine's result (``tokens``: how counts were made)."""
+                     capacity: dict | None = None, tokens: dict | None = None) -> dict:
+    """summary.json of one target from its records and its engine's result (``capacity``: see
+    :func:`capacity_fields`; ``tokens``: how its token counts were made)."""
     sc = mt.loaded.scenario
     summary = summarize(read_records(mt.tdir / REQUESTS), plan_phases(sc.load), sc.slo, res.duration,
                         target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
                         notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
                         cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
-                        tokens=tokens)
+                        expected_qps=sc.load.expected_qps, capacity=capacity, tokens=tokens)
     summary["model"] = mt.model
     summary["engine"] = engine
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study

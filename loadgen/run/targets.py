@@ -138,7 +138,9 @@ def start_command(cmd: CommandTarget) -> ManagedServer:
         ManagedServer(proc, "", "").stop()
         raise
     ready = time.perf_counter() - t_start
-    return ManagedServer(proc, url.rstrip("/"), url, {"command": cmd.run}, float("nan"), ready, log)
+    # the port goes into the config so that the target's metrics_url may name '{port}' too
+    return ManagedServer(proc, url.rstrip("/"), url, {"command": cmd.run, "port": int(port)}, float("nan"), ready,
+                         log)
 
 
 def start_managed(target: Target) -> ManagedServer | None:

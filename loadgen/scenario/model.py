@@ -119,7 +119,8 @@ class Target(Strict):
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
     transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
-    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run")
+    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
+                                       "for a command target, '{port}' is its port")
 
     @model_validator(mode="after")
     def _one_kind(self):
@@ -330,7 +331,20 @@ class Load(Strict):
         return self
 
 
-def _slo_line(v: Any) -> SLO:
+class Repeat(Strict):
+    """Run the whole scenario several times, each run from a fresh managed server, interleaved across targets."""
+
+    runs: int = Field(1, ge=1, le=100, description="how many times to run the scenario (3 or 5 for a CI gate); each "
+                                                   "run's records are kept, and the verdict is on the runs together")
+    pause: Duration = Field(0.0, description="wait this long between two runs (e.g. 5s: let the machine settle)")
+    judge: Literal["median", "upper"] = Field(
+        "median", description="how objectives are judged over the runs: median = the median run must meet it; "
+                              "upper = the pessimistic bound of the between-run 95% interval must (per objective: "
+                              "suffix '@median' or '@upper')")
+
+
+def slo_line(v: Any) -> SLO:
+    """One ``slo:`` entry as written in YAML: a line, or the mapping YAML makes of a scoped line."""
     if isinstance(v, SLO):
         return v
     if isinstance(v, dict) and len(v) == 1:  # YAML reads `- burst: latency.p99 < 800ms` as a mapping
@@ -341,7 +355,7 @@ def _slo_line(v: Any) -> SLO:
 
 SloLine = Annotated[
     SLO,
-    BeforeValidator(_slo_line),
+    BeforeValidator(slo_line),
     WithJsonSchema({"type": "string", "description": "[scope:] metric.stat op value, e.g. 'latency.p99 < 300ms'"}),
 ]
 
@@ -355,6 +369,13 @@ class Scenario(Strict):
     workload: Workload = Field(default_factory=Workload)
     load: Load
     slo: list[SloLine] = Field(default_factory=list)
+    repeat: Repeat = Field(default_factory=Repeat, description="repeated runs: between-run intervals and verdicts")
+
+    @model_validator(mode="after")
+    def _one_repetition_model(self):
+        if self.repeat.runs > 1 and self.load.starts > 1:
+            raise ValueError("repeat.runs and load.starts both repeat the run from fresh servers: give one of them")
+        return self
 
     @model_validator(mode="after")
     def _targets(self):

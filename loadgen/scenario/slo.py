@@ -8,9 +8,15 @@ Grammar (one objective per line)::
     error_rate < 0.1%              a fraction: '0.1%' or 0.001
     goodput >= 99%                 the fraction of requests that succeeded within every per-request SLO
     achieved_qps >= 95             requests per second completed
+    latency.p99 < 300ms @upper     with repeated runs: judged on the bound of the between-run interval
 
-An unknown metric or statistic is a ValueError at parse time, listing the valid choices: an objective
-that cannot be checked must never pass silently.
+A suffix ``@median`` or ``@upper`` says how an objective is judged when a scenario runs several times
+(``repeat:``): on the median run's value, or on the pessimistic bound of the between-run 95% interval
+(the upper one for ``<``, the lower one for ``>``). Without it, ``repeat.judge`` decides. A single run
+ignores it.
+
+An unknown metric, statistic or judgement is a ValueError at parse time, listing the valid choices: an
+objective that cannot be checked must never pass silently.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ SCALARS = ("error_rate", "goodput", "achieved_qps")
 STATS = ("mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")
 _PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-_LINE = re.compile(r"^\s*(?:(?P<scope>[A-Za-z0-9_.\-/ ]+?)\s*:\s*)?(?P<lhs>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op><=|>=|<|>)\s*(?P<rhs>\S+)\s*$")  # noqa: E501
+_LINE = re.compile(r"^\s*(?:(?P<scope>[A-Za-z0-9_.\-/ ]+?)\s*:\s*)?(?P<lhs>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op><=|>=|<|>)\s*(?P<rhs>[^\s@]+)(?:\s*@\s*(?P<judge>\S*))?\s*$")  # noqa: E501
+#: How an objective is judged over repeated runs (``@median`` / ``@upper`` after it, or ``repeat.judge``).
+JUDGES = ("median", "upper")
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class SLO:
     op: str
     threshold: float
     scope: str | None = None  # 'phase', 'target' or 'target/phase'
+    judge: str | None = None  # 'median' | 'upper' over repeated runs; None: the scenario's repeat.judge
 
     @property
     def name(self) -> str:
@@ -85,13 +94,16 @@ def parse_slo(text: str) -> SLO:
     if not m:
         raise ValueError(f"expected an objective such as 'latency.p99 < 300ms' or 'error_rate < 1%', got {text!r}")
     scope, lhs, op, rhs = m.group("scope"), m.group("lhs"), m.group("op"), m.group("rhs")
+    judge = m.group("judge")
+    if judge is not None and judge not in JUDGES:
+        raise ValueError(f"unknown judgement '@{judge}'; expected one of {', '.join('@' + j for j in JUDGES)}")
     if lhs in SCALARS:
         try:
             threshold = float(rhs) if lhs == "achieved_qps" else parse_percent(rhs)
         except ValueError:
             what = "a number" if lhs == "achieved_qps" else "a fraction such as '1%' or 0.01"
             raise ValueError(f"{lhs}: expected {what}, got {rhs!r}") from None
-        return SLO(text.strip(), lhs, None, op, threshold, scope)
+        return SLO(text.strip(), lhs, None, op, threshold, scope, judge)
     metric, _, stat = lhs.partition(".")
     if metric not in DISTRIBUTIONS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(DISTRIBUTIONS + SCALARS)}")
@@ -101,7 +113,7 @@ def parse_slo(text: str) -> SLO:
         threshold = parse_duration(rhs)
     except ValueError:
         raise ValueError(f"{lhs}: expected a duration such as '300ms', got {rhs!r}") from None
-    return SLO(text.strip(), metric, stat, op, threshold, scope)
+    return SLO(text.strip(), metric, stat, op, threshold, scope, judge)
 
 
 def show_value(result: dict, value=None) -> str:

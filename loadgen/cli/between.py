@@ -1,0 +1,36 @@
+"""What a repeated run prints at its end: per target, the statistics of each run and across the runs."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from loadgen.units import fmt_ms
+
+#: (repeats.json statistic, column) shown in the terminal; the report has them all
+SHOWN = (("latency.p50", "lat p50"), ("latency.p99", "lat p99"), ("ttft.p50", "ttft p50"), ("ttft.p99", "ttft p99"),
+         ("error_rate", "errors"), ("achieved_qps", "qps"))
+
+
+def _show(key: str, v) -> str:
+    if v is None:
+        return "-"
+    if key == "error_rate":
+        return f"{v * 100:.2f}%"
+    if key == "achieved_qps":
+        return f"{v:.1f}"
+    return fmt_ms(v)
+
+
+def between_table(name: str, group: dict) -> Table:
+    """One row per run, then the median and the between-run 95% interval (repeats.json's ``targets[name]``)."""
+    stats = [(k, col) for k, col in SHOWN if k in group["stats"]]
+    t = Table(title=f"{name}: {len(group['runs'])} runs", title_justify="left")
+    t.add_column("run", justify="left")
+    for _, col in stats:
+        t.add_column(col, justify="right")
+    for i, r in enumerate(group["runs"]):
+        t.add_row(r["dir"], *[_show(k, group["stats"][k]["values"][i]) for k, _ in stats])
+    t.add_row("median", *[_show(k, group["stats"][k]["median"]) for k, _ in stats], style="bold")
+    t.add_row("95% interval", *[(f"{_show(k, group['stats'][k]['ci'][0])}..{_show(k, group['stats'][k]['ci'][1])}"
+                                 if group["stats"][k]["ci"] else "-") for k, _ in stats])
+    return t

@@ -1,0 +1,69 @@
+"""``latbench capacity --repeat N``: N capacity searches, each from a fresh start of the target, in one RunDir.
+
+One search's bracket says where one session's steps passed and failed; the next session, on the same
+machine, can land elsewhere (a slower start, a busier neighbour). Here the search runs N times, each
+against a freshly started managed server (a plain URL is searched N times as it is), optionally with a
+pause between searches, into ``search1`` .. ``searchN`` of one RunDir; the RunDir's capacity.json holds
+every bracket and their spread (:func:`loadgen.analysis.repeats.bracket_spread`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from loadgen.analysis.capacity import CAPACITY
+from loadgen.analysis.repeats import bracket_spread
+from loadgen.engine.base import OnEngine
+from loadgen.records.rundir import RunDir, write_json
+from loadgen.run.capacity import run_capacity
+from loadgen.run.runner import host_meta
+from loadgen.scenario.loader import LoadedScenario
+from loadgen.scenario.slo import SLO
+
+
+def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_max: float,
+                          step_duration: float, warmup: float, tolerance: float = 0.1, out: str | None = None,
+                          target_url: str | None = None, on_engine: OnEngine | None = None, on_step=None,
+                          repeat: int = 3, pause: float = 0.0, on_search=None) -> tuple[RunDir, dict]:
+    """Search ``repeat`` times (rates in req/s, durations in seconds); returns the RunDir and its capacity.json:
+    ``repeats`` (the number of searches), ``searches`` (each one's folder and result) and ``spread``.
+    ``on_search(k, folder, result)`` after each search."""
+    sc = loaded.scenario
+    rd = RunDir.create(out, f"capacity_{sc.name}")
+    rd.write_scenario(loaded.redacted())
+    rd.write_metric_definitions()
+    meta = host_meta(sc.name, "native", kind="capacity", repeat={"runs": repeat, "pause": pause})
+    rd.write_meta(meta, loaded.secrets)
+    searches = []
+    complete = True
+    for k in range(1, repeat + 1):
+        if k > 1 and pause > 0:
+            time.sleep(pause)
+        sub, result = run_capacity(loaded, slos, qps_min, qps_max, step_duration, warmup, tolerance,
+                                   out=str(rd.path / f"search{k}"), target_url=target_url, on_engine=on_engine,
+                                   on_step=on_step, exact_out=True)
+        searches.append({"search": k, "dir": sub.path.name, "result": result})
+        meta["targets"].append({"name": f"search{k}", "dir": sub.path.name, "search": k,
+                                "bracket": result["bracket"]})
+        rd.write_meta(meta, loaded.secrets)
+        if on_search:
+            on_search(k, sub.path, result)
+        if not result["complete"]:
+            complete = False
+            break
+    results = [s["result"] for s in searches]
+    spread = bracket_spread(results)
+    top = {"scenario": sc.name, "repeats": repeat, "slo": results[0]["slo"] if results else [],
+           "expected_qps": sc.load.expected_qps, "complete": complete and len(searches) == repeat,
+           "searches": [{"search": s["search"], "dir": s["dir"], "bracket": s["result"]["bracket"],
+                         "max_sustainable_qps": s["result"]["max_sustainable_qps"],
+                         "first_failing_qps": s["result"]["first_failing_qps"], "knee_qps": s["result"]["knee_qps"],
+                         "steps": len(s["result"]["steps"]), "seconds": s["result"]["search"]["seconds"],
+                         "complete": s["result"]["complete"]} for s in searches],
+           "spread": spread,
+           "max_sustainable_qps": spread["held"]["median"], "first_failing_qps": spread["failing"]["median"],
+           "headroom": spread["headroom"], "target": results[0].get("target") if results else None}
+    write_json(rd.path / CAPACITY, top, loaded.secrets)
+    meta.update(complete=top["complete"], capacity=[top["max_sustainable_qps"], top["first_failing_qps"]])
+    rd.write_meta(meta, loaded.secrets)
+    return rd, top
