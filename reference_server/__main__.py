@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weights cache (default $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights)")
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: the preset name)")
     p.add_argument("--weights-seed", type=int, default=None, help="seed of the random weights (default 0)")
+    p.add_argument("--tokenizer", default=None,
+                   help="count usage (and serve /tokenize) with this tokenizer.json or model folder, as a server of "
+                        "that model would; the model itself still works on bytes (default: one token per byte)")
     p.add_argument("--prepare-weights", action="store_true",
                    help="write the weights file if it is missing, print LATBENCH_WEIGHTS={path, bytes, "
                         "generated_s} and exit (no server)")

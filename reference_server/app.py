@@ -25,13 +25,14 @@ from aiohttp import web
 from .backends import resolve_backend
 from .cache import ResultCache
 from .config import ServerConfig
+from .counting import make_counter
 from .engine import Engine
 from .faults import FaultInjector
 from .generation import ServerState, handle_generation
 from .grpc_server import start_grpc
 from .kserve import add_routes as add_kserve_routes
 from .metrics import Metrics
-from .protocol import ApiError
+from .protocol import ApiError, parse_json, parse_messages
 
 LOGGER_NAME = "reference_server"
 
@@ -90,6 +91,40 @@ def _build_app(state: ServerState) -> web.Application:
         return web.Response(body=state.metrics.render(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
+    def _model(body: dict) -> None:
+        model = body.get("model")
+        if model is not None and model != state.served_model:
+            raise ApiError(404, f"The model `{model}` does not exist; this server serves `{state.served_model}`",
+                           param="model", code="model_not_found")
+
+    def _flag(body: dict, name: str, default: bool) -> bool:
+        v = body.get(name, default)
+        if not isinstance(v, bool):
+            raise ApiError(400, f"'{name}' must be a boolean", param=name)
+        return v
+
+    async def tokenize(request: web.Request) -> web.Response:
+        """vLLM's /tokenize: a prompt (special tokens added by default) or chat messages (template rendered)."""
+        body = parse_json(await request.read())
+        _model(body)
+        if "messages" in body:
+            ids = state.counter.tokenize_chat(parse_messages(body), _flag(body, "add_generation_prompt", True),
+                                              _flag(body, "add_special_tokens", False))
+        elif isinstance(body.get("prompt"), str):
+            ids = state.counter.tokenize(body["prompt"], _flag(body, "add_special_tokens", True))
+        else:
+            raise ApiError(400, "expected 'prompt' (a string) or 'messages'", param="prompt")
+        return web.json_response({"count": len(ids), "max_model_len": state.resolved.spec.max_model_len,
+                                  "tokens": ids, "token_strs": None})
+
+    async def detokenize(request: web.Request) -> web.Response:
+        body = parse_json(await request.read())
+        _model(body)
+        ids = body.get("tokens")
+        if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)):
+            raise ApiError(400, "'tokens' must be a list of integers", param="tokens")
+        return web.json_response({"prompt": state.counter.detokenize(ids)})
+
     async def chat(request: web.Request) -> web.StreamResponse:
         return await handle_generation(state, request, "chat")
 
@@ -104,6 +139,8 @@ def _build_app(state: ServerState) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
     add_kserve_routes(app, state)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
     return app
 
 
@@ -131,6 +168,7 @@ async def start(config: ServerConfig, *, announce: TextIO | None = None) -> Runn
     Raises ValueError for an impossible configuration (unknown model, torch missing, ...).
     """
     config.validate()
+    counter = make_counter(config.tokenizer)  # before binding: a bad --tokenizer is a configuration error
     resolved = resolve_backend(config)
     metrics = Metrics(resolved.label)
     if resolved.device == "cuda":
@@ -140,7 +178,7 @@ async def start(config: ServerConfig, *, announce: TextIO | None = None) -> Runn
     engine = Engine(config, resolved, metrics, faults, log)
     state = ServerState(config, resolved, engine, metrics, faults,
                         ResultCache(config.cache_size) if config.cache_size > 0 else None, log,
-                        config.served_model_name or resolved.spec.name, time.perf_counter(), time.time())
+                        config.served_model_name or resolved.spec.name, time.perf_counter(), time.time(), counter)
     runner = web.AppRunner(_build_app(state), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)

@@ -26,6 +26,7 @@ class ServerConfig:
     cache_dir: str | None = None  # None: $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights
     served_model_name: str | None = None  # None: the model preset name
     weights_seed: int = 0
+    tokenizer: str | None = None  # count usage with this tokenizer.json / model folder (None: bytes); counting only
     # architecture knobs
     preload: bool = False  # load the model at start (else the first request pays the load)
     warmup: bool = False  # run passes at each batch-size bucket before /health says ready

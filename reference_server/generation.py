@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from .backends import ResolvedBackend
 from .cache import CachedResult, ResultCache, cache_key
 from .config import ServerConfig
+from .counting import ByteCounter, TokenizerCounter
 from .engine import Engine, EngineFailed, GenRequest, QueueFull
 from .faults import FaultInjector, FaultPlan
 from .metrics import Metrics
@@ -44,6 +45,7 @@ class ServerState:
     served_model: str
     started: float  # perf_counter at start (fault stall schedule)
     started_wall: float = 0.0  # time.time at start (model card "created")
+    counter: ByteCounter | TokenizerCounter = field(default_factory=ByteCounter)  # what usage counts
 
 
 class _Cut(Exception):
@@ -137,7 +139,7 @@ async def begin(state: ServerState, req: ParsedRequest, arrival: float) -> Gener
         (state.metrics.cache_hits if hit else state.metrics.cache_misses).inc()
     gen = None
     if hit is not None:
-        events, prompt_tokens = _replay(state, hit), hit.prompt_tokens
+        events, prompt_tokens = _replay(state, hit), hit.prompt_tokens  # counted when it was first answered
     else:
         gen = GenRequest(req.prompt_ids, req.max_tokens, req.temperature, req.top_p, req.seed, req.stop,
                          arrival=arrival)
@@ -149,7 +151,8 @@ async def begin(state: ServerState, req: ParsedRequest, arrival: float) -> Gener
         except EngineFailed as exc:
             raise ApiError(503, str(exc), "server_error", code="model_unavailable") from None
         deadline = arrival + cfg.request_timeout_s if cfg.request_timeout_s > 0 else None
-        events, prompt_tokens = _engine_events(gen, deadline), len(req.prompt_ids)
+        events = _engine_events(gen, deadline)
+        prompt_tokens = state.counter.prompt(req.kind, req.prompt_ids, req.messages)
     return Generation(events, prompt_tokens, plan, key, gen, arrival)
 
 
@@ -173,7 +176,7 @@ async def _collect(state, req: ParsedRequest, events, prompt_tokens, key, arriva
             elif event[0] == "error":
                 raise ApiError(500, event[1], "server_error")
             else:
-                completion = event[2]
+                completion = state.counter.output("".join(pieces), event[2])
                 _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
                 body = full_response(req, new_id(req.kind), "".join(pieces), event[1], prompt_tokens, completion)
                 return web.json_response(body)
@@ -208,7 +211,7 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
                     if not pieces:
                         out.append(sse(chunk(req, rid, created, "", first=True)))
                     out.append(sse(chunk(req, rid, created, None, finish_reason=event[1])))
-                    completion = event[2]
+                    completion = state.counter.output("".join(pieces), event[2])
                     if req.include_usage:
                         out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
                     out.append(SSE_DONE)

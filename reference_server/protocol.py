@@ -43,6 +43,7 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     canonical: dict = field(default_factory=dict)
+    messages: list[dict] | None = None  # chat: the normalized messages (string contents), for counting
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -104,18 +105,24 @@ def _chat_content(content, i: int) -> str:
     raise _bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 
+def parse_messages(body: dict) -> list[dict]:
+    """The ``messages`` of a chat body, each with a role and string content; ApiError naming the bad field."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("'messages' must be a non-empty list", "messages")
+    normal = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
+        if m.get("role") not in CHAT_ROLES:
+            raise _bad(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}", f"messages[{i}].role")
+        normal.append({"role": m["role"], "content": _chat_content(m.get("content"), i)})
+    return normal
+
+
 def _prompt(body: dict, kind: str) -> tuple[list[int], object]:
     if kind == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _bad("'messages' must be a non-empty list", "messages")
-        normal = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict):
-                raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
-            if m.get("role") not in CHAT_ROLES:
-                raise _bad(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}", f"messages[{i}].role")
-            normal.append({"role": m["role"], "content": _chat_content(m.get("content"), i)})
+        normal = parse_messages(body)
         return encode(render_chat(normal)), normal
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -182,7 +189,7 @@ def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: in
     canonical = {"prompt": canonical_prompt, "max_tokens": max_tokens, "temperature": temperature,
                  "top_p": top_p, "seed": seed, "stop": stop}
     return ParsedRequest(kind, model, prompt_ids, max_tokens, temperature, top_p, seed, stop,
-                         stream, include_usage, canonical)
+                         stream, include_usage, canonical, canonical_prompt if kind == "chat" else None)
 
 
 # ---- responses -----------------------------------------------------------------------------------

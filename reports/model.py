@@ -85,7 +85,9 @@ def percentile_table(summary: dict, target: str, prefix: str) -> list[dict]:
 THROUGHPUT = (("count", "count", "requests"), ("ok", "count", "ok"), ("error_rate", "pct", "error rate"),
               ("aborted_rate", "pct", "aborted (client)"),
               ("target_qps", "rate", "target req/s"), ("sent_qps", "rate", "sent req/s"),
-              ("achieved_qps", "rate", "achieved req/s"), ("output_tokens_per_s", "rate", "output tokens/s"),
+              ("achieved_qps", "rate", "achieved req/s"), ("input_tokens_per_s", "rate", "input tokens/s"),
+              ("output_tokens_per_s", "rate", "output tokens/s"),
+              ("output_tokens_per_s_per_user/percentiles/p50/value", "rate", "output tokens/s per user (p50)"),
               ("goodput", "pct", "goodput"), ("goodput_qps", "rate", "good req/s"))
 
 
@@ -270,6 +272,7 @@ def target_info(td: TargetData) -> list[tuple[str, str]]:
     for k, label in (("listen_s", "server listening after"), ("ready_s", "server ready after")):
         if isinstance(server.get(k), (int, float)):
             rows.append((label, fmt.seconds(server[k])))
+    rows.append(("tokens", token_info(s)))
     return rows
 
 
@@ -310,3 +313,22 @@ def cold_start_comparison(cs: dict) -> dict:
         rows.append({"label": group, "starts": get(cs, f"{group}/starts"), "cold": get(cs, f"{group}/cold_starts"),
                      "cells": cells})
     return {"columns": [c[2] for c in START_COLUMNS], "rows": rows}
+
+
+
+def token_info(summary: dict) -> str:
+    """How this target's token counts were made, in one line: an approximation says it is one."""
+    info, tk = summary.get("tokens") or {}, get(summary, "overall/tokens") or {}
+    if not info.get("tokenizer"):
+        return "approximated: 4 characters a token (no workload.tokenizer)" if "tokens" in summary else fmt.DASH
+    who = "the target's /tokenize" if info["tokenizer"] == "server" else info["tokenizer"]
+    parts = [f"counted with {who}"]
+    if info.get("special_tokens"):
+        parts.append(f"special tokens added to a plain prompt: {' '.join(info['special_tokens'])}")
+    added = tk.get("added_tokens")
+    if added:
+        parts.append(f"added by the server: {added['min']}–{added['max']} tokens a request")
+    usage = tk.get("usage_vs_counted")
+    if usage:
+        parts.append(f"the server's usage agrees for {usage['equal']} of {usage['n']} requests")
+    return "; ".join(parts)

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.scenario.sample_data import train_sample_tokenizer
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -59,3 +61,10 @@ def _weights_cache(tmp_path_factory, monkeypatch):
     """Reference-server weights go to one temp folder per test session, never to the home folder."""
     cache = tmp_path_factory.getbasetemp() / "weights-cache"
     monkeypatch.setenv("LATBENCH_CACHE_DIR", str(cache))
+
+
+@pytest.fixture(scope="session")
+def bpe_dir(tmp_path_factory):
+    """A model folder with a small byte-level BPE tokenizer trained offline (BOS on plain prompts, a chat
+    template with header tokens), shared by the session: see loadgen.scenario.sample_data.train_sample_tokenizer."""
+    return train_sample_tokenizer(tmp_path_factory.mktemp("bpe"))

@@ -150,6 +150,10 @@ class KnownServer:
         await sleep_until(arrived + ms * factor / 1e3)
         return web.Response(text="ok")
 
+    def more_routes(self) -> list:
+        """POST routes beyond /v1/chat/completions, as (path, handler)."""
+        return []
+
     async def models(self, request):
         return web.json_response({"object": "list", "data": [{"id": "known", "object": "model"}]})
 
@@ -164,6 +168,8 @@ class KnownServer:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/sleep", self.sleep)
+        for path, handler in self.more_routes():
+            app.router.add_post(path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -189,6 +195,38 @@ class KnownServer:
         if self._loop:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
+
+
+class RecordingServer(KnownServer):
+    """Chat and completions that answer at once with ``pieces`` as stream chunks (with a usage chunk only when
+    ``usage``), and keep every request body received in ``bodies`` (what the server was sent)."""
+
+    def __init__(self, pieces=("Hello", " there", ", the", " way is", " long."), usage=True):
+        super().__init__()
+        self.pieces, self.usage, self.bodies = list(pieces), usage, []
+
+    async def chat(self, request: web.Request):
+        body = await request.json()
+        self.bodies.append(body)
+        chat = request.path.endswith("/chat/completions")
+        text = "".join(self.pieces)
+        if not body.get("stream"):
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"text": text}
+            return web.json_response({"id": "x", "choices": [choice]})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece in self.pieces:
+            choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+            await resp.write(b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n")
+        if self.usage:
+            usage = {"prompt_tokens": 1, "completion_tokens": len(self.pieces), "total_tokens": 1 + len(self.pieces)}
+            await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    def more_routes(self):
+        return [("/v1/completions", self.chat)]
 
 
 def main(argv=None) -> None:

@@ -12,6 +12,15 @@ Definitions (seconds; see ``loadgen.records.definitions``, written to metrics.js
     tpot         = (done - first_token) / (output_tokens - 1)
     send_lag     = sent - scheduled            the generator's own lag
 
+Token throughput (tokens per second; see ``tokens`` below for how each count was made):
+
+    input_tokens_per_s             prompt tokens of successful requests completed in the window / duration
+    output_tokens_per_s            output tokens of the same requests / duration
+    output_tokens_per_s_per_user   per request, (output_tokens - 1) / (done - first_token): the decode speed
+                                   one user sees (streamed requests with 2+ tokens; AIPerf's "output token
+                                   throughput per user", 1 / tpot); a distribution, its low percentiles
+                                   are the slowest users
+
 Distributions are taken over successful requests of recorded phases. Errors are never dropped from
 view: ``error_rate`` counts them, and ``latency_errors_inf`` gives the latency percentiles with every
 failed request counted as infinitely slow. Requests the client aborted on purpose (``workload.cancel``)
@@ -31,7 +40,7 @@ from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
-from loadgen.records.schema import ABORTED, ERROR_CLASSES
+from loadgen.records.schema import ABORTED, ERROR_CLASSES, TOKEN_SOURCES
 from loadgen.scenario.model import GoodputObjectives
 from loadgen.scenario.slo import DISTRIBUTIONS, SLO, percentile_of
 from loadgen.schedule.arrivals import PhasePlan
@@ -53,7 +62,35 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     n = df["output_tokens"].astype(np.float64)
     df["tpot"] = np.where(n > 1, (df["done"] - df["first_token"]) / (n - 1), np.nan)
     df["send_lag"] = df["sent"] - df["scheduled"]
+    df["output_tokens_per_s_per_user"] = np.where(n > 1, (n - 1) / (df["done"] - df["first_token"]), np.nan)
     return df
+
+
+#: Percentiles of per-user output throughput: its low ones are the slowest users.
+USER_TPS_PERCENTILES = (1, 5, 10, 50, 90, 99)
+
+
+def token_counts(ok: pd.DataFrame) -> dict:
+    """How the token counts of successful requests were made, and whether the server counted what latbench asked.
+
+    ``usage_vs_counted`` compares, where both exist, the server's ``usage.prompt_tokens`` with latbench's own
+    count (``input_tokens + added_tokens``): equal when the server tokenizes as latbench's tokenizer does."""
+    sources = {}
+    for col in ("prompt_tokens_source", "output_tokens_source"):
+        vc = ok[col].value_counts()
+        sources[col] = {s: int(vc.get(s, 0)) for s in TOKEN_SOURCES + ("",) if vc.get(s, 0)}
+    added = ok.loc[ok["added_tokens"] >= 0, "added_tokens"].to_numpy()
+    both = ok[(ok["prompt_tokens_source"] == "usage") & (ok["input_tokens"] >= 0) & (ok["added_tokens"] >= 0)]
+    diff = (both["prompt_tokens"] - both["input_tokens"] - both["added_tokens"]).to_numpy()
+    return {
+        **sources,
+        "input_tokens_mean": json_num(float(ok.loc[ok["input_tokens"] >= 0, "input_tokens"].mean()))
+        if (ok["input_tokens"] >= 0).any() else None,
+        "added_tokens": ({"min": int(added.min()), "mean": float(added.mean()), "max": int(added.max())}
+                         if added.size else None),
+        "usage_vs_counted": ({"n": int(diff.size), "equal": int((diff == 0).sum()), "min_diff": int(diff.min()),
+                              "max_diff": int(diff.max())} if diff.size else None),
+    }
 
 
 def chunk_gap_samples(df: pd.DataFrame) -> np.ndarray:
@@ -149,11 +186,14 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
         "target_qps": target_qps,
         "sent_qps": int((df["error"] != "dropped").sum()) / duration,
         "achieved_qps": len(in_window) / duration,
+        "input_tokens_per_s": float(in_window["prompt_tokens"].clip(lower=0).sum()) / duration,
         "output_tokens_per_s": float(in_window["output_tokens"].sum()) / duration,
         "goodput": float(good[judged].sum() / judged.sum()) if judged.any() else None,
         "goodput_qps": n_good_in_window / duration if judged.any() else None,
         "chunks": chunk_stats(ok),
         "reasoning": reasoning_stats(ok),
+        "output_tokens_per_s_per_user": describe(ok["output_tokens_per_s_per_user"].to_numpy(), USER_TPS_PERCENTILES),
+        "tokens": token_counts(ok),
         "metrics": metrics,
         "latency_errors_inf": describe(lat_inf, pcts)["percentiles"],
     }
@@ -281,14 +321,17 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
               scenario: str = "", complete: bool = True, notes: list[str] | None = None,
               send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
               failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None,
-              timeseries_step: float = 1.0, goodput: list[GoodputObjectives] | None = None) -> dict:
+              timeseries_step: float = 1.0, goodput: list[GoodputObjectives] | None = None,
+              tokens: dict | None = None) -> dict:
     """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts; with
     the headline numbers of :mod:`loadgen.analysis.headline` (``burst``, ``headroom``: ``expected_qps`` is
     the scenario's, ``capacity`` the fields of a capacity search of the same target).
 
     ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it).
     ``timeseries_step``: seconds per time-series bin (a watch that ran for days takes coarser ones).
-    ``goodput``: the scenario's per-request objectives (:mod:`loadgen.analysis.goodput`); None: no goodput."""
+    ``goodput``: the scenario's per-request objectives (:mod:`loadgen.analysis.goodput`); None: no goodput.
+    ``tokens``: how token counts were made (the tokenizer or the approximation, the special tokens it adds),
+    kept as ``summary["tokens"]``."""
     df = records_frame(table)
     df["good"] = good_column(df, plans, goodput, target)
     extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
@@ -331,6 +374,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
                       "cpu_utilization": cpu_util, "lagging": lagging, "cpu_saturated": saturated},
         "generator_limited": bool(lagging or saturated),
         "error_classes": list(ERROR_CLASSES),
+        "tokens": tokens,
         "overall": overall,
         "phases": phases,
         "timeseries": timeseries(df, plans, duration, timeseries_step),

@@ -59,6 +59,26 @@ class StatusDisplay:
         self.console.print(msg, style="yellow", highlight=False)
 
 
+def tokens_line(summary: dict) -> str:
+    """One line on how tokens were counted and at what rate they went: an approximation is said to be one."""
+    info, o = summary.get("tokens") or {}, summary["overall"]
+    rate = f"input {o.get('input_tokens_per_s', 0):.0f} tokens/s, output {o.get('output_tokens_per_s', 0):.0f} tokens/s"
+    if not info.get("tokenizer"):
+        return f"tokens: {rate}; prompt lengths approximated (4 characters a token; set workload.tokenizer for exact)"
+    tk = o.get("tokens") or {}
+    who = "the target's /tokenize" if info["tokenizer"] == "server" else info["tokenizer"]
+    parts = [f"tokens: {rate}; counted with {who}"]
+    if info.get("special_tokens"):
+        parts.append(f"special tokens added to a plain prompt: {' '.join(info['special_tokens'])}")
+    if tk.get("added_tokens"):
+        a = tk["added_tokens"]
+        parts.append(f"added by the server (template or special tokens): {a['min']}-{a['max']}")
+    if tk.get("usage_vs_counted"):
+        u = tk["usage_vs_counted"]
+        parts.append(f"server usage = latbench's count for {u['equal']}/{u['n']} requests")
+    return "; ".join(parts)
+
+
 def summary_table(name: str, summary: dict) -> Table:
     """Per-phase table: requests, errors (and client aborts), achieved vs target QPS, latency and TTFT
     percentiles, and goodput when the scenario defines it."""

@@ -21,7 +21,7 @@ from loadgen.cli.common import (
     print_reasons,
     scrub_logs,
 )
-from loadgen.cli.display import StatusDisplay, summary_table
+from loadgen.cli.display import StatusDisplay, summary_table, tokens_line
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import RunDirWriteError
 from loadgen.run.gate import gate_rundir
@@ -117,6 +117,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     for tr in result.targets:
         if tr.summary and not repeats_file.is_file():
             out_console.print(summary_table(tr.name, tr.summary))
+            out_console.print(tokens_line(tr.summary), highlight=False)
             for r in tr.summary.get("recovery", []):
                 when = (f"recovered {r['seconds']:.1f} s into {r['phase']}" if r["recovered"]
                         else f"did not recover during {r['phase']}")

@@ -42,7 +42,7 @@ def _uncancel(task) -> None:
 def _tokens_so_far(out: Outcome) -> None:
     """An aborted request's output tokens: the usage's when it came, else the token chunks received."""
     if not counted_by_server(out):
-        out.output_tokens = len(out.token_times)
+        out.output_tokens, out.output_tokens_source = len(out.token_times), "chunks"
 
 
 class ClosedPhase:
@@ -108,6 +108,7 @@ class InFlight:
         out = Outcome()
         try:
             req = self._requests.get(seq)
+            out.counts = req.counts
             self.live.sent += 1
             handler = self.protocol.handler()
             cancel = self.s.cancel if chosen(seq, self.s.cancel, self.s.seed) else None
@@ -203,6 +204,7 @@ class InFlight:
         timer = None
         try:
             req = self._requests.get(seq)
+            out.counts = req.counts
             handler = self.protocol.handler()
             self.live.sent += 1
             task = asyncio.current_task()

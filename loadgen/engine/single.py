@@ -12,11 +12,10 @@ from loadgen.engine.base import EngineResult, EngineSettings, MeasuredTarget, On
 from loadgen.engine.failfast import FailFast
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.scrape import MetricsScraper
-from loadgen.protocols.registry import make_protocol
+from loadgen.protocols.workload import make_workload
 from loadgen.records.rundir import REQUESTS, SERVER_METRICS
 from loadgen.records.schema import RecordWriter
 from loadgen.scenario.model import Target
-from loadgen.scenario.prompts import make_prompt_source
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 from loadgen.schedule.sharding import share
 from loadgen.transports.factory import make_transport
@@ -37,8 +36,7 @@ def build_sender(mt: MeasuredTarget, fail_fast: float | None, k: int = 0, p: int
                               max_in_flight=max(1, share(sc.load.max_in_flight, k, p)),
                               seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace, worker=k,
                               failfast=failfast, cancel=sc.workload.cancel)
-    protocol = make_protocol(mt.target, sc.workload, mt.model)
-    prompts = make_prompt_source(sc.workload, sc.load.seed, mt.loaded.path.parent)
+    protocol, prompts = make_workload(mt.target, sc.workload, mt.model, mt.url, sc.load.seed, mt.loaded.path.parent)
     return settings, protocol, prompts, transport_factory(mt.target)
 
 

@@ -11,13 +11,20 @@ what it means into the :class:`~loadgen.records.schema.Outcome`:
   tokens are the usage's ``completion_tokens_details.reasoning_tokens`` when given, else counted in the
   reasoning-only chunks. A role-only or empty
   delta and a usage-only chunk are not tokens. ``output_tokens`` and ``prompt_tokens`` come from the
-  ``usage`` chunk when the server sends one (``usage_tokens`` True), else output_tokens is the count of
-  token chunks. A token chunk that carries its own ``usage`` (vLLM's ``continuous_usage_stats``, asked for
-  with ``target.continuous_usage_stats``) says how many tokens it carried: ``chunk_tokens``.
-  ``bad_stream``: no ``[DONE]`` before the body ended, an error object or ``event: error``
-  in the stream, or a data line that is not JSON.
-- **JSON bodies**: parsed once at the end; tokens from ``usage``. ``bad_response``: invalid JSON, an
-  ``error`` object, no ``choices`` (chat, completions) or no ``data`` list (embeddings).
+  ``usage`` chunk when the server sends one (``output_tokens_source`` "usage"); else output_tokens is
+  the streamed text counted with the workload's tokenizer ("tokenizer"), or without one the count of
+  token chunks ("chunks"). A token chunk that carries its own ``usage`` (vLLM's ``continuous_usage_stats``,
+  asked for with ``target.continuous_usage_stats``) says how many tokens it carried: ``chunk_tokens``.
+  ``bad_stream``: no ``[DONE]`` before the body ended, an error object or
+  ``event: error`` in the stream, or a data line that is not JSON.
+- **JSON bodies**: parsed once at the end; tokens from ``usage``, else the answer's text counted with the
+  tokenizer when there is one. ``bad_response``: invalid JSON, an ``error`` object, no ``choices`` (chat,
+  completions) or no ``data`` list (embeddings).
+
+Request bodies: latbench's fields (model, messages/prompt/input, max_tokens, stream, stream_options), then
+``target.extra_body`` and a dataset entry's own ``extra_body`` merged over it (neither may set latbench's
+fields: the scenario model refuses them). Each Request carries its prompt's own token count
+(:class:`~loadgen.records.schema.PromptCounts`), which the record keeps beside the server's.
 - **http**: success by status alone.
 
 An HTTP error status (>= 400) keeps the status's error class; its body is counted, not parsed.
@@ -31,9 +38,10 @@ from urllib.parse import quote
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
 from loadgen.protocols.sse import SSEParser
-from loadgen.records.schema import Outcome
+from loadgen.records.schema import Outcome, PromptCounts
 from loadgen.scenario.model import HttpRequest, Target, Workload
 from loadgen.scenario.prompts import Prompt
+from loadgen.scenario.tokenizer import Tokenizer
 
 __all__ = [
     "ChatProtocol",
@@ -99,13 +107,28 @@ def _usage(out: Outcome, usage: dict, output: bool = True) -> bool:
         ct = usage.get("completion_tokens")
         if isinstance(ct, int):
             out.output_tokens = ct
-            out.usage_tokens = True
+            out.output_tokens_source = "usage"
         details = usage.get("completion_tokens_details")
         rt = details.get("reasoning_tokens") if isinstance(details, dict) else None
         if isinstance(rt, int):
             out.reasoning_tokens = rt
             return True
     return False
+
+
+def _delta_text(choices, chat: bool) -> str:
+    """The text of one stream chunk's choices: content and reasoning (chat) or text (completions)."""
+    parts = []
+    for c in choices:
+        if not isinstance(c, dict):
+            continue
+        d = c.get("delta") if chat else c
+        if isinstance(d, dict):
+            for key in ("reasoning_content", "reasoning", "content") if chat else ("text",):
+                v = d.get(key)
+                if isinstance(v, str):
+                    parts.append(v)
+    return "".join(parts)
 
 
 # --- handlers ------------------------------------------------------------------------------------
@@ -116,9 +139,10 @@ _ANSWER, _REASONING = 2, 1  # what a stream chunk carried
 class StreamHandler(ResponseHandler):
     """Reads an OpenAI server-sent-event stream (chat or completions)."""
 
-    __slots__ = ("_sse", "_live", "_done", "_count", "_chat", "_cum", "_answered", "_reasoning", "_reasoning_usage")
+    __slots__ = ("_sse", "_live", "_done", "_count", "_chat", "_cum", "_answered", "_reasoning", "_reasoning_usage",
+                 "_counter", "_text")
 
-    def __init__(self, chat: bool):
+    def __init__(self, chat: bool, counter=None):
         self._sse = SSEParser()
         self._live = True  # parsing: a success status and no protocol error yet
         self._done = False
@@ -128,6 +152,8 @@ class StreamHandler(ResponseHandler):
         self._answered = False  # an answer (not reasoning) token was seen
         self._reasoning = 0  # reasoning tokens counted in the stream (per-chunk usage, else one per chunk)
         self._reasoning_usage = False  # the usage counted them (completion_tokens_details.reasoning_tokens)
+        self._counter = counter  # text -> tokens, when output is counted with a tokenizer
+        self._text: list[str] = []
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -172,6 +198,8 @@ class StreamHandler(ResponseHandler):
                     out.first_token = now
                 self._count += 1
                 out.token_times.append(now)
+                if self._counter is not None:
+                    self._text.append(_delta_text(choices, self._chat))
                 n = 1
                 if usage:  # per-chunk usage (continuous_usage_stats): cumulative, so this chunk is the difference
                     ct = usage.get("completion_tokens")
@@ -206,8 +234,11 @@ class StreamHandler(ResponseHandler):
         return kind
 
     def on_end(self, out: Outcome) -> None:
-        if not out.usage_tokens:
-            out.output_tokens = self._count
+        if out.output_tokens_source != "usage":
+            if self._counter is not None:
+                out.output_tokens, out.output_tokens_source = self._counter("".join(self._text)), "tokenizer"
+            else:
+                out.output_tokens, out.output_tokens_source = self._count, "chunks"
         if not self._reasoning_usage:
             out.reasoning_tokens = self._reasoning
         if self._live and not self._done:
@@ -217,15 +248,16 @@ class StreamHandler(ResponseHandler):
 class JsonHandler(ResponseHandler):
     """Reads a whole JSON body (bounded) and checks it holds ``key`` as a list."""
 
-    __slots__ = ("_parts", "_size", "_tail", "_live", "_key", "_output")
+    __slots__ = ("_parts", "_size", "_tail", "_live", "_key", "_output", "_counter")
 
-    def __init__(self, key: str, output: bool):
+    def __init__(self, key: str, output: bool, counter=None):
         self._parts: list[bytes] = []
         self._size = 0
         self._tail = b""  # the last bytes of a body too long to keep whole
         self._live = True
         self._key = key  # "choices" or "data"
         self._output = output  # usage has completion_tokens
+        self._counter = counter  # text -> tokens: counts the answer when the server sends no usage
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -262,6 +294,8 @@ class JsonHandler(ResponseHandler):
         usage = obj.get("usage")
         if isinstance(usage, dict):
             _usage(out, usage, self._output)
+        if self._output and self._counter is not None and out.output_tokens_source != "usage":
+            out.output_tokens, out.output_tokens_source = self._counter(_answer_text(obj["choices"])), "tokenizer"
 
     _COUNT = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
 
@@ -271,12 +305,25 @@ class JsonHandler(ResponseHandler):
                 out.prompt_tokens = int(value)
             elif self._output:
                 out.output_tokens = int(value)
-                out.usage_tokens = True
+                out.output_tokens_source = "usage"
 
     @staticmethod
     def _bad(out: Outcome, detail: str) -> None:
         out.error = "bad_response"
         out.error_detail = detail[:_DETAIL]
+
+
+def _answer_text(choices: list) -> str:
+    """The answer of a whole (not streamed) chat or completions body: message content and reasoning, or text."""
+    parts = []
+    for c in choices:
+        if isinstance(c, dict):
+            m = c.get("message")
+            for v in ([m.get("reasoning_content"), m.get("reasoning"), m.get("content")] if isinstance(m, dict)
+                      else [c.get("text")]):
+                if isinstance(v, str):
+                    parts.append(v)
+    return "".join(parts)
 
 
 # --- protocols -----------------------------------------------------------------------------------
@@ -286,7 +333,8 @@ class _OpenAI(ApiProtocol):
     endpoint = ""
     per_request = False  # a request depends on its prompt alone: built once per prompt (loadgen.protocols.reqcache)
 
-    def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
+    def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
+                 tokenizer: Tokenizer | None = None):
         self.url = _base_url(target, base_url) + self.endpoint
         self.path = _path_of(self.url)
         self.stream = target.stream
@@ -300,6 +348,9 @@ class _OpenAI(ApiProtocol):
             self.fixed["model"] = model
         self.ignore_eos = workload.ignore_eos
         self.continuous_usage = target.continuous_usage_stats
+        self.extra_body = target.extra_body
+        # output is counted with the tokenizer when the server sends no usage (not with /tokenize: see tokenizer.py)
+        self.counter = tokenizer.count if tokenizer is not None and tokenizer.counts_output else None
 
     def _body(self, prompt: Prompt) -> dict:
         body = dict(self.fixed)
@@ -313,13 +364,22 @@ class _OpenAI(ApiProtocol):
             body["stream"] = False
         if self.ignore_eos:
             body["ignore_eos"] = True
+        return self._options(body, prompt)
+
+    def _options(self, body: dict, prompt: Prompt) -> dict:
+        """``target.extra_body``, then the prompt's own, merged over latbench's fields (which neither may set)."""
+        body.update(self.extra_body)
+        if prompt.extra_body:
+            body.update(prompt.extra_body)
         return body
 
     def _input(self, body: dict, prompt: Prompt) -> None:
         raise NotImplementedError
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        return Request("POST", self.url, self.path, self.headers, _dumps(self._body(prompt)).encode(), self.stream)
+        counts = PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by)
+        return Request("POST", self.url, self.path, self.headers, _dumps(self._body(prompt)).encode(), self.stream,
+                       counts)
 
 
 class ChatProtocol(_OpenAI):
@@ -333,7 +393,9 @@ class ChatProtocol(_OpenAI):
                             else [{"role": "user", "content": prompt.text}])
 
     def handler(self) -> ResponseHandler:
-        return StreamHandler(chat=True) if self.stream else JsonHandler("choices", output=True)
+        if self.stream:
+            return StreamHandler(True, self.counter)
+        return JsonHandler("choices", True, self.counter)
 
 
 class CompletionsProtocol(_OpenAI):
@@ -346,7 +408,9 @@ class CompletionsProtocol(_OpenAI):
         body["prompt"] = prompt.text
 
     def handler(self) -> ResponseHandler:
-        return StreamHandler(chat=False) if self.stream else JsonHandler("choices", output=True)
+        if self.stream:
+            return StreamHandler(False, self.counter)
+        return JsonHandler("choices", True, self.counter)
 
 
 class EmbeddingsProtocol(_OpenAI):
@@ -355,13 +419,14 @@ class EmbeddingsProtocol(_OpenAI):
     name = "embeddings"
     endpoint = "/embeddings"
 
-    def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
-        super().__init__(target.model_copy(update={"stream": False}), workload, model, base_url)
+    def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
+                 tokenizer: Tokenizer | None = None):
+        super().__init__(target.model_copy(update={"stream": False}), workload, model, base_url, tokenizer)
 
     def _body(self, prompt: Prompt) -> dict:
         body = dict(self.fixed)
         body["input"] = prompt.text
-        return body
+        return self._options(body, prompt)
 
     def handler(self) -> ResponseHandler:
         return JsonHandler("data", output=False)
@@ -381,7 +446,8 @@ class HttpProtocol(ApiProtocol):
 
     name = "http"
 
-    def __init__(self, target: Target, workload: Workload, model: str | None = None, base_url: str | None = None):
+    def __init__(self, target: Target, workload: Workload, model: str | None = None, base_url: str | None = None,
+                 tokenizer: Tokenizer | None = None):
         req = target.request
         base = _base_url(target, base_url)
         self.method = req.method if req else "GET"
@@ -437,17 +503,19 @@ _PROTOCOLS = {
 }
 
 
-def make_protocol(target: Target, workload: Workload, model: str | None, base_url: str | None = None) -> ApiProtocol:
+def make_protocol(target: Target, workload: Workload, model: str | None, base_url: str | None = None,
+                  tokenizer: Tokenizer | None = None) -> ApiProtocol:
     """The protocol of ``target.api``.
 
     ``model`` is sent as ``model`` (None: ``target.model``; when both are None no model field is sent).
     ``base_url`` replaces ``target.url`` for targets whose URL is known only once started (reference,
     command); a trailing slash is dropped, so ``http://host:8000/v1`` and ``.../v1/`` are the same.
+    ``tokenizer`` counts output the server sends no usage for (a local one; ``server`` counts in chunks).
     """
     cls = _PROTOCOLS.get(target.api)
     if cls is None:
         raise ValueError(f"unknown api {target.api!r}; expected one of {', '.join(_PROTOCOLS)}")
-    return cls(target, workload, model if model is not None else target.model, base_url)
+    return cls(target, workload, model if model is not None else target.model, base_url, tokenizer)
 
 
 # The helpers the other protocol modules share (loadgen.protocols.messages, loadgen.protocols.kserve).

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgen.records.schema import Outcome
+from loadgen.records.schema import Outcome, PromptCounts
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,7 @@ class Request:
     headers: tuple[tuple[str, str], ...]  # without Host and Content-Length; transports add those
     body: bytes
     stream: bool  # the response is a server-sent-event stream
+    counts: PromptCounts | None = None  # the prompt's length as latbench counted it (engines copy it to the Outcome)
 
 
 def status_error(status: int) -> str:

@@ -8,6 +8,7 @@ from loadgen.protocols.kserve import KServeHttpProtocol, TritonGenerateProtocol
 from loadgen.protocols.kserve_grpc.api import KServeGrpcProtocol, is_grpc_url
 from loadgen.protocols.messages import AnthropicProtocol, RerankProtocol, ResponsesProtocol
 from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.tokenizer import Tokenizer
 
 PROTOCOLS = {
     "openai-chat": ChatProtocol,
@@ -22,12 +23,20 @@ PROTOCOLS = {
 }
 
 
-def make_protocol(target: Target, workload: Workload, model: str | None, base_url: str | None = None) -> ApiProtocol:
-    """The protocol of ``target.api`` (see :func:`loadgen.protocols.apis.make_protocol` for ``model`` and
-    ``base_url``)."""
+#: protocols that count streamed output with the workload's tokenizer when the server sends no usage
+TOKENIZED = (ChatProtocol, CompletionsProtocol)
+
+
+def make_protocol(target: Target, workload: Workload, model: str | None, base_url: str | None = None,
+                  tokenizer: Tokenizer | None = None) -> ApiProtocol:
+    """The protocol of ``target.api`` (see :func:`loadgen.protocols.apis.make_protocol` for ``model``,
+    ``base_url`` and ``tokenizer``)."""
     cls = PROTOCOLS.get(target.api)
     if cls is KServeHttpProtocol and (target.transport == "grpc" or is_grpc_url(base_url or target.url)):
         cls = KServeGrpcProtocol
     if cls is None:
         raise ValueError(f"unknown api {target.api!r}; expected one of {', '.join(PROTOCOLS)}")
-    return cls(target, workload, model if model is not None else target.model, base_url)
+    model = model if model is not None else target.model
+    if cls in TOKENIZED:
+        return cls(target, workload, model, base_url, tokenizer)
+    return cls(target, workload, model, base_url)

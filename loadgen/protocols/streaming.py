@@ -99,7 +99,7 @@ class EventStreamHandler(ResponseHandler):
 
     def on_end(self, out: Outcome) -> None:
         if not counted_by_server(out):
-            out.output_tokens = self._count
+            out.output_tokens, out.output_tokens_source = self._count, "chunks"
         if not self._reasoning_usage:
             out.reasoning_tokens = self._reasoning
         if self._live and self.end_event and not self.done:
@@ -153,12 +153,12 @@ class JsonBodyHandler(ResponseHandler):
 def output_from_usage(out: Outcome, tokens: int) -> None:
     """The server counted the answer: ``tokens`` output tokens, from its usage (the one place that says so)."""
     out.output_tokens = tokens
-    out.usage_tokens = True
+    out.output_tokens_source = "usage"
 
 
 def counted_by_server(out: Outcome) -> bool:
     """Whether the output tokens came from the server's usage (else latbench counts token chunks)."""
-    return out.usage_tokens
+    return out.output_tokens_source == "usage"
 
 
 def bad_response(out: Outcome, detail: str) -> None:

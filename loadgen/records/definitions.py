@@ -47,6 +47,28 @@ METRIC_DEFINITIONS = {
     "target_qps": {"unit": "1/s", "definition": "mean intended arrival rate of the phase"},
     "output_tokens_per_s": {"unit": "1/s", "definition": ("output tokens of successful requests completed "
                                                           "inside the window / duration")},
+    "input_tokens_per_s": {"unit": "1/s", "definition": ("prompt tokens (prompt_tokens: the server's usage, else "
+                                                         "latbench's count) of successful requests completed inside "
+                                                         "the window / duration")},
+    "output_tokens_per_s_per_user": {"unit": "1/s", "definition": (
+        "per request, (output_tokens - 1) / (done - first_token): the decode speed one user sees (streamed requests "
+        "with 2+ output tokens; 1 / tpot); a distribution, reported with p1/p5/p10 for the slowest users")},
+    "prompt_tokens": {"unit": "tokens", "definition": (
+        "the prompt's length: the server's usage.prompt_tokens when it sent one, else latbench's own count, "
+        "input_tokens + added_tokens; prompt_tokens_source says which (usage | tokenizer | approximation)")},
+    "input_tokens": {"unit": "tokens", "definition": (
+        "the prompt as latbench built it, content only (no chat template, no special tokens), counted with "
+        "workload.tokenizer, else approximated at 4 characters a token")},
+    "added_tokens": {"unit": "tokens", "definition": (
+        "what the server adds around the prompt as latbench's tokenizer counts it: the chat template's overhead "
+        "(chat APIs) or the special tokens a plain prompt gets, such as BOS (completions); -1 when unknown")},
+    "output_tokens": {"unit": "tokens", "definition": (
+        "the answer's length; output_tokens_source says how it was counted: usage (the server's), tokenizer (the "
+        "streamed text counted with workload.tokenizer), chunks (one token per content chunk: a lower bound when "
+        "chunks carry several tokens)")},
+    "usage_vs_counted": {"unit": "requests", "definition": (
+        "where the server sent usage and latbench counted the prompt: how many of them agree exactly "
+        "(usage.prompt_tokens == input_tokens + added_tokens), and the smallest and largest difference")},
     "latency_errors_inf": {"unit": "s",
                            "definition": "latency percentiles with every failed request counted as infinitely slow"},
 }

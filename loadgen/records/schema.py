@@ -18,9 +18,15 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | done            | float64       | last byte, or the moment the error was known                          |
 | status          | int16         | HTTP status, 0 when no response came                                  |
 | error           | string        | '' for success, else one of ERROR_CLASSES                             |
-| prompt_tokens   | int32         | from the server's usage, -1 when unknown                              |
-| output_tokens   | int32         | from usage when ``usage_tokens``, else counted token chunks           |
-| usage_tokens    | bool          | True when output_tokens came from the server's usage object           |
+| prompt_tokens   | int32         | the prompt in tokens: the server's usage, else latbench's own count   |
+|                 |               | (input_tokens + added_tokens); -1 when unknown                        |
+| prompt_tokens_source | string   | where prompt_tokens came from (TOKEN_SOURCES; '' unknown)             |
+| input_tokens    | int32         | the prompt as latbench built it, counted by latbench: content only    |
+|                 |               | (no chat template, no special tokens); -1 when not counted (api: http)|
+| added_tokens    | int32         | what the server adds around it, as latbench's tokenizer counts: the   |
+|                 |               | chat template (chat APIs) or special tokens such as BOS; -1 unknown   |
+| output_tokens   | int32         | the answer in tokens, by ``output_tokens_source``                     |
+| output_tokens_source | string   | where output_tokens came from (TOKEN_SOURCES; '' unknown)             |
 | bytes_in        | int64         | response bytes received (body)                                        |
 | worker          | int16         | the generator process or Locust worker that sent it                   |
 | token_times     | list<float32> | arrival of each token chunk, seconds after ``first_token``           |
@@ -33,6 +39,16 @@ Every request the engine sends yields exactly one record. All times are seconds 
 
 Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
 first minute of a stream), which keeps a 1000-token stream at 4 kB.
+
+**Token counts and their sources.** A count is only as good as where it came from, so every count says
+(:data:`TOKEN_SOURCES`): ``usage`` (the server's own ``usage`` object), ``tokenizer`` (latbench counted
+with the scenario's ``workload.tokenizer``: a local tokenizer, or the target's ``/tokenize``),
+``approximation`` (no tokenizer: one token per ``CHARS_PER_TOKEN`` characters), ``chunks`` (streamed
+output without usage or tokenizer: one token per content chunk, a lower bound when a chunk carries
+several). The sources are one vocabulary for every count column, so a per-chunk count (tokens per
+stream chunk, a ``list<int16>`` beside ``token_times``) can be added with a ``chunk_tokens_source`` of
+its own and new source names (per-chunk usage, usage spread over the chunks) appended to the tuple.
+Files written before these columns existed are read with them filled in (:func:`read_records`).
 
 **Tokens per chunk.** A stream chunk may carry several tokens (speculative decoding, a server's stream
 interval), so a gap between chunks is not a gap between tokens. ``chunk_tokens`` says how many each chunk
@@ -83,6 +99,8 @@ ERROR_CLASSES = (
 ABORTED = "aborted"
 #: Where a record's chunk_tokens came from (see the module's docstring); '' means no token chunks.
 CHUNK_TOKEN_SOURCES = ("chunk_usage", "usage_spread", "chunks")
+#: Where a token count came from (see the module's docstring); '' means unknown. Stored as strings; append only.
+TOKEN_SOURCES = ("usage", "tokenizer", "approximation", "chunks")
 
 FLOAT_COLUMNS = ("scheduled", "sent", "connect_start", "connected", "tls", "first_byte", "first_token", "done")
 
@@ -95,8 +113,11 @@ SCHEMA = pa.schema(
         ("status", pa.int16()),
         ("error", pa.string()),
         ("prompt_tokens", pa.int32()),
+        ("prompt_tokens_source", pa.string()),
+        ("input_tokens", pa.int32()),
+        ("added_tokens", pa.int32()),
         ("output_tokens", pa.int32()),
-        ("usage_tokens", pa.bool_()),
+        ("output_tokens_source", pa.string()),
         ("bytes_in", pa.int64()),
         ("worker", pa.int16()),
         ("token_times", pa.list_(pa.float32())),
@@ -115,8 +136,11 @@ _NUMPY_DTYPES = {
     "status": np.int16,
     "error": np.int8,  # index into ("",) + ERROR_CLASSES while buffered
     "prompt_tokens": np.int32,
+    "prompt_tokens_source": np.int8,  # index into _SOURCE_NAMES while buffered
+    "input_tokens": np.int32,
+    "added_tokens": np.int32,
     "output_tokens": np.int32,
-    "usage_tokens": np.bool_,
+    "output_tokens_source": np.int8,
     "bytes_in": np.int64,
     "worker": np.int16,
     "first_answer": np.float64,
@@ -130,6 +154,24 @@ ABORTED_CODE = _ERROR_INDEX[ABORTED]
 _CHUNK_SOURCE_NAMES = ("",) + CHUNK_TOKEN_SOURCES
 _CHUNK_USAGE, _USAGE_SPREAD, _ONE_PER_CHUNK = 1, 2, 3
 _INT16_MAX = 32767
+_SOURCE_NAMES = ("",) + TOKEN_SOURCES
+_SOURCE_INDEX = {name: i for i, name in enumerate(_SOURCE_NAMES)}
+_STRING_COLUMNS = {"error": _ERROR_NAMES, "prompt_tokens_source": _SOURCE_NAMES,
+                   "output_tokens_source": _SOURCE_NAMES, "chunk_tokens_source": _CHUNK_SOURCE_NAMES}
+
+
+@dataclass(frozen=True, slots=True)
+class PromptCounts:
+    """A prompt's length as latbench counted it; the same object for every request that sends the prompt."""
+
+    input_tokens: int = -1  # the content, without chat template or special tokens
+    added_tokens: int = -1  # what the server adds as latbench's tokenizer counts it; -1 unknown
+    source: str = ""  # "tokenizer" or "approximation"
+
+    @property
+    def prompt_tokens(self) -> int:
+        """What the server should count: input plus added tokens (input alone when the added are unknown)."""
+        return self.input_tokens + max(self.added_tokens, 0) if self.input_tokens >= 0 else -1
 
 
 @dataclass(slots=True)
@@ -151,9 +193,10 @@ class Outcome:
     status: int = 0
     error: str = ""
     error_detail: str = ""  # for logs only, never written to the RunDir
-    prompt_tokens: int = -1
+    prompt_tokens: int = -1  # the server's usage.prompt_tokens; -1 when it sent none
     output_tokens: int = 0
-    usage_tokens: bool = False
+    output_tokens_source: str = ""  # "usage", "tokenizer" or "chunks" (TOKEN_SOURCES), set by the protocol
+    counts: PromptCounts | None = None  # the prompt's own count, from the Request (None: not counted)
     bytes_in: int = 0
     # absolute perf_counter of each token chunk: an array of C doubles, 8 bytes a token in flight (a list of
     # floats holds a 24-byte object per read besides its 8-byte slot)
@@ -165,6 +208,7 @@ class Outcome:
 
 
 _ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 110 bytes a record
+_NO_COUNTS = PromptCounts()
 _OTHER = _ERROR_INDEX["other"]
 _ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer"}) - {"scheduled", "tls"}  # buffered as perf_counter values
 
@@ -179,7 +223,7 @@ def _fill_chunk_tokens(dest: np.ndarray, out: Outcome) -> int:
         dest[:] = np.minimum(given, _INT16_MAX)
         return _CHUNK_USAGE
     n = out.output_tokens
-    if out.usage_tokens and n >= k:
+    if out.output_tokens_source == "usage" and n >= k:
         if k == 1:
             dest[0] = min(n, _INT16_MAX)
         else:
@@ -235,6 +279,11 @@ class RecordBuffer:
             self._grow()
         self._t0 = t0
         source = 0
+        counts = out.counts or _NO_COUNTS
+        if out.prompt_tokens >= 0:
+            prompt, prompt_source = out.prompt_tokens, 1  # "usage"
+        else:
+            prompt, prompt_source = counts.prompt_tokens, _SOURCE_INDEX.get(counts.source, 0)
         times = out.token_times
         if times:
             k = len(times)
@@ -252,7 +301,8 @@ class RecordBuffer:
             self._tok_n = need
         self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
                          out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
-                         out.prompt_tokens, out.output_tokens, out.usage_tokens, out.bytes_in, worker,
+                         prompt, prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens,
+                         _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
                          out.first_answer, out.reasoning_tokens, source)
         self._tok_offsets[i + 1] = self._tok_n
         self.n = i + 1
@@ -278,11 +328,9 @@ class RecordBuffer:
                 offsets = pa.array(self._tok_offsets[: n + 1].copy(), type=pa.int32())
                 values = pa.array(self._ctok[: self._tok_n].copy(), type=pa.int16())
                 arrays.append(pa.ListArray.from_arrays(offsets, values))
-            elif name == "chunk_tokens_source":
-                names = np.asarray(_CHUNK_SOURCE_NAMES, dtype=object)
-                arrays.append(pa.array(names[rows["chunk_tokens_source"]], type=pa.string()))
-            elif name == "error":
-                arrays.append(pa.array(np.asarray(_ERROR_NAMES, dtype=object)[rows["error"]], type=pa.string()))
+            elif name in _STRING_COLUMNS:
+                names = np.asarray(_STRING_COLUMNS[name], dtype=object)
+                arrays.append(pa.array(names[rows[name]], type=pa.string()))
             elif name in _ABSOLUTE:
                 arrays.append(pa.array(rows[name] - self._t0, type=pa.float64()))
             else:
@@ -416,8 +464,30 @@ def read_records(path: str | os.PathLike) -> pa.Table:
                         break
         except (pa.ArrowInvalid, OSError):
             pass  # a torn last batch: keep the whole ones
-        return _with_chunk_columns(pa.Table.from_batches(batches, schema=schema))
-    return _with_chunk_columns(pq.read_table(path))
+        return _with_chunk_columns(_with_token_sources(pa.Table.from_batches(batches, schema=schema)))
+    return _with_chunk_columns(_with_token_sources(pq.read_table(path)))
+
+
+def _with_token_sources(table: pa.Table) -> pa.Table:
+    """Records written before token sources existed: ``usage_tokens`` becomes ``output_tokens_source``, a
+    prompt count is the server's usage where there is one, and latbench's own counts are unknown."""
+    if "usage_tokens" not in table.column_names:
+        return table
+    n = table.num_rows
+    prompt = table.column("prompt_tokens").to_numpy()
+    usage = table.column("usage_tokens").to_numpy(zero_copy_only=False)
+    output = table.column("output_tokens").to_numpy()
+    filled = {
+        "prompt_tokens_source": pa.array(np.where(prompt >= 0, "usage", ""), type=pa.string()),
+        "input_tokens": pa.array(np.full(n, -1, np.int32), type=pa.int32()),
+        "added_tokens": pa.array(np.full(n, -1, np.int32), type=pa.int32()),
+        "output_tokens_source": pa.array(np.where(usage, "usage", np.where(output > 0, "chunks", "")),
+                                         type=pa.string()),
+    }
+    table = table.drop(["usage_tokens"])
+    for name, arr in filled.items():
+        table = table.append_column(name, arr)
+    return table
 
 
 def _with_chunk_columns(table: pa.Table) -> pa.Table:

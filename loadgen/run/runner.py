@@ -28,6 +28,7 @@ from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
+from loadgen.protocols.workload import describe_tokens
 from loadgen.records.rundir import (
     COLD_START,
     META,
@@ -239,13 +240,14 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
         if metrics_url and target.command is not None:  # '{port}' is the started command's port, as in its url
             metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
         mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index, metrics_url)
+        tokens = describe_tokens(mt.target, loaded.scenario.workload, model, url, loaded.path.parent)
         res = opts.engine_for(target).run(mt, on_engine, fail_fast)
     finally:
         if server:
             server.stop()
     tr.interrupted = res.interrupted
     tr.failed_fast = res.failed_fast
-    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"))
+    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens)
     write_json(tdir / SUMMARY, tr.summary, secrets)
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
@@ -256,15 +258,16 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
 
 
 def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
-                     capacity: dict | None = None) -> dict:
+                     capacity: dict | None = None, tokens: dict | None = None) -> dict:
     """summary.json of one target from its records and its engine's result (``capacity``: see
-    :func:`capacity_fields`)."""
+    :func:`capacity_fields`; ``tokens``: how its token counts were made)."""
     sc = mt.loaded.scenario
     summary = summarize(read_records(mt.tdir / REQUESTS), plan_phases(sc.load), sc.slo, res.duration,
                         target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
                         notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
                         cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
-                        expected_qps=sc.load.expected_qps, capacity=capacity, goodput=sc.goodput)
+                        expected_qps=sc.load.expected_qps, capacity=capacity, goodput=sc.goodput,
+                        tokens=tokens)
     summary["model"] = mt.model
     summary["engine"] = engine
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
 from loadgen.redact import REDACTED, is_secret_header, url_password
+from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.model import Scenario
+from loadgen.scenario.tokenizer import TokenizerError, resolve_local
 
 _ITEM = re.compile(r"^(slo|goodput)\[(\d+)\]:? ")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -30,6 +32,8 @@ class LoadedScenario:
     path: Path
     raw: dict  # as written, ${ENV} unexpanded; see redacted()
     secrets: list[str] = field(default_factory=list)  # expanded values to scrub from any output
+    #: ${ENV} values expanded into request bodies (``extra_body``), by where they were placed: secret there only
+    placed: list[tuple[tuple, str]] = field(default_factory=list)
 
     def redacted(self) -> dict:
         """The scenario as written, with literal secret header values replaced by '***'."""
@@ -131,18 +135,33 @@ def _mark(node: yaml.Node | None) -> str:
     return f"{node.start_mark.line + 1}:{node.start_mark.column + 1}"
 
 
-def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str], secrets: list[str]) -> None:
-    def sub(value: str, loc: tuple) -> str:
+def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str], secrets: list[str],
+            placed: list[tuple[tuple, str]]) -> None:
+    def sub(value: str, loc: tuple, into: list[str] = secrets) -> str:
         def repl(m: re.Match) -> str:
             name = m.group(1)
             if name not in env:
                 errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: "
                               f"environment variable {name} is not set")
                 return ""
-            secrets.append(env[name])  # every expanded value, in a header or a URL, is never written out
+            into.append(env[name])  # every expanded value, in a header or a URL, is never written out
             return env[name]
 
         return _ENV.sub(repl, value)
+
+    def body(value, loc: tuple):
+        """${ENV} in the string values of a request body (keys are taken literally), each placement recorded."""
+        if isinstance(value, str):
+            found: list[str] = []
+            out = sub(value, loc, found)
+            placed.extend((loc, v) for v in found)
+            secrets.extend(found)
+            return out
+        if isinstance(value, dict):
+            return {k: body(v, loc + (k,)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [body(v, loc + (i,)) for i, v in enumerate(value)]
+        return value
 
     for prefix, t in _target_locs(data):
         headers = t.get("headers")
@@ -161,6 +180,8 @@ def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str
                 for hk, hv in v.items():
                     if isinstance(hv, str):
                         v[hk] = sub(hv, prefix + (key, hk))
+        if isinstance(t.get("extra_body"), dict):
+            t["extra_body"] = body(t["extra_body"], prefix + ("extra_body",))
 
 
 def _target_locs(data: dict):
@@ -205,7 +226,8 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
     raw = copy.deepcopy(data)
     errors: list[str] = []
     secrets: list[str] = []
-    _expand(data, root, fname, env, errors, secrets)
+    placed: list[tuple[tuple, str]] = []
+    _expand(data, root, fname, env, errors, secrets, placed)
     load = data.get("load")
     expected = load.get("expected_qps") if isinstance(load, dict) else None
     ctx = {"expected_qps": expected if isinstance(expected, (int, float)) and not isinstance(expected, bool) else None}
@@ -221,9 +243,28 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
                 ploc = (m.group(1), int(m.group(2))) if m else loc
                 node = _key_node(root, ploc) if err["type"] == "extra_forbidden" else _locate(root, ploc)
                 errors.append(f"{fname}:{_mark(node)}: {_path(ploc)}: {part[m.end():] if m else part}")
+    if scenario is not None and not errors:
+        errors += _check_workload(scenario, path, root, fname)
     if errors:
         raise ScenarioError(errors)
-    return LoadedScenario(scenario=scenario, path=path, raw=raw, secrets=list(dict.fromkeys(s for s in secrets if s)))
+    return LoadedScenario(scenario=scenario, path=path, raw=raw, secrets=list(dict.fromkeys(s for s in secrets if s)),
+                          placed=[(loc, v) for loc, v in placed if v])
+
+
+def _check_workload(scenario: Scenario, path: Path, root: yaml.Node, fname: str) -> list[str]:
+    """The workload's files, before anything is sent: a local tokenizer resolves (a file, a folder, a model id in
+    the local cache) and a dataset reads without a mistake (its own file:line, or the scenario's line)."""
+    wl, base = scenario.workload, path.parent
+    errors = []
+    if wl.tokenizer is not None and wl.tokenizer != "server":
+        try:
+            resolve_local(wl.tokenizer, base)
+        except TokenizerError as exc:
+            loc = ("workload", "tokenizer")
+            errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {exc}")
+    where = f"{fname}:{_mark(_locate(root, ('workload', 'dataset')))}: workload.dataset"
+    errors += [f"{where}: {msg}" for msg in check_dataset(wl, base)]  # each with the dataset's own file:line
+    return errors
 
 
 def scenario_schema() -> dict:

@@ -85,6 +85,29 @@ class KServeTensors(Strict):
                                                         "(gRPC ModelStreamInfer); null: not sent")
 
 
+#: Request fields latbench sets itself: ``extra_body`` (or a dataset line's) may not override them.
+OWNED_FIELDS = {
+    "model": "target.model",
+    "messages": "the workload's prompts",
+    "prompt": "the workload's prompts",
+    "input": "the workload's prompts",
+    "stream": "target.stream",
+    "stream_options": "target.stream (usage is always asked for)",
+    "max_tokens": "workload.max_tokens, prompts.output_tokens or the dataset's max_tokens",
+    "max_completion_tokens": "workload.max_tokens, prompts.output_tokens or the dataset's max_tokens",
+}
+
+
+def owned_fields_error(body: Any) -> str | None:
+    """Why a request-options object cannot be used (not an object, or it sets an owned field); None if it can."""
+    if not isinstance(body, dict):
+        return f"expected an object of request fields, got {type(body).__name__}"
+    owned = [k for k in body if k in OWNED_FIELDS]
+    if owned:
+        return "; ".join(f"{k!r} is set by latbench from {OWNED_FIELDS[k]}, not from extra_body" for k in owned)
+    return None
+
+
 class Target(Strict):
     name: Optional[str] = Field(None, description="label of this target in reports; required in `targets:`")
     url: Optional[str] = Field(None, description="base URL, e.g. http://127.0.0.1:8000/v1; ${ENV} is expanded")
@@ -104,6 +127,12 @@ class Target(Strict):
     kserve: KServeTensors = Field(default_factory=KServeTensors, description="kserve-v2 / triton-generate tensors")
     documents: Optional[int] = Field(None, ge=1, le=10_000, description="api: rerank: the prompt is cut into this "
                                                                         "many documents (default 8)")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="JSON fields merged into every request body of the OpenAI APIs (temperature, top_p, seed, "
+                    "min_tokens, ignore_eos, chat_template_kwargs, tools, response_format...); ${ENV} in string "
+                    "values is expanded and kept secret; a dataset line's own extra_body is merged over it. "
+                    f"Fields latbench sets ({', '.join(OWNED_FIELDS)}) are refused")
     timeout: Duration = Field(60.0, description="per-request timeout")
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
@@ -117,6 +146,20 @@ class Target(Strict):
         kinds = [k for k in ("url", "reference", "command") if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"expected exactly one of url, reference, command; got {', '.join(kinds) or 'none'}")
+        return self
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body(cls, v: dict) -> dict:
+        err = owned_fields_error(v)
+        if err:
+            raise ValueError(err)
+        return v
+
+    @model_validator(mode="after")
+    def _extra_body_api(self):
+        if self.extra_body and self.api == "http":
+            raise ValueError("extra_body: applies to the OpenAI APIs; for api: http write the body in request.body")
         return self
 
 
@@ -156,10 +199,57 @@ class Cancel(Strict):
         return self
 
 
+
+
+DATASET_COLUMNS = ("prompt", "messages", "conversations", "output_tokens", "reply", "extra_body")
+
+
+class Dataset(Strict):
+    """A dataset of prompts: a local file, or (with the ``datasets`` extra) a Hugging Face dataset."""
+
+    path: Optional[str] = Field(None, description="a local file, relative to the scenario: JSON lines of "
+                                                  "{prompt} / {messages} / {conversations} (ShareGPT), or a "
+                                                  "ShareGPT JSON array")
+    hf: Optional[str] = Field(None, description="a Hugging Face dataset: an id in the local cache, or a local "
+                                                "folder or data file, loaded with `datasets` (never downloaded; "
+                                                "pip install 'latbench[datasets]')")
+    split: str = Field("train", description="hf: the split to read")
+    columns: dict[str, str] = Field(default_factory=dict,
+                                    description="hf: which column holds each field, e.g. {prompt: question, "
+                                                f"reply: answer}}; fields: {', '.join(DATASET_COLUMNS)}")
+    sample: Optional[int] = Field(None, ge=1, description="use this many entries, drawn with load.seed (default: "
+                                                          "every entry, in file order)")
+    min_input_tokens: Optional[int] = Field(None, ge=0, description="skip prompts shorter than this (in tokens "
+                                                                    "of workload.tokenizer, else approximated)")
+    max_input_tokens: Optional[int] = Field(None, ge=1, description="skip prompts longer than this")
+    min_output_tokens: Optional[int] = Field(None, ge=0, description="skip entries asking for fewer output tokens")
+    max_output_tokens: Optional[int] = Field(None, ge=1, description="skip entries asking for more output tokens")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("expected exactly one of path (a local file) or hf (a Hugging Face dataset)")
+        unknown = sorted(set(self.columns) - set(DATASET_COLUMNS))
+        if unknown:
+            raise ValueError(f"columns: unknown field(s) {', '.join(unknown)}; expected {', '.join(DATASET_COLUMNS)}")
+        if self.columns and self.hf is None:
+            raise ValueError("columns: only for hf datasets (a file's fields have fixed names)")
+        return self
+
+
+def as_dataset(value: "str | Dataset") -> Dataset:
+    """``workload.dataset`` as a :class:`Dataset` (a string is the path of a file)."""
+    return Dataset(path=value) if isinstance(value, str) else value
+
+
 class Workload(Strict):
+    tokenizer: Optional[str] = Field(
+        None, description="count tokens as the model does: a tokenizer.json, a model folder, a Hugging Face model "
+                          "id in the local cache, or 'server' (the target's /tokenize). Synthetic prompts then have "
+                          "exactly input_tokens tokens. Default: approximated, 4 characters a token")
     prompts: Prompts = Field(default_factory=Prompts)
-    dataset: Optional[str] = Field(None, description="JSONL file of {prompt: ...} or {messages: [...]}, "
-                                                     "relative to the scenario")
+    dataset: Optional[Union[str, Dataset]] = Field(None, description="prompts from a dataset: a file path "
+                                                                     "(relative to the scenario), or an object")
     ignore_eos: bool = False
     max_tokens: Optional[int] = Field(None, ge=1,
                                       description="fixed max_tokens; default: output_tokens drawn per request")

@@ -1,26 +1,33 @@
-"""Prompts: synthetic ones of a requested token length, or a JSONL dataset, addressed by request number.
+"""Prompts: synthetic ones of a requested token length, or a dataset's, addressed by request number.
 
-**How token length is approximated.** latbench downloads no tokenizer. A prompt of N tokens is
-N x 4 characters of English-like text: 4 characters per token is the usual rule of thumb for English
-with BPE tokenizers. The text is random words drawn (with a seeded RNG) from a fixed list of short
-common English words (1-4 letters, 3.4 on average), each of which GPT- and Llama-style tokenizers
-typically encode as one token; so a real tokenizer counts about one token per 4-4.5 characters of
-this text, i.e. roughly 0.9-1.0 x the requested length. Servers report the exact count in ``usage``,
-and the records keep that (``prompt_tokens``).
+**Token lengths with a tokenizer** (``workload.tokenizer``, :mod:`loadgen.scenario.tokenizer`): a synthetic
+prompt of N tokens has exactly N tokens of that tokenizer, without special tokens. Its token ids are a
+window of a seeded random word sequence encoded with the tokenizer (so the text reads as words, not as
+random vocabulary); the window is decoded, re-encoded, and adjusted until it round-trips at exactly N
+(:mod:`loadgen.scenario.tokenized`). What the server adds is counted apart (``added_tokens``): the
+special tokens the tokenizer adds to a plain prompt (BOS) for completions and embeddings, the chat
+template's overhead for chat. Dataset prompts and replies are counted with the same tokenizer.
+
+**Without a tokenizer** latbench approximates: a prompt of N tokens is N x 4 characters of English-like
+text, 4 characters a token being the usual rule of thumb for English with BPE tokenizers. The words
+(1-4 letters, 3.4 on average) are ones GPT- and Llama-style tokenizers typically encode as one token
+each, so a real tokenizer counts roughly 0.9-1.0 x the requested length, before any template. Records
+say which count they hold (``prompt_tokens_source``), and the summary says when it is an approximation.
 
 **Repetition.** ``distinct: N`` makes N different prompts; request ``seq`` uses prompt ``seq % N``,
 and its ``max_tokens`` belongs to the prompt, so a repeated prompt is a repeated request (what a
 result cache or prefix cache can serve). Distinct synthetic prompts start at different places of one
 random word sequence, so they share no prefix.
 
-**Output length.** ``max_tokens`` is ``workload.max_tokens`` when set, else a dataset line's own
-``max_tokens``, else drawn from ``prompts.output_tokens``. Token-length distributions are normal
-with the given mean and stddev, rounded, clipped to ``[min, max]``.
+**Output length.** ``max_tokens`` is ``workload.max_tokens`` when set, else a dataset entry's own
+(``max_tokens``/``output_tokens``, or its reply's length in tokens for ShareGPT), else drawn from
+``prompts.output_tokens``. Token-length distributions are normal with the given mean and stddev,
+rounded, clipped to ``[min, max]``.
 
-**Datasets.** A JSONL file, one request per line: ``{"prompt": "..."}`` or ``{"messages": [...]}``,
-each optionally with ``"max_tokens"``; blank lines are skipped. Requests cycle through the lines in
-file order (``distinct: N``, when written in the scenario, uses only the first N lines). A line that
-is not such an object is a ``ValueError`` naming the file and line.
+**Datasets** (formats and checks in :mod:`loadgen.scenario.datasets`). Requests cycle through the entries
+in file order; ``distinct: N``, when written in the scenario, uses only the first N. With ``sample: N``
+the entries are visited in an order drawn with the seed and the first N that pass the length filters
+(``min_input_tokens``...) are used. A line's ``extra_body`` goes with its requests.
 
 A chat API sends ``messages`` (a text prompt becomes one user message); a completions or embeddings
 API sends ``text`` (messages flattened: their contents joined by blank lines).
@@ -28,14 +35,16 @@ API sends ``text`` (messages flattened: their contents joined by blank lines).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from loadgen.scenario.model import TokenDist, Workload
+from loadgen.scenario.datasets import DatasetError, Entry, read_dataset
+from loadgen.scenario.model import TokenDist, Workload, as_dataset
+from loadgen.scenario.tokenized import added_tokens, count_many, exact_texts
+from loadgen.scenario.tokenizer import Tokenizer
 
 __all__ = ["CHARS_PER_TOKEN", "Prompt", "PromptSource", "make_prompt_source"]
 
@@ -43,7 +52,7 @@ __all__ = ["CHARS_PER_TOKEN", "Prompt", "PromptSource", "make_prompt_source"]
 CHARS_PER_TOKEN = 4
 
 # Short common English words, one BPE token each in common tokenizers (mean length 3.4 letters).
-_WORDS = tuple(
+WORDS = tuple(
     """the of and to in is it you that he was for on are as with his they at be this have from or
     one had by but not what all were we when your can said use an each she do how if will up
     out many then them so some her like him into time has look two more go see no way my than
@@ -61,8 +70,11 @@ class Prompt:
 
     text: str  # the prompt as text (messages flattened)
     messages: list | None  # chat messages as given by a dataset, else None
-    input_tokens: int  # approximate prompt length in tokens (CHARS_PER_TOKEN characters each)
+    input_tokens: int  # prompt length in tokens, content only: counted by the tokenizer, else approximated
     max_tokens: int  # output length asked for
+    added_tokens: int = -1  # what the server adds (chat template, or special tokens such as BOS); -1 unknown
+    counted_by: str = "approximation"  # how input_tokens was counted: "tokenizer" or "approximation"
+    extra_body: dict | None = None  # a dataset entry's own request options
 
 
 class PromptSource:
@@ -85,7 +97,7 @@ class SyntheticPrompts(PromptSource):
         # Enough words that n distinct word starts each have `longest` characters after them
         # (every word with its space is at least 2 characters).
         n_words = n + longest // 2 + 64
-        words = np.asarray(_WORDS, dtype=object)[rng.integers(0, len(_WORDS), size=n_words)]
+        words = np.asarray(WORDS, dtype=object)[rng.integers(0, len(WORDS), size=n_words)]
         self._corpus = " ".join(words.tolist())
         starts = np.zeros(n_words, dtype=np.int64)
         np.cumsum([len(w) + 1 for w in words[:-1]], out=starts[1:])
@@ -130,34 +142,109 @@ def draw_tokens(dist: TokenDist, n: int, rng: np.random.Generator) -> np.ndarray
     return np.clip(np.rint(x), max(dist.min, 1), hi).astype(np.int64)
 
 
-def make_prompt_source(workload: Workload, seed: int, base_dir: Path) -> PromptSource:
+def make_prompt_source(workload: Workload, seed: int, base_dir: Path, tokenizer: Tokenizer | None = None,
+                       chat: bool = False) -> PromptSource:
     """The scenario's prompts: from ``workload.dataset`` (relative to ``base_dir``) or synthetic.
 
-    The same workload and seed give the same prompts, in the same order, on every machine.
+    With a ``tokenizer`` (:func:`loadgen.scenario.tokenizer.load_tokenizer`) lengths are counted with it and
+    synthetic prompts are exact; ``chat`` (the target's API is a chat API) decides what the server adds:
+    the chat template rather than the plain prompt's special tokens. The same workload, seed and tokenizer
+    give the same prompts, in the same order, on every machine. Raises DatasetError for a dataset that
+    cannot be used (the scenario loader checks datasets before a run).
     """
     rng = np.random.default_rng([seed, 0x5EED])
     spec = workload.prompts
     if workload.dataset is not None:
-        path = Path(workload.dataset)
-        if not path.is_absolute():
-            path = Path(base_dir) / path
-        prompts = load_dataset(path)
-        if "distinct" in spec.model_fields_set:
-            prompts = prompts[: spec.distinct]
-        drawn = draw_tokens(spec.output_tokens, len(prompts), rng)
-        for p, d in zip(prompts, drawn.tolist()):
-            if workload.max_tokens is not None:
-                p.max_tokens = workload.max_tokens
-            elif p.max_tokens <= 0:
-                p.max_tokens = d
-        return ListPrompts(prompts)
+        return ListPrompts(_dataset_prompts(workload, rng, Path(base_dir), tokenizer, chat))
     n = spec.distinct
     inp = draw_tokens(spec.input_tokens, n, rng)
     if workload.max_tokens is not None:
         out = np.full(n, workload.max_tokens, dtype=np.int64)
     else:
         out = draw_tokens(spec.output_tokens, n, rng)
-    return SyntheticPrompts(inp, out, rng)
+    if tokenizer is None:
+        return SyntheticPrompts(inp, out, rng)
+    lengths = inp.tolist()
+    texts = exact_texts(tokenizer, _word_corpus(rng, n + 2 * max(lengths) + 128), lengths, rng)
+    added = added_tokens(tokenizer, [(t, None, k) for t, k in zip(texts, lengths)], chat)
+    return ListPrompts([Prompt(t, None, k, m, a, "tokenizer")
+                        for t, k, m, a in zip(texts, lengths, out.tolist(), added)])
+
+
+def _word_corpus(rng: np.random.Generator, n_words: int) -> str:
+    """A seeded random sequence of common words (more words than tokens are needed, in any tokenizer)."""
+    return " ".join(np.asarray(WORDS, dtype=object)[rng.integers(0, len(WORDS), size=n_words)].tolist())
+
+
+def _dataset_prompts(workload: Workload, rng: np.random.Generator, base_dir: Path, tokenizer: Tokenizer | None,
+                     chat: bool) -> list[Prompt]:
+    ds = as_dataset(workload.dataset)
+    entries = read_dataset(ds, base_dir)
+    spec = workload.prompts
+    if ds.sample is None:
+        order = range(len(entries))
+        want = spec.distinct if "distinct" in spec.model_fields_set else len(entries)
+    else:
+        order, want = rng.permutation(len(entries)).tolist(), ds.sample
+    if tokenizer is not None:
+        count = lambda texts: count_many(tokenizer, texts)  # noqa: E731
+    else:
+        count = lambda texts: [approx_tokens(t) for t in texts]  # noqa: E731
+    prompts: list[Prompt] = []
+    for lo in range(0, len(order), 256):  # counted in batches, and no further than needed for `sample`
+        batch = [entries[i] for i in order[lo : lo + 256]]
+        for e, (n, reply) in zip(batch, _lengths(batch, count, chat)):
+            out = e.output_tokens if e.output_tokens is not None else reply
+            if _passes(ds, n, out):
+                text = e.text if e.text is not None else flatten(e.messages)
+                prompts.append(Prompt(text, e.messages, n, out or 0, -1,
+                                      "tokenizer" if tokenizer else "approximation", e.extra_body))
+        if len(prompts) >= want:
+            break
+    prompts = prompts[:want]
+    if not prompts:
+        raise DatasetError([f"{ds.path or ds.hf}: no entry passes the length filters (min/max_input_tokens, "
+                            "min/max_output_tokens)"])
+    drawn = draw_tokens(spec.output_tokens, len(prompts), rng)
+    for p, d in zip(prompts, drawn.tolist()):
+        if workload.max_tokens is not None:
+            p.max_tokens = workload.max_tokens
+        elif p.max_tokens <= 0:
+            p.max_tokens = d
+    if tokenizer is not None:
+        added = added_tokens(tokenizer, [(p.text, p.messages, p.input_tokens) for p in prompts], chat)
+        for p, a in zip(prompts, added):
+            p.added_tokens = a
+    return prompts
+
+
+def _lengths(batch: list[Entry], count, chat: bool) -> list[tuple[int, int | None]]:
+    """(input tokens, reply tokens or None) of each entry; chat messages count their contents only."""
+    texts, spans = [], []
+    for e in batch:
+        parts = ([_content(m) for m in e.messages] if (e.messages is not None and chat)
+                 else [e.text if e.text is not None else flatten(e.messages)])
+        spans.append((len(texts), len(parts), e.reply is not None))
+        texts += parts + ([e.reply] if e.reply is not None else [])
+    counts = count(texts)
+    return [(sum(counts[s : s + k]), counts[s + k] if r else None) for s, k, r in spans]
+
+
+def _passes(ds, n: int, out: int | None) -> bool:
+    if (ds.min_input_tokens is not None and n < ds.min_input_tokens) or (
+            ds.max_input_tokens is not None and n > ds.max_input_tokens):
+        return False
+    if out is not None and ((ds.min_output_tokens is not None and out < ds.min_output_tokens)
+                            or (ds.max_output_tokens is not None and out > ds.max_output_tokens)):
+        return False
+    return True
+
+
+def _content(message: dict) -> str:
+    c = message.get("content")
+    if isinstance(c, list):
+        return "".join(p["text"] for p in c if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return c if isinstance(c, str) else ""
 
 
 def flatten(messages: list) -> str:
@@ -175,51 +262,3 @@ def flatten(messages: list) -> str:
 def approx_tokens(text: str) -> int:
     """Approximate token count of text: one per CHARS_PER_TOKEN characters, at least 1."""
     return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
-
-
-def load_dataset(path: Path) -> list[Prompt]:
-    """Read a JSONL dataset; ``max_tokens`` is 0 where a line gives none. ValueError names file and line."""
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read dataset: {exc.strerror or exc}") from None
-    prompts: list[Prompt] = []
-    with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{where}: expected a JSON object, got invalid JSON ({exc})") from None
-            prompts.append(_dataset_line(obj, where))
-    if not prompts:
-        raise ValueError(f"{path}: the dataset has no prompts")
-    return prompts
-
-
-def _dataset_line(obj, where: str) -> Prompt:
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected an object with 'prompt' or 'messages', got {type(obj).__name__}")
-    mt = obj.get("max_tokens")
-    if mt is None:
-        mt = 0
-    elif not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
-        raise ValueError(f"{where}: max_tokens: expected a positive integer, got {mt!r}")
-    if "prompt" in obj:
-        text = obj["prompt"]
-        if not isinstance(text, str) or not text:
-            raise ValueError(f"{where}: prompt: expected a non-empty string, got {text!r:.60}")
-        return Prompt(text, None, approx_tokens(text), mt)
-    if "messages" in obj:
-        msgs = obj["messages"]
-        if not isinstance(msgs, list) or not msgs:
-            raise ValueError(f"{where}: messages: expected a non-empty list, got {msgs!r:.60}")
-        for i, m in enumerate(msgs):
-            if (not isinstance(m, dict) or not isinstance(m.get("role"), str)
-                    or not isinstance(m.get("content"), (str, list))):
-                raise ValueError(f"{where}: messages[{i}]: expected {{\"role\": str, \"content\": str}}, got {m!r:.60}")
-        text = flatten(msgs)
-        return Prompt(text, msgs, approx_tokens(text), mt)
-    raise ValueError(f"{where}: expected an object with 'prompt' or 'messages', got keys {sorted(obj)}")

@@ -147,7 +147,7 @@ def test_chat_stream_tokens_times_and_usage(server):
     app, base = server
     out, arrivals = drive(base, "ok")
     assert out.error == "" and out.status == 200
-    assert out.output_tokens == N_TOKENS and out.usage_tokens and out.prompt_tokens == 7
+    assert out.output_tokens == N_TOKENS and out.output_tokens_source == "usage" and out.prompt_tokens == 7
     assert len(out.token_times) == N_TOKENS
     assert out.first_token == out.token_times[0]
     # the role-only chunk arrived first, alone; the first token came after the pause
@@ -172,7 +172,7 @@ def test_chat_stream_split_events_and_crlf(server):
 
 def test_chat_stream_without_usage_counts_chunks(server):
     out, _ = drive(server[1], "nousage")
-    assert (out.error, out.output_tokens, out.usage_tokens, out.prompt_tokens) == ("", N_TOKENS, False, -1)
+    assert (out.error, out.output_tokens, out.output_tokens_source, out.prompt_tokens) == ("", N_TOKENS, "chunks", -1)
 
 
 @pytest.mark.parametrize(
@@ -206,7 +206,7 @@ def test_completions_stream(server):
 def test_chat_json_responses(server, mode, error, tokens):
     app, base = server
     out, _ = drive(base, mode, stream=False)
-    assert (out.error, out.output_tokens, out.usage_tokens) == (error, tokens, tokens > 0)
+    assert (out.error, out.output_tokens, out.output_tokens_source == "usage") == (error, tokens, tokens > 0)
     assert math.isnan(out.first_token)
     assert app["last"]["stream"] is False and "stream_options" not in app["last"]
 

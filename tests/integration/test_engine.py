@@ -43,7 +43,7 @@ def test_streaming_ttft_itl_tpot_and_token_count(tmp_path, known_server):
     assert 0.080 <= pct(o, "ttft", "p50") <= 0.085
     assert pct(o, "itl", "p50") == pytest.approx(0.010, abs=0.002)
     assert pct(o, "tpot", "p50") == pytest.approx(0.010, abs=0.002)
-    assert (df["output_tokens"] == 20).all() and df["usage_tokens"].all()
+    assert (df["output_tokens"] == 20).all() and (df["output_tokens_source"] == "usage").all()
     assert all(len(t) == 20 for t in df["token_times"])
     assert (df["first_token"] > df["first_byte"]).all()  # the role-only chunk is not a token
 

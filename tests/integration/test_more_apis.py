@@ -132,7 +132,8 @@ def test_what_each_api_is_sent(servers):
     """The requests as each API documents them."""
     base = servers["plain"]
     out = drive(f"{base}/ok/v1", "anthropic-messages", True, headers={"x-api-key": "k"})
-    assert out.error == "" and out.prompt_tokens == 7 and out.output_tokens == TOKENS and out.usage_tokens
+    assert out.error == "" and out.prompt_tokens == 7 and out.output_tokens == TOKENS
+    assert out.output_tokens_source == "usage"
     proto = make_protocol(Target(url=f"{base}/ok/v1", api="anthropic-messages", headers={"x-api-key": "k"}),
                           Workload(), "m")
     req = proto.build(0, Prompt("x", [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],

@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from loadgen.analysis.metrics import records_frame
+from loadgen.records.schema import read_records
+from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
 from tests.helpers import run
 
@@ -15,7 +18,8 @@ SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.y
 
 def test_the_scenario_library_is_complete():
     names = {p.stem for p in SCENARIOS}
-    assert {"burst", "steady", "capacity_120", "cold_start", "architectures", "sweep"} <= names
+    assert {"burst", "steady", "capacity_120", "cold_start", "architectures", "sweep", "dataset",
+            "request_options"} <= names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
@@ -102,3 +106,28 @@ def test_injected_errors_fail_the_error_rate_gate_with_exit_1(tmp_path):
     assert res.exit_code == 1, res.reasons
     assert set(df["error"]) == {"", "http_5xx"}
     assert 0.02 <= s["overall"]["error_rate"] <= 0.09  # 5% of 200 requests, within sampling noise
+
+
+def run_bundled(tmp_path, name: str):
+    """Run a bundled scenario as it is, from its own folder (its dataset path is relative to it)."""
+    loaded = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.yaml", env={})
+    res = run_scenario(loaded, out=str(tmp_path / "runs"))
+    tdir = res.rundir.path / res.targets[0].dir
+    return res, json.loads((tdir / "summary.json").read_text()), records_frame(read_records(tdir / "requests.parquet"))
+
+
+def test_dataset_replays_sharegpt_with_the_servers_own_counts(tmp_path):
+    res, s, df = run_bundled(tmp_path, "dataset")
+    assert res.exit_code == 0, res.reasons
+    assert s["tokens"]["tokenizer"] == "server" and len(df) > 10
+    # lengths counted by the target's /tokenize are the lengths its usage reports, template overhead apart
+    usage = s["overall"]["tokens"]["usage_vs_counted"]
+    assert usage["n"] == len(df) == usage["equal"]
+    assert df["input_tokens"].max() <= 400 and df["input_tokens"].nunique() > 5
+
+
+def test_request_options_reach_the_server(tmp_path):
+    res, s, df = run_bundled(tmp_path, "request_options")
+    assert res.exit_code == 0, res.reasons
+    # min_tokens and ignore_eos: every answer is exactly max_tokens long, by the server's own count
+    assert (df["output_tokens"] == 16).all() and (df["output_tokens_source"] == "usage").all()

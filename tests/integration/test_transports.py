@@ -200,7 +200,7 @@ def test_json_response(servers, transport):
     proto = chat_protocol(servers[0], stream=False)
     (out,) = send_all(transport, [proto.build(0, PROMPT)], [proto.handler()])
     assert (out.status, out.error) == (200, "")
-    assert (out.prompt_tokens, out.output_tokens, out.usage_tokens) == (7, N_TOKENS, True)
+    assert (out.prompt_tokens, out.output_tokens, out.output_tokens_source) == (7, N_TOKENS, "usage")
     assert out.connect_start <= out.connected <= out.first_byte <= out.done
     assert out.sent <= out.connect_start and out.bytes_in > 0
 
@@ -208,7 +208,7 @@ def test_json_response(servers, transport):
 def test_sse_stream_split_across_writes(servers, transport):
     proto = chat_protocol(servers[0], stream=True)
     (out,) = send_all(transport, [proto.build(0, PROMPT)], [proto.handler()])
-    assert (out.status, out.error, out.output_tokens, out.usage_tokens) == (200, "", N_TOKENS, True)
+    assert (out.status, out.error, out.output_tokens, out.output_tokens_source) == (200, "", N_TOKENS, "usage")
     assert len(out.token_times) == N_TOKENS and out.token_times[0] == out.first_token
     assert out.first_token >= out.first_byte + TOKEN_GAP * 0.8  # the role-only chunk is not a token
     gaps = [b - a for a, b in zip(out.token_times, out.token_times[1:])]

@@ -105,8 +105,9 @@ def test_dataset_workload_max_tokens_wins_and_distinct_limits(tmp_path):
     "line, message",
     [
         ("{not json", "data.jsonl:2: expected a JSON object, got invalid JSON"),
-        ("[1, 2]", "data.jsonl:2: expected an object with 'prompt' or 'messages', got list"),
-        ({"text": "x"}, "data.jsonl:2: expected an object with 'prompt' or 'messages', got keys ['text']"),
+        ("[1, 2]", "data.jsonl:2: expected an object with 'prompt', 'messages' or 'conversations', got list"),
+        ({"text": "x"}, "data.jsonl:2: expected an object with 'prompt', 'messages' or 'conversations', got keys "
+                        "['text']"),
         ({"prompt": ""}, "data.jsonl:2: prompt: expected a non-empty string"),
         ({"messages": []}, "data.jsonl:2: messages: expected a non-empty list"),
         ({"messages": [{"content": "x"}]}, "data.jsonl:2: messages[0]: expected"),

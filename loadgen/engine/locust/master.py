@@ -43,6 +43,7 @@ from loadgen.schedule.arrivals import plan_phases
 from loadgen.schedule.sharding import open_counts, plans_to_wire, seq_bases
 
 START_LEAD_S = 0.5  # between lb_start and t0: time for every worker to get its part ready
+TOKENIZER_LEAD_S = 5.0  # more of it when workers count prompts with a tokenizer first (server: HTTP calls)
 PROGRESS_EVERY_S = 1.0
 RESULT_CSV = "locust_stats.csv"
 
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         order = sorted(workers, key=lambda cid: workers[cid]["label"])[:n_expected]  # k by name, reproducibly
         n = len(order)
-        t0_wall = time.time() + START_LEAD_S + 0.01 * n
+        lead = START_LEAD_S + (TOKENIZER_LEAD_S if cfg["workload"].get("tokenizer") else 0.0)
+        t0_wall = time.time() + lead + 0.01 * n
         t0 = time.perf_counter() + (t0_wall - time.time())
         for k, cid in enumerate(order):
             workers[cid]["k"] = k

@@ -32,11 +32,10 @@ from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
 from loadgen.engine.locust.transport import Cancelled, fire_request_event, send
-from loadgen.protocols.registry import make_protocol
+from loadgen.protocols.workload import make_workload
 from loadgen.records.schema import Outcome, RecordBuffer
 from loadgen.records.wire import batch_from_bytes, batch_to_bytes
 from loadgen.scenario.model import Target, Workload
-from loadgen.scenario.prompts import make_prompt_source
 from loadgen.schedule.pacing import FLUSH_EVERY_S, sleep_for
 from loadgen.schedule.sharding import closed_seq, plans_from_wire, shard_arrivals, share
 
@@ -68,8 +67,8 @@ class WorkerRun:
         self.plans = plans_from_wire(cfg["plans"])
         target = Target.model_validate(cfg["target"])
         workload = Workload.model_validate(cfg["workload"])
-        self.protocol = make_protocol(target, workload, cfg["model"], base_url=cfg["url"])
-        self.prompts = make_prompt_source(workload, cfg["seed"], cfg["base_dir"])
+        self.protocol, self.prompts = make_workload(target, workload, cfg["model"], cfg["url"], cfg["seed"],
+                                                    cfg["base_dir"])
         self.cap = max(1, share(cfg["max_in_flight"], self.k, self.n))
         self.timeout = cfg["timeout"]
         self.send_message = send_message
@@ -112,6 +111,7 @@ class WorkerRun:
         req = None
         try:
             req = self.protocol.build(seq, self.prompts.get(seq))
+            out.counts = req.counts
             send(session, req, self.protocol.handler(), out, self.timeout, self.name)
         except (Cancelled, gevent.GreenletExit):
             out.error, out.done = "cancelled", clock()

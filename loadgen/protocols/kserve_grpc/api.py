@@ -128,7 +128,7 @@ class GrpcStreamHandler(ResponseHandler):
         if self._counted and len(out.chunk_tokens) == len(out.token_times):
             output_from_usage(out, self._counted)
         elif not counted_by_server(out):
-            out.output_tokens = self._count
+            out.output_tokens, out.output_tokens_source = self._count, "chunks"
 
 
 class KServeGrpcProtocol(ApiProtocol):

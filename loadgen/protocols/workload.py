@@ -1,0 +1,66 @@
+"""What a sender needs to build its requests: the tokenizer, the protocol and the prompts, made in one place.
+
+Every sender (the native engine, each of its processes, each Locust worker) calls :func:`make_workload`, so
+they all count and build alike. The tokenizer is loaded here and not earlier because ``tokenizer: server``
+needs the target's URL, known only once a managed target has started.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadgen.errors import UsageError
+from loadgen.protocols.base import ApiProtocol
+from loadgen.protocols.registry import make_protocol
+from loadgen.scenario.datasets import DatasetError
+from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.prompts import CHARS_PER_TOKEN, PromptSource, make_prompt_source
+from loadgen.scenario.tokenizer import ServerTokenizer, Tokenizer, TokenizerError, load_tokenizer
+
+__all__ = ["describe_tokens", "make_workload"]
+
+CHAT_APIS = ("openai-chat",)
+
+
+def _tokenizer(target: Target, workload: Workload, model: str | None, url: str | None,
+               base_dir: Path) -> Tokenizer | None:
+    try:
+        return load_tokenizer(workload.tokenizer, base_dir, url or target.url, target.headers, model)
+    except TokenizerError as exc:
+        raise UsageError(f"workload.tokenizer: {exc}") from None
+
+
+def make_workload(target: Target, workload: Workload, model: str | None, url: str | None, seed: int,
+                  base_dir: Path) -> tuple[ApiProtocol, PromptSource]:
+    """(protocol, prompts) of one target. Raises UsageError for a tokenizer or dataset that cannot be used."""
+    tok = _tokenizer(target, workload, model, url, Path(base_dir))
+    try:
+        protocol = make_protocol(target, workload, model, base_url=url, tokenizer=tok)
+        prompts = make_prompt_source(workload, seed, Path(base_dir), tok, chat=target.api in CHAT_APIS)
+    except (TokenizerError, DatasetError) as exc:
+        raise UsageError(f"workload: {exc}") from None
+    finally:
+        if isinstance(tok, ServerTokenizer):
+            tok.close()
+    return protocol, prompts
+
+
+def describe_tokens(target: Target, workload: Workload, model: str | None, url: str | None,
+                    base_dir: Path) -> dict:
+    """How this target's token counts are made, for summary.json: the tokenizer (or the approximation), and the
+    special tokens it adds to a plain prompt (what a completions server counts beyond the requested length)."""
+    tok = _tokenizer(target, workload, model, url, Path(base_dir))
+    if tok is None:
+        return {"tokenizer": None, "counted_by": "approximation", "chars_per_token": CHARS_PER_TOKEN,
+                "special_tokens": None, "chat_template": None}
+    try:
+        chat = target.api in CHAT_APIS
+        specials = tok.special_tokens()
+        template = tok.chat_tokens([{"role": "user", "content": "a"}]) is not None if chat else None
+    except TokenizerError as exc:
+        raise UsageError(f"workload.tokenizer: {exc}") from None
+    finally:
+        if isinstance(tok, ServerTokenizer):
+            tok.close()
+    return {"tokenizer": tok.name, "counted_by": "tokenizer", "output_counted_by_tokenizer": tok.counts_output,
+            "special_tokens": specials, "chat_template": template}
