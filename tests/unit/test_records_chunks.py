@@ -23,12 +23,14 @@ def _outcome(chunks: int, **kw) -> Outcome:
 @pytest.mark.parametrize(
     "chunks, kw, tokens, source",
     [
-        (6, {"output_tokens": 20, "output_tokens_source": "usage"}, [1, 4, 4, 4, 4, 3], "usage_spread"),  # 19 over 5, early first
+        # 19 over 5, early first
+        (6, {"output_tokens": 20, "output_tokens_source": "usage"}, [1, 4, 4, 4, 4, 3], "usage_spread"),
         (6, {"output_tokens": 6, "output_tokens_source": "usage"}, [1] * 6, "usage_spread"),
         (1, {"output_tokens": 5, "output_tokens_source": "usage"}, [5], "usage_spread"),
         (3, {"output_tokens": 9, "chunk_tokens": [1, 4, 4]}, [1, 4, 4], "chunk_usage"),
         (4, {"output_tokens": 4}, [1, 1, 1, 1], "chunks"),  # no usage: one per chunk
-        (5, {"output_tokens": 3, "output_tokens_source": "usage"}, [1] * 5, "chunks"),  # usage below the chunks: not spread
+        # usage below the chunks: not spread
+        (5, {"output_tokens": 3, "output_tokens_source": "usage"}, [1] * 5, "chunks"),
         (0, {}, [], ""),
     ],
 )
