@@ -144,3 +144,9 @@ def test_no_private_name_is_imported_across_modules():
 @pytest.mark.parametrize("stage", STAGES[4:])
 def test_every_stage_is_a_package(stage):
     assert (ROOT / "loadgen" / stage / "__init__.py").is_file()
+
+
+def test_test_module_names_are_unique():
+    """pytest imports test modules by basename (rootdir mode): two files of one name fail the whole collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
