@@ -36,11 +36,11 @@ import pandas as pd
 
 from loadgen.analysis.metrics import itl_samples
 from loadgen.analysis.stats import sectioned_ci
+from loadgen.records.rundir import CAPACITY
 from loadgen.scenario.model import Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
 from loadgen.units import json_num
 
-CAPACITY = "capacity.json"
 KEEP_UP = 0.9  # a step must complete at least this share of its offered rate
 SECTIONS = 5  # stretches of a step whose spread gives the sectioned interval of a percentile
 LONGER = 2  # an inconclusive step is run again this many times as long

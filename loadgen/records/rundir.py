@@ -13,6 +13,7 @@ Nothing here ever holds a secret: values are scrubbed with :func:`scrub` before 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -34,12 +35,39 @@ SERVER_METRICS = "server_metrics.csv"
 META = "meta.json"
 REGRESSION = "regression.json"
 COLD_START = "cold_start.json"
+CAPACITY = "capacity.json"
+#: What a RunDir holds at its top level besides target folders: no target folder may take one of these names.
+RESERVED = frozenset({"scenario.yaml", META, "metrics.json", REGRESSION, COLD_START, CAPACITY, "report.html",
+                      "summary.md", "junit.xml", "compare.html"})
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
+_SAFE_LEN = 100  # characters of a name kept in a file name (a file system allows 255 bytes)
+
+
 def safe_name(name: str) -> str:
-    """A file-system-safe folder name for a scenario or target."""
-    return _SAFE.sub("_", name).strip("._") or "target"
+    """A file-system-safe name for a scenario or target (lossy: ``fast/v1`` and ``fast v1`` both give ``fast_v1``;
+    long names are cut to 100 characters)."""
+    return _SAFE.sub("_", name)[:_SAFE_LEN].strip("._") or "target"
+
+
+def folder_name(name: str, taken: set[str] = frozenset()) -> str:
+    """The folder of target ``name`` in a RunDir: unique among ``taken`` (folder names, compared casefolded, as a
+    case-insensitive file system would) and stable from run to run.
+
+    A name that is already safe is its own folder. A name that :func:`safe_name` changes (``fast/v1``, ``快速``)
+    gets a short hash of the name appended (``fast_v1-1f0e3c2a``), so two names that map to the same safe text
+    still get two folders, whatever else the run holds. Only an exact clash left after that gets ``-2``, ``-3``...
+    """
+    base = safe_name(name)
+    if base != name or base.casefold() in {r.casefold() for r in RESERVED}:
+        base = f"{base}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    folded = {t.casefold() for t in taken}
+    out, i = base, 1
+    while out.casefold() in folded:
+        i += 1
+        out = f"{base}-{i}"
+    return out
 
 
 def jsonable(obj: Any) -> Any:
@@ -89,9 +117,15 @@ class RunDir:
         path.mkdir(parents=True, exist_ok=True)
         return cls(path)
 
-    def target_dir(self, target: str) -> Path:
-        d = self.path / safe_name(target)
-        d.mkdir(parents=True, exist_ok=True)
+    def new_target_dir(self, target: str) -> Path:
+        """A new folder for target ``target``, which no folder already in this RunDir shares (its name is the
+        folder's ``name``: store it in meta.json, which maps each target to its folder)."""
+        taken = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
+        d = self.path / folder_name(target, taken)
+        try:
+            d.mkdir(parents=True)
+        except OSError as exc:
+            raise RunDirWriteError(exc.errno, f"cannot create {d}: {exc.strerror or exc}") from exc
         return d
 
     def write_scenario(self, data: dict) -> None:

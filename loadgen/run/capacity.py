@@ -47,7 +47,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         load = step_load(sc.load, qps, step_duration * (LONGER if longer else 1), warmup, len(steps))
         step_sc = sc.model_copy(update={"load": load, "slo": slos})
         name = f"qps-{qps:.4g}" + (f"-x{LONGER}" if longer else "")
-        tdir = rd.target_dir(name)
+        tdir = rd.new_target_dir(name)
         res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.secrets), tdir)
         table = read_records(tdir / REQUESTS)
         summary = summarize(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,

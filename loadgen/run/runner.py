@@ -26,7 +26,7 @@ from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
-from loadgen.records.rundir import COLD_START, META, REGRESSION, REQUESTS, SUMMARY, RunDir, safe_name, write_json
+from loadgen.records.rundir import COLD_START, META, REGRESSION, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
 from loadgen.redact import scrub
 from loadgen.run.targets import ManagedServer, start_managed
@@ -167,11 +167,11 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
              on_engine: OnEngine | None, fail_fast: float | None, index: int, opts: EngineOptions) -> TargetRun:
     """Start the target if latbench manages it, run the phases against it, summarize, stop it."""
     secrets = loaded.secrets
-    tr = TargetRun(name, safe_name(name), target.url or "")
+    tdir = rd.new_target_dir(name)
+    tr = TargetRun(name, tdir.name, target.url or "")
     entry = {"name": name, "dir": tr.dir}
     meta["targets"].append(entry)
     rd.write_meta(meta, secrets)
-    tdir = rd.target_dir(name)
     try:
         server = start_managed(target)
     except TargetStartError as exc:
