@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from loadgen.analysis.capacity import headline
+from loadgen.records.rundir import write_text
 from loadgen.scenario.slo import parse_slo
 from reports.html import render
 from reports.plots import figure, ms_log_axis, plot_style, to_uri
@@ -63,6 +64,4 @@ def write_capacity_report(rundir_path) -> Path:
     result = json.loads((root / "capacity.json").read_text())
     html = render("capacity.html", title=f"capacity: {result['scenario']}", r=result, headline=headline(result),
                   curve=_curve(result) if result["steps"] else None)
-    out = root / "report.html"
-    out.write_text(html, encoding="utf-8")
-    return out
+    return write_text(root / "report.html", html)

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.records.rundir import write_text
 from reports import model
 from reports.figures import overview_figures
 from reports.html import render
@@ -82,8 +83,4 @@ def render_compare(specs: list[str]) -> str:
 
 
 def write_compare(specs: list[str], out) -> Path:
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render_compare(specs), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_text(out, render_compare(specs))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadgen.records.rundir import write_text
 from reports import model
 from reports.figures import overview_figures, target_figures
 from reports.html import render
@@ -47,8 +48,5 @@ def render_run(run: RunData) -> str:
 
 
 def write_report(run: RunData, out: Path) -> Path:
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render_run(run), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    """report.html of ``run`` at ``out``: atomically, through the redaction every written byte takes."""
+    return write_text(out, render_run(run))

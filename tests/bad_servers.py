@@ -124,7 +124,7 @@ def _rst(writer: asyncio.StreamWriter) -> None:
 class Req:
     def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes):
         self.method, self.path, self.headers, self.body = method, path, headers, body
-        self.mode = path.strip("/").split("/", 1)[0]
+        self.mode = path.split("?", 1)[0].strip("/").split("/", 1)[0]
 
     @property
     def stream(self) -> bool:
@@ -375,6 +375,12 @@ async def metrics(req, w):
     w.write(_full(200, b"refserver:requests_total 1\n", "text/plain"))
 
 
+async def metrics_echo(req, w):
+    """Prometheus text whose labels echo the request's path and query (a metrics URL's token, say)."""
+    path = req.path.replace("\\", "\\\\").replace('"', '\\"')
+    w.write(_full(200, f'refserver:requests_total{{path="{path}"}} 1\n'.encode(), "text/plain"))
+
+
 MODES = {
     "ok": ok, "slow": slow, "close": close, "reset": reset, "stall": stall,
     "s500body": _status(500, b'{"error": {"message": "boom", "type": "server_error"}}'),
@@ -385,7 +391,7 @@ MODES = {
     "sse_garbage": sse_garbage, "sse_nodone": sse_nodone, "sse_error": sse_error,
     "sse_event_error": sse_event_error, "sse_json": sse_json,
     "big": big, "drip": drip, "slowdrip": slowdrip, "echo": echo, "echo_ok": echo_ok,
-    "health": health, "metrics": metrics,
+    "health": health, "metrics": metrics, "metrics_echo": metrics_echo,
 }
 
 

@@ -7,7 +7,7 @@ import sys
 import click
 
 from loadgen.analysis.capacity import headline, step_objectives
-from loadgen.cli.common import console, exits_on_errors, fraction_option, load_or_exit, scrub_logs
+from loadgen.cli.common import console, exits_on_errors, fraction_option, load_or_exit, redact_output
 from loadgen.errors import EXIT_FAILED, EXIT_OK
 from loadgen.run.capacity import run_capacity
 from loadgen.run.signals import install_signal_handlers
@@ -36,7 +36,8 @@ from reports import write_capacity_report
 def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance, target_url, out) -> None:
     out_console = console()
     loaded = load_or_exit(scenario)
-    scrub_logs(loaded.secrets)
+    loaded.redactor.add_url(target_url)
+    redact_output(loaded.redactor)
     try:
         objectives = step_objectives([parse_slo(s) for s in slos] if slos else list(loaded.scenario.slo))
         durations = parse_duration(step_duration), parse_duration(warmup)

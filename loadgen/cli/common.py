@@ -1,4 +1,4 @@
-"""What the commands share: the console, exit codes, option parsing, and the scrubbed log."""
+"""What the commands share: the console, exit codes, option parsing, and the one redacted way out."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from loadgen.errors import EXIT_USAGE, LatbenchError, ScenarioError
-from loadgen.redact import scrub
+from loadgen.redact import RedactingStream, Redactor
 from loadgen.scenario.loader import LoadedScenario, load_scenario
 from loadgen.units import parse_percent
 
@@ -40,19 +40,37 @@ def load_or_exit(path: str) -> LoadedScenario:
         sys.exit(EXIT_USAGE)
 
 
-def scrub_logs(secrets: list[str]) -> None:
-    """Every log line goes through the scenario's secrets scrubber (a URL or a server message may hold one)."""
+class RedactingFilter(logging.Filter):
+    """Renders each log record through the redactor (a URL or a server message may hold a secret)."""
 
-    class _Scrub(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            record.msg, record.args = scrub(record.getMessage(), secrets), None
-            if record.exc_info:  # a traceback may quote a URL: render it now, scrubbed
-                record.exc_text = scrub(logging.Formatter().formatException(record.exc_info), secrets)
-                record.exc_info = None
-            return True
+    def __init__(self, redactor: Redactor):
+        super().__init__()
+        self.redactor = redactor
 
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = self.redactor.text(record.getMessage()), None
+        if record.exc_info:  # a traceback may quote a URL: render it now, redacted
+            record.exc_text = self.redactor.text(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
+
+
+def redact_output(redactor: Redactor) -> None:
+    """From now on everything this process prints or logs goes through ``redactor``: stdout and stderr are
+    wrapped (console output, ``click.echo``, tracebacks), and every log handler filters its records.
+
+    Called once at start with a redactor that knows no secret (URL credentials are still redacted), and again
+    by each command once its scenario (and ``--target``) tell what is secret."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, RedactingStream):
+            stream.redactor = redactor
+        elif stream is not None:
+            setattr(sys, name, RedactingStream(stream, redactor))
     for handler in logging.getLogger().handlers:
-        handler.addFilter(_Scrub())
+        for f in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
+            handler.removeFilter(f)
+        handler.addFilter(RedactingFilter(redactor))
 
 
 def fraction_option(text: str, name: str) -> float:

@@ -8,7 +8,8 @@ import logging
 
 import click
 
-from loadgen.cli.common import EXIT_CODES
+from loadgen.cli.common import EXIT_CODES, redact_output
+from loadgen.redact import Redactor
 from loadgen.version import __version__
 
 #: command name -> "module:attribute" (click's documented pattern for lazily loaded subcommands)
@@ -48,6 +49,7 @@ class LazyGroup(click.Group):
 @click.option("-v", "--verbose", is_flag=True, help="log every failed request's exception class")
 def main(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="latbench: %(message)s")
+    redact_output(Redactor())  # URL credentials never printed; a command that loads a scenario knows more
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,7 @@ from loadgen.cli.common import (
     fraction_option,
     load_or_exit,
     print_reasons,
-    scrub_logs,
+    redact_output,
 )
 from loadgen.cli.display import StatusDisplay, summary_table
 from loadgen.engine.options import EngineOptions
@@ -58,7 +58,8 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     if baseline is not None and not (Path(baseline) / "meta.json").is_file():
         raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
     loaded = load_or_exit(scenario)
-    scrub_logs(loaded.secrets)
+    loaded.redactor.add_url(target_url)
+    redact_output(loaded.redactor)
     display = StatusDisplay(out_console)
     current = {}
     if engine == "locust" and fail_fast:

@@ -6,6 +6,9 @@ Columns: ``time`` (seconds since the run's t0 on ``time.perf_counter``, the reco
 ``_count`` / ``_sum`` / ``_bucket`` cumulative as the server reports them; the report turns them into
 per-interval rates and means. ``_created`` timestamps are left out.
 
+Every sample's name and labels go through the run's :class:`~loadgen.redact.Redactor` before they are
+written (a label may echo a URL and its token, a header, a user), as every byte of a RunDir does.
+
 The scraper must never disturb the run: every failure is caught. A target without /metrics (404,
 refused connection, not Prometheus text) is noted once and no longer scraped; a target that served
 metrics and then stops answering is retried, and given up after a few failures in a row.
@@ -18,6 +21,8 @@ import csv
 import logging
 import time
 from pathlib import Path
+
+from loadgen.redact import Redactor
 
 log = logging.getLogger("latbench.scrape")
 
@@ -59,7 +64,8 @@ class MetricsScraper:
     returns 0 or None, scrapes are not stored.
     """
 
-    def __init__(self, interval: float = INTERVAL, timeout: float = 2.0):
+    def __init__(self, interval: float = INTERVAL, timeout: float = 2.0, redactor: Redactor | None = None):
+        self.redactor = redactor or Redactor()
         self.interval = interval
         self.timeout = timeout
         self.note: str | None = None
@@ -152,5 +158,6 @@ class MetricsScraper:
             self._writer = csv.writer(self._file)
             self._writer.writerow(HEADER)
         tt = f"{t:.4f}"
-        self._writer.writerows((tt, name, labels, repr(value)) for name, labels, value in samples)
+        text = self.redactor.text
+        self._writer.writerows((tt, text(name), text(labels), repr(value)) for name, labels, value in samples)
         self._file.flush()

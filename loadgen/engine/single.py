@@ -51,7 +51,7 @@ async def run_single(mt: MeasuredTarget, on_engine: OnEngine | None = None,
         on_engine(engine)
     scraper = None
     if mt.metrics_url:
-        scraper = MetricsScraper()
+        scraper = MetricsScraper(redactor=mt.loaded.redactor)
         await scraper.start(mt.metrics_url, mt.tdir / SERVER_METRICS, lambda: engine.t0)
     try:
         result = await engine.run()

@@ -8,7 +8,8 @@
       <target>/summary.json         per phase and overall
       <target>/server_metrics.csv   scraped Prometheus metrics, when the target has them
 
-Nothing here ever holds a secret: values are scrubbed with :func:`scrub` before they are written.
+Nothing here ever holds a secret: every file goes through the run's :class:`~loadgen.redact.Redactor` (one that
+knows no secret still redacts the userinfo and credential parameters of every URL).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import yaml
 from loadgen.errors import RunDirWriteError
 from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
 from loadgen.records.schema import records_exist
-from loadgen.redact import scrub
+from loadgen.redact import Redactor
 from loadgen.units import json_num
 
 REQUESTS = "requests.parquet"
@@ -83,17 +84,30 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def write_json(path: str | os.PathLike, obj: Any, secrets: list[str] | None = None) -> None:
-    """Write JSON atomically (a temp file renamed over the target), NaN as null."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    text = json.dumps(jsonable(scrub(obj, secrets or [])), indent=1, allow_nan=False)
+def write_text(path: str | os.PathLike, text: str, redactor: Redactor | None = None) -> Path:
+    """Write a text file atomically (a temp file renamed over the target), through ``redactor`` (default: one
+    that knows no secret, which still redacts URL credentials). Raises RunDirWriteError; no temp file is left."""
+    return _write_atomic(Path(path), (redactor or Redactor()).text(text))
+
+
+def write_json(path: str | os.PathLike, obj: Any, redactor: Redactor | None = None) -> Path:
+    """Write JSON atomically, NaN as null, every string value through ``redactor`` (keys and numbers never)."""
+    return _write_atomic(Path(path), json.dumps(jsonable((redactor or Redactor()).data(obj)), indent=1,
+                                                allow_nan=False))
+
+
+def _write_atomic(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)  # the old file stays whole until the new one is
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         raise RunDirWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+    return path
 
 
 class RunDir:
@@ -128,15 +142,14 @@ class RunDir:
             raise RunDirWriteError(exc.errno, f"cannot create {d}: {exc.strerror or exc}") from exc
         return d
 
-    def write_scenario(self, data: dict) -> None:
-        path = self.path / "scenario.yaml"
-        try:
-            path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-        except OSError as exc:
-            raise RunDirWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+    def write_scenario(self, data: dict, redactor: Redactor | None = None) -> None:
+        """The scenario as written (placements already redacted: ``LoadedScenario.redacted``), every string value
+        through ``redactor`` once more."""
+        data = (redactor or Redactor()).data(data)
+        _write_atomic(self.path / "scenario.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
-    def write_meta(self, meta: dict, secrets: list[str]) -> None:
-        write_json(self.path / META, meta, secrets)
+    def write_meta(self, meta: dict, redactor: Redactor | None = None) -> None:
+        write_json(self.path / META, meta, redactor)
 
     def write_metric_definitions(self) -> None:
         write_json(self.path / "metrics.json", {"schema_version": SCHEMA_VERSION, "metrics": METRIC_DEFINITIONS})

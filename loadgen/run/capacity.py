@@ -48,14 +48,14 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         step_sc = sc.model_copy(update={"load": load, "slo": slos})
         name = f"qps-{qps:.4g}" + (f"-x{LONGER}" if longer else "")
         tdir = rd.new_target_dir(name)
-        res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.secrets), tdir)
+        res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.redactor), tdir)
         table = read_records(tdir / REQUESTS)
         summary = summarize(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,
                             complete=not res.interrupted, notes=res.notes,
                             send_lag_threshold=sc.load.send_lag_threshold,
                             cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast)
         sectioned_intervals(records_frame(table), summary["slo"])
-        write_json(tdir / SUMMARY, summary, loaded.secrets)
+        write_json(tdir / SUMMARY, summary, loaded.redactor)
         ok, reasons, unsure = judge(summary, qps)
         m = summary["phases"]["step"]["metrics"]
         st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
@@ -129,11 +129,13 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     target = sc.target_list()[0]
     if target_url:
         target = target.model_copy(update={"url": target_url, "reference": None, "command": None})
+    redactor = loaded.redactor
+    redactor.add_url(target_url)
     rd = RunDir.create(out, f"capacity_{sc.name}")
-    rd.write_scenario(loaded.redacted())
+    rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
     meta = host_meta(sc.name, "native", kind="capacity")
-    rd.write_meta(meta, loaded.secrets)
+    rd.write_meta(meta, redactor)
     server = start_managed(target)
     engine = SingleProcess()
     try:
@@ -148,7 +150,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
         def step_done(st: Step) -> None:
             meta["targets"].append({"name": st.dir, "dir": st.dir, "url": url, "model": model, "qps": st.qps,
                                     "server": dict(server.config) if server else {}})
-            rd.write_meta(meta, loaded.secrets)
+            rd.write_meta(meta, redactor)
             if on_step:
                 on_step(st)
 
@@ -159,7 +161,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
             server.stop()
     result["target"] = {"name": target.name, "url": url, "model": model,
                         "server": dict(server.config) if server else {}}
-    write_json(rd.path / CAPACITY, result, loaded.secrets)
+    write_json(rd.path / CAPACITY, result, redactor)
     meta.update(complete=result["complete"], capacity=result["bracket"])
-    rd.write_meta(meta, loaded.secrets)
+    rd.write_meta(meta, redactor)
     return rd, result

@@ -28,7 +28,6 @@ from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
 from loadgen.records.rundir import COLD_START, META, REGRESSION, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
-from loadgen.redact import scrub
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Target
@@ -119,15 +118,16 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     check_baseline(baseline)
     opts = opts or EngineOptions()
     sc = loaded.scenario
+    redactor = loaded.redactor
+    redactor.add_url(target_url)  # its password and keys are secret too, wherever they resurface
     rd = RunDir.create(out, sc.name, exact=exact_out)
-    rd.write_scenario(loaded.redacted())
+    rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
     targets = sc.target_list()
     if target_url:
         targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
-    secrets = loaded.secrets
     meta = host_meta(sc.name, opts.engine)
-    rd.write_meta(meta, secrets)
+    rd.write_meta(meta, redactor)
     runs: list[TargetRun] = []
     slack = FAIL_FAST_SLACK if fail_fast else None
     expected = 0
@@ -140,7 +140,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
             if starts > 1:
                 tr.group = target.name
                 meta["targets"][-1].update(group=target.name, start=k)
-                rd.write_meta(meta, secrets)
+                rd.write_meta(meta, redactor)
             runs.append(tr)
             if tr.stops_run:
                 break
@@ -149,33 +149,33 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     interrupted = bool(runs) and runs[-1].interrupted
     if sc.load.starts > 1:
         starts_run = [StartRun(tr.group or tr.name, tr.dir, tr.server, tr.summary is not None) for tr in runs]
-        write_json(rd.path / COLD_START, cold_start_summary(starts_run, rd.path), secrets)
+        write_json(rd.path / COLD_START, cold_start_summary(starts_run, rd.path), redactor)
     regressions = []
     if baseline is not None and not interrupted:
         regression = compare_runs(rd, RunDir(baseline), max_regression)
-        write_json(rd.path / REGRESSION, regression)
+        write_json(rd.path / REGRESSION, regression, redactor)
         regressions = regression_reasons(regression)
     verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
                     regressions=regressions)
     meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
                 exit_code=verdict.exit_code, verdict=verdict.to_json())
-    rd.write_meta(meta, secrets)
+    rd.write_meta(meta, redactor)
     return RunResult(rd, runs, interrupted, verdict)
 
 
 def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: dict,
              on_engine: OnEngine | None, fail_fast: float | None, index: int, opts: EngineOptions) -> TargetRun:
     """Start the target if latbench manages it, run the phases against it, summarize, stop it."""
-    secrets = loaded.secrets
+    redactor = loaded.redactor
     tdir = rd.new_target_dir(name)
     tr = TargetRun(name, tdir.name, target.url or "")
     entry = {"name": name, "dir": tr.dir}
     meta["targets"].append(entry)
-    rd.write_meta(meta, secrets)
+    rd.write_meta(meta, redactor)
     try:
         server = start_managed(target)
     except TargetStartError as exc:
-        tr.error = scrub(str(exc), secrets)
+        tr.error = str(exc)  # written and printed through the redactor, as everything is
         log.error("target %s did not start: %s", name, tr.error)
         return tr
     url = server.url if server else target.url
@@ -193,10 +193,10 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     tr.interrupted = res.interrupted
     tr.failed_fast = res.failed_fast
     tr.summary = summarize_target(mt, res, opts.engine, run_name=name)
-    write_json(tdir / SUMMARY, tr.summary, secrets)
+    write_json(tdir / SUMMARY, tr.summary, redactor)
     entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
                  duration_s=res.duration, requests=res.requests)
-    rd.write_meta(meta, secrets)
+    rd.write_meta(meta, redactor)
     return tr
 
 

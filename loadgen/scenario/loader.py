@@ -17,33 +17,36 @@ import yaml
 from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
-from loadgen.redact import REDACTED, is_secret_header, url_password
+from loadgen.redact import ENV_REF, PLACEMENTS, Redactor
 from loadgen.scenario.model import Scenario
 
 _ITEM = re.compile(r"^(slo)\[(\d+)\] ")
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-#: Where ${ENV} is expanded. Everything else is taken literally.
-_ENV_FIELDS = ("url", "metrics_url", "headers")
+
+
 @dataclass
 class LoadedScenario:
+    """A validated scenario, where it was read from, and what of it is secret.
+
+    ``${ENV}`` is expanded in the target fields that :data:`loadgen.redact.PLACEMENTS` lists, and nowhere else.
+    """
+
     scenario: Scenario
     path: Path
     raw: dict  # as written, ${ENV} unexpanded; see redacted()
-    secrets: list[str] = field(default_factory=list)  # expanded values to scrub from any output
+    redactor: Redactor = field(default_factory=Redactor)  # the run's one redaction path (loadgen.redact)
+
+    @property
+    def secrets(self) -> list[str]:
+        """The secret values: every expanded ``${ENV}`` value and every literal credential."""
+        return self.redactor.secrets
 
     def redacted(self) -> dict:
-        """The scenario as written, with literal secret header values replaced by '***'."""
+        """The scenario as written (``${ENV}`` references kept), each placement redacted by its own rule."""
         data = copy.deepcopy(self.raw)
         for t in _target_dicts(data):
-            headers = t.get("headers")
-            if isinstance(headers, dict):
-                for k, v in headers.items():
-                    if isinstance(k, str) and is_secret_header(k) and isinstance(v, str) and not _ENV.search(v):
-                        headers[k] = REDACTED
-            for key in ("url", "metrics_url"):
-                password = url_password(t.get(key))
-                if password and not _ENV.search(password):
-                    t[key] = t[key].replace(":" + password + "@", ":" + REDACTED + "@")
+            for name, placement in PLACEMENTS.items():
+                if name in t:
+                    t[name] = placement.redact(self.redactor, t[name])
         return data
 
 
@@ -131,7 +134,11 @@ def _mark(node: yaml.Node | None) -> str:
     return f"{node.start_mark.line + 1}:{node.start_mark.column + 1}"
 
 
-def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str], secrets: list[str]) -> None:
+def _expand(data: dict, raw: dict, root: yaml.Node, fname: str, env: dict, errors: list[str],
+            redactor: Redactor) -> None:
+    """Expand ``${ENV}`` in every string of each placement field of each target (however nested), registering
+    each value; register each field's literal credentials (as written) and, for every string the expansion
+    changed, how it is written instead."""
     def sub(value: str, loc: tuple) -> str:
         def repl(m: re.Match) -> str:
             name = m.group(1)
@@ -139,28 +146,44 @@ def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str
                 errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: "
                               f"environment variable {name} is not set")
                 return ""
-            secrets.append(env[name])  # every expanded value, in a header or a URL, is never written out
+            redactor.add(env[name], "${" + name + "}")  # never written out: its reference stands in its place
             return env[name]
 
-        return _ENV.sub(repl, value)
+        return ENV_REF.sub(repl, value)
 
-    for prefix, t in _target_locs(data):
-        headers = t.get("headers")
-        if isinstance(headers, dict):  # literal credentials are scrubbed wherever they might resurface
-            secrets += [v for k, v in headers.items()
-                        if isinstance(k, str) and is_secret_header(k) and isinstance(v, str)
-                        and not _ENV.search(v)]
-        for key in _ENV_FIELDS:
-            v = t.get(key)
-            if isinstance(v, str):
-                t[key] = sub(v, prefix + (key,))
-                password = url_password(t[key])
-                if password:
-                    secrets.append(password)
-            elif isinstance(v, dict):
-                for hk, hv in v.items():
-                    if isinstance(hv, str):
-                        v[hk] = sub(hv, prefix + (key, hk))
+    def expand(obj: Any, loc: tuple) -> Any:
+        if isinstance(obj, str):
+            return sub(obj, loc)
+        if isinstance(obj, dict):
+            return {k: expand(v, loc + (k,)) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [expand(v, loc + (i,)) for i, v in enumerate(obj)]
+        return obj
+
+    pairs = list(zip(_target_locs(data), _target_locs(raw)))
+    for (prefix, t), (_, rt) in pairs:
+        for name, placement in PLACEMENTS.items():
+            if name in t:
+                t[name] = expand(t[name], prefix + (name,))
+                placement.collect(redactor, rt[name])  # literal credentials, as written
+    for (_, t), (_, rt) in pairs:  # once every secret is known: each expanded string is written as redacted
+        for name, placement in PLACEMENTS.items():
+            if name in t:
+                _expansions(t[name], rt[name], placement.redact(redactor, rt[name]), redactor)
+
+
+def _expansions(expanded: Any, raw: Any, written: Any, redactor: Redactor) -> None:
+    """Register, for each string ``${ENV}`` expansion changed, the form it is written in instead."""
+    if isinstance(expanded, str) and isinstance(raw, str) and isinstance(written, str):
+        if expanded != raw:
+            redactor.add_expansion(expanded, written)
+    elif isinstance(expanded, dict) and isinstance(raw, dict) and isinstance(written, dict):
+        for k in expanded:
+            if k in raw and k in written:
+                _expansions(expanded[k], raw[k], written[k], redactor)
+    elif isinstance(expanded, list) and isinstance(raw, list) and isinstance(written, list):
+        for e, r, w in zip(expanded, raw, written):
+            _expansions(e, r, w, redactor)
 
 
 def _target_locs(data: dict):
@@ -204,8 +227,8 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
                              f"got {type(data).__name__}"])
     raw = copy.deepcopy(data)
     errors: list[str] = []
-    secrets: list[str] = []
-    _expand(data, root, fname, env, errors, secrets)
+    redactor = Redactor()
+    _expand(data, raw, root, fname, env, errors, redactor)
     load = data.get("load")
     expected = load.get("expected_qps") if isinstance(load, dict) else None
     ctx = {"expected_qps": expected if isinstance(expected, (int, float)) and not isinstance(expected, bool) else None}
@@ -223,7 +246,7 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
                 errors.append(f"{fname}:{_mark(node)}: {_path(ploc)}: {part[m.end():] if m else part}")
     if errors:
         raise ScenarioError(errors)
-    return LoadedScenario(scenario=scenario, path=path, raw=raw, secrets=list(dict.fromkeys(s for s in secrets if s)))
+    return LoadedScenario(scenario=scenario, path=path, raw=raw, redactor=redactor)
 
 
 def scenario_schema() -> dict:

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,8 +76,10 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
     argv = master_argv(scenario_path, target_index, url, model, tdir, workers, expect_workers, master_bind,
                        connect_timeout)
     started_wall, started = time.time(), time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=child_env(),
-                            start_new_session=True)  # a terminal's Ctrl-C reaches us, and we decide
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=child_env(), start_new_session=True)  # a terminal's Ctrl-C reaches us, and we decide
+    # what Locust logs (the master's and its local workers') is printed by this process, through its redaction
+    threading.Thread(target=_relay, args=(proc.stderr,), name="latbench-locust-stderr", daemon=True).start()
     result = None
     interrupts = 0
     while True:
@@ -105,6 +108,12 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
                                requests=result["requests"], interrupted=result["interrupted"] or interrupts > 0,
                                cpu_seconds=result["cpu_seconds"], notes=result["notes"],
                                processes=result["processes"], workers=result["workers"])
+
+
+def _relay(stream) -> None:
+    """Copy a child's stderr to ours, line by line (ours may be the CLI's redacting stream)."""
+    for line in iter(stream.readline, ""):
+        sys.stderr.write(line)
 
 
 def _ensure_records(tdir: Path) -> None:
