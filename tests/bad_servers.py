@@ -29,6 +29,7 @@ SLOW_DRIP_GAP = 0.05  # seconds between the 8-byte pieces of mode `slowdrip` (me
 SLOW_S = 1.0  # mode `slow` answers after this long
 STALL_S = 30.0  # mode `stall` sends headers, then nothing for this long
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+FLOOD_MB = 64  # megabytes sent by modes `sse_noline`, `sse_noevent` and `headers_forever`
 
 
 def self_signed_cert(folder: Path) -> tuple[Path, Path]:
@@ -357,6 +358,30 @@ async def slowdrip(req, w):
     await _drip(w, SLOW_DRIP_GAP)
 
 
+async def _flood(w, head: bytes, block: bytes, chunked: bool) -> None:
+    w.write(head)
+    for _ in range(FLOOD_MB * (1 << 20) // len(block)):
+        w.write(_chunk(block) if chunked else block)
+        await w.drain()  # raises once the client has closed: it stopped reading, as it should
+    if chunked:
+        w.write(CHUNKED_END)
+
+
+async def sse_noline(req, w):
+    """`data: ` and then FLOOD_MB megabytes without a line end."""
+    await _flood(w, SSE_HEAD + _chunk(_token("a") + b"data: "), b"a" * (1 << 20), True)
+
+
+async def sse_noevent(req, w):
+    """Short `data:` lines for FLOOD_MB megabytes, never a blank line: one event that never ends."""
+    await _flood(w, SSE_HEAD + _chunk(_token("a")), b"data: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n" * 25000, True)
+
+
+async def headers_forever(req, w):
+    """A status line, then header lines for FLOOD_MB megabytes: a header block that never ends."""
+    await _flood(w, b"HTTP/1.1 200 OK\r\n", (b"X-Pad: " + b"a" * 1000 + b"\r\n") * 1000, False)
+
+
 async def echo(req, w):
     """A hostile server: every request header echoed back in a 401 error body."""
     w.write(_full(401, json.dumps({"error": {"message": "bad key", "echo": req.headers}}).encode()))
@@ -392,6 +417,7 @@ MODES = {
     "sse_event_error": sse_event_error, "sse_json": sse_json,
     "big": big, "drip": drip, "slowdrip": slowdrip, "echo": echo, "echo_ok": echo_ok,
     "health": health, "metrics": metrics, "metrics_echo": metrics_echo,
+    "sse_noline": sse_noline, "sse_noevent": sse_noevent, "headers_forever": headers_forever,
 }
 
 

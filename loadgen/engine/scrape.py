@@ -27,6 +27,7 @@ from loadgen.redact import Redactor
 log = logging.getLogger("latbench.scrape")
 
 INTERVAL = 1.0
+MAX_BODY = 16 << 20  # bytes of one /metrics answer, at most (a server that never stops would grow memory)
 GIVE_UP_AFTER = 5  # consecutive failures, once the target has answered at least once
 HEADER = ("time", "metric", "labels", "value")
 
@@ -136,7 +137,12 @@ class MetricsScraper:
         async with self._session.get(self.url) as resp:
             if resp.status != 200:
                 return f"HTTP {resp.status}"
-            text = await resp.text()
+            body = bytearray()
+            async for chunk in resp.content.iter_any():
+                body += chunk
+                if len(body) > MAX_BODY:
+                    return f"an answer over {MAX_BODY >> 20} MB"
+            text = body.decode("utf-8", "replace")  # the Prometheus text format is UTF-8
         t0 = self.t0() if callable(self.t0) else self.t0
         if not t0:
             return True  # the run has not started its clock yet

@@ -10,7 +10,8 @@ what it means into the :class:`~loadgen.records.schema.Outcome`:
   delta and a usage-only chunk are not tokens. ``output_tokens`` and ``prompt_tokens`` come from the
   ``usage`` chunk when the server sends one (``usage_tokens`` True), else output_tokens is the count of
   token chunks. ``bad_stream``: no ``[DONE]`` before the body ended, an error object or ``event: error``
-  in the stream, or a data line that is not JSON.
+  in the stream, a data line that is not JSON, or a line or event over ``target.max_event_bytes`` (the
+  stream is then not read further: its connection is closed).
 - **JSON bodies**: parsed once at the end; tokens from ``usage``. ``bad_response``: invalid JSON, an
   ``error`` object, no ``choices`` (chat, completions) or no ``data`` list (embeddings).
 - **http**: success by status alone.
@@ -24,8 +25,8 @@ import json
 import re
 from urllib.parse import quote
 
-from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
-from loadgen.protocols.sse import SSEParser
+from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse
+from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import HttpRequest, Target, Workload
 from loadgen.scenario.prompts import Prompt
@@ -86,8 +87,8 @@ class StreamHandler(ResponseHandler):
 
     __slots__ = ("_sse", "_live", "_done", "_count", "_chat")
 
-    def __init__(self, chat: bool):
-        self._sse = SSEParser()
+    def __init__(self, chat: bool, max_event_bytes: int = MAX_EVENT_BYTES):
+        self._sse = SSEParser(max_event_bytes)
         self._live = True  # parsing: a success status and no protocol error yet
         self._done = False
         self._count = 0
@@ -107,6 +108,10 @@ class StreamHandler(ResponseHandler):
         if not self._live:
             return
         events = self._sse.feed(data)
+        if self._sse.overflow:
+            detail = f"an SSE line or event over {self._sse.max_bytes} bytes (target.max_event_bytes)"
+            self._fail(out, detail)
+            raise StopResponse(detail)
         if self._sse.error is not None:
             return self._fail(out, "event: error: " + self._sse.error.decode("utf-8", "replace"))
         for ev in events:
@@ -228,6 +233,7 @@ class _OpenAI(ApiProtocol):
         self.url = _base_url(target, base_url) + self.endpoint
         self.path = _path_of(self.url)
         self.stream = target.stream
+        self.max_event_bytes = target.max_event_bytes
         self.headers = _headers(
             {"Content-Type": "application/json", "Accept": "text/event-stream" if self.stream else "application/json"},
             target,
@@ -269,7 +275,8 @@ class ChatProtocol(_OpenAI):
                             else [{"role": "user", "content": prompt.text}])
 
     def handler(self) -> ResponseHandler:
-        return StreamHandler(chat=True) if self.stream else JsonHandler("choices", output=True)
+        return (StreamHandler(True, self.max_event_bytes) if self.stream
+                else JsonHandler("choices", output=True))
 
 
 class CompletionsProtocol(_OpenAI):
@@ -282,7 +289,8 @@ class CompletionsProtocol(_OpenAI):
         body["prompt"] = prompt.text
 
     def handler(self) -> ResponseHandler:
-        return StreamHandler(chat=False) if self.stream else JsonHandler("choices", output=True)
+        return (StreamHandler(False, self.max_event_bytes) if self.stream
+                else JsonHandler("choices", output=True))
 
 
 class EmbeddingsProtocol(_OpenAI):

@@ -16,6 +16,11 @@ Call order a transport guarantees for one request::
 
 On a transport error (connect, reset, timeout) the transport or engine sets ``out.error`` and
 ``out.done`` and does not call ``on_end``.
+
+A handler that must not read further (the response broke one of its caps: an SSE line or event larger than
+``max_event_bytes``) sets ``out.error`` and raises :class:`StopResponse` from ``on_body``: the transport
+closes the connection, takes the exception's message as ``out.error_detail``, sets ``out.done`` and does not
+call ``on_end``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ class Request:
     headers: tuple[tuple[str, str], ...]  # without Host and Content-Length; transports add those
     body: bytes
     stream: bool  # the response is a server-sent-event stream
+
+
+class StopResponse(Exception):
+    """Raised by :meth:`ResponseHandler.on_body` when the rest of the response must not be read; ``out.error``
+    is already set. The transport closes the connection and ends the request (the message is its detail)."""
 
 
 def status_error(status: int) -> str:

@@ -23,6 +23,7 @@ from loadgen.errors import TargetStartError
 from loadgen.scenario.model import CommandTarget, ReferenceTarget, Target
 
 STOP_GRACE_S = 5.0
+MAX_LOG_LINE = 8192  # characters of one line a managed server prints, at most (the rest makes further lines)
 
 
 def free_port() -> int:
@@ -70,7 +71,7 @@ class ManagedServer:
 
 
 def _drain(stream, sink: list[str], limit: int = 200) -> None:
-    for line in iter(stream.readline, ""):
+    for line in iter(lambda: stream.readline(MAX_LOG_LINE), ""):
         sink.append(line.rstrip())
         del sink[:-limit]
 
@@ -101,7 +102,7 @@ def start_reference(ref: ReferenceTarget, env: dict | None = None) -> ManagedSer
     root, config = None, {}
     try:
         while root is None or not config:
-            line = proc.stdout.readline()
+            line = proc.stdout.readline(MAX_LOG_LINE)
             if not line:
                 raise TargetStartError("the reference server exited before it listened:\n" + "\n".join(log[-20:]))
             if line.startswith("LATBENCH_SERVER_URL="):

@@ -25,6 +25,8 @@ from loadgen.units import parse_duration, parse_rate
 MAX_QPS = 1_000_000.0  # no single scenario line may ask for more than this
 MAX_CONCURRENCY = 100_000
 MAX_DURATION = 7 * 24 * 3600.0
+MAX_HEADER_BYTES = 64 * 1024  # default cap of a response's header block (target.max_header_bytes)
+MAX_EVENT_BYTES = 1 << 20  # default cap of one SSE line or event (target.max_event_bytes)
 
 
 def _duration(v: Any) -> float:
@@ -91,6 +93,12 @@ class Target(Strict):
     http2: bool = False
     transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
     metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run")
+    max_header_bytes: int = Field(MAX_HEADER_BYTES, ge=1024, le=1 << 30,
+                                  description="cap of a response's header block in bytes; past it the response is "
+                                              "recorded as bad_response and its connection closed")
+    max_event_bytes: int = Field(MAX_EVENT_BYTES, ge=1024, le=1 << 30,
+                                 description="cap of one server-sent-event line or event in bytes; past it the "
+                                             "stream is recorded as bad_stream and its connection closed")
 
     @model_validator(mode="after")
     def _one_kind(self):

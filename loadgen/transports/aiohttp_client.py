@@ -12,7 +12,7 @@ import time
 
 import aiohttp
 
-from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
 
 clock = time.perf_counter
@@ -94,9 +94,14 @@ class AiohttpTransport:
                                              trace_request_ctx=out, allow_redirects=True) as resp:
                 out.first_byte = clock()
                 handler.on_status(resp.status, out)
-                async for chunk in resp.content.iter_any():
-                    handler.on_body(chunk, clock(), out)
-                handler.on_end(out)
+                try:
+                    async for chunk in resp.content.iter_any():
+                        handler.on_body(chunk, clock(), out)
+                except StopResponse as exc:  # the handler read enough (a cap): the rest is never read
+                    resp.close()  # and the connection goes with it
+                    out.error_detail = str(exc)
+                else:
+                    handler.on_end(out)
                 out.done = clock()
         except asyncio.CancelledError:
             raise

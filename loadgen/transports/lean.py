@@ -6,7 +6,9 @@ enforces the in-flight cap) but a bound on connects in progress (:data:`MAX_CONN
 built once from a cached header block, and response bodies
 (Content-Length, chunked, or read-until-close) handed to ``handler.on_body`` as they arrive, so a
 100 MB answer is counted, never buffered. Failures become the same error classes as the aiohttp
-transport: ``connect``, ``dns``, ``reset``, ``bad_response`` (``timeout`` is the engine's).
+transport: ``connect``, ``dns``, ``reset``, ``bad_response`` (``timeout`` is the engine's). A response whose
+header block runs past ``max_header_bytes`` (a server whose headers never end) is ``bad_response`` and its
+connection is closed; nothing of it is held beyond that cap.
 
 Two ways in: :meth:`LeanTransport.send` (a coroutine, as every transport has) and :meth:`LeanTransport.submit`
 (a callback when the request ended; no Task, no future). Per request on the callback path: one dict
@@ -31,6 +33,7 @@ from urllib.parse import urlsplit
 from loadgen.errors import UnsupportedURL
 from loadgen.protocols.base import Request, ResponseHandler
 from loadgen.records.schema import Outcome
+from loadgen.scenario.model import MAX_HEADER_BYTES
 from loadgen.transports.lean_conn import DNS_TTL, RETRY, Call, Conn, Site, clock
 
 __all__ = ["LeanTransport", "UnsupportedURL"]
@@ -64,9 +67,11 @@ class LeanTransport:
 
     name = "lean"
 
-    def __init__(self, user_agent: str = "latbench", max_connecting: int = MAX_CONNECTING):
+    def __init__(self, user_agent: str = "latbench", max_connecting: int = MAX_CONNECTING,
+                 max_header_bytes: int = MAX_HEADER_BYTES):
         self._ua = user_agent
         self._max_connecting = max_connecting
+        self.max_header_bytes = max_header_bytes  # a response's header block, at most (read by Conn)
         self._sites: dict[str, Site] = {}
         self._heads: dict[tuple, tuple[Site, bytes]] = {}
         self._wire: dict[int, tuple[Request, Site, bytes]] = {}

@@ -26,7 +26,7 @@ import time
 
 import gevent
 
-from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
 
 clock = time.perf_counter
@@ -92,6 +92,17 @@ def _read_some(resp) -> bytes:
             raise ConnectionResetError("connection closed before the end of the body")
 
 
+def _discard(resp) -> None:
+    """Close a response's connection instead of returning it to the pool (its answer was not read to the end)."""
+    sock, pool = getattr(resp, "_sock", None), getattr(resp, "_pool", None)
+    resp._sock = resp._pool = None
+    if sock is not None:
+        if pool is not None:
+            pool.release_socket(sock)
+        else:
+            sock.close()
+
+
 def request_headers(req: Request) -> dict:
     """The request's headers, asking for an uncompressed body (it is parsed as it arrives)."""
     headers = dict(req.headers)
@@ -120,13 +131,18 @@ def send(session, req: Request, handler: ResponseHandler, out: Outcome, timeout:
             if error is not None and (not status or status < 300):
                 raise error  # a transport failure: no response at all
             raw = getattr(resp, "_response", None)
-            if error is None and raw is not None:
-                while True:
-                    chunk = _read_some(raw)
-                    if not chunk:
-                        break
-                    handler.on_body(chunk, clock(), out)
-            handler.on_end(out)
+            try:
+                if error is None and raw is not None:
+                    while True:
+                        chunk = _read_some(raw)
+                        if not chunk:
+                            break
+                        handler.on_body(chunk, clock(), out)
+            except StopResponse as exc:  # the handler read enough (a cap): the rest is never read
+                _discard(raw)
+                out.error_detail = str(exc)
+            else:
+                handler.on_end(out)
             out.done = clock()
     except (Cancelled, gevent.GreenletExit):
         raise
