@@ -55,8 +55,6 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
         processes: int) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
-    if baseline is not None and not (Path(baseline) / "meta.json").is_file():
-        raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
     loaded = load_or_exit(scenario)
     loaded.redactor.add_url(target_url)
     redact_output(loaded.redactor)

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from loadgen.errors import RunDirWriteError
+from loadgen.errors import RunDirError, RunDirWriteError
 from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
 from loadgen.records.schema import records_exist
 from loadgen.redact import Redactor
@@ -69,6 +69,11 @@ def folder_name(name: str, taken: set[str] = frozenset()) -> str:
         i += 1
         out = f"{base}-{i}"
     return out
+
+
+def _is_folder_name(d) -> bool:
+    """A plain folder name (no path separator, not '.' or '..'): meta.json may not point outside its RunDir."""
+    return isinstance(d, str) and d not in ("", ".", "..") and "/" not in d and "\\" not in d and "\0" not in d
 
 
 def jsonable(obj: Any) -> Any:
@@ -155,11 +160,33 @@ class RunDir:
         write_json(self.path / "metrics.json", {"schema_version": SCHEMA_VERSION, "metrics": METRIC_DEFINITIONS})
 
     def meta(self) -> dict:
-        return json.loads((self.path / META).read_text())
+        """meta.json, checked to be what latbench writes: a JSON object whose ``targets`` is a list of objects each
+        with a ``name`` and a ``dir`` (a folder of this RunDir). Raises :class:`RunDirError` (exit 2) otherwise."""
+        path = self.path / META
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RunDirError(f"{self.path}: not a RunDir (no {META})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RunDirError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        except ValueError as exc:
+            raise RunDirError(f"{path}: not JSON ({exc})") from None
+        if not isinstance(meta, dict):
+            raise RunDirError(f"{path}: expected a JSON object, got a JSON {type(meta).__name__}")
+        targets = meta.get("targets", [])
+        if not isinstance(targets, list) or not all(
+                isinstance(t, dict) and isinstance(t.get("name"), str) and _is_folder_name(t.get("dir"))
+                for t in targets):
+            raise RunDirError(f"{path}: 'targets' must be a list of {{name, dir}} objects")
+        return meta
+
+    def target_dirs(self) -> dict[str, str]:
+        """Target name -> folder name, in run order (meta.json's map; without meta.json, the folders holding
+        records, each named by itself)."""
+        if (self.path / META).exists():
+            return {t["name"]: t["dir"] for t in self.meta().get("targets", [])}
+        return {p.name: p.name for p in sorted(self.path.iterdir()) if records_exist(p / REQUESTS)}
 
     def targets(self) -> list[str]:
         """Target folder names in run order (from meta.json when present)."""
-        try:
-            return [t["dir"] for t in self.meta().get("targets", [])]
-        except (OSError, ValueError, KeyError):
-            return sorted(p.name for p in self.path.iterdir() if records_exist(p / REQUESTS))
+        return list(self.target_dirs().values())

@@ -16,17 +16,16 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from loadgen.analysis.coldstart import StartRun, cold_start_summary
 from loadgen.analysis.metrics import summarize
-from loadgen.analysis.regression import compare_runs, regression_reasons
+from loadgen.analysis.regression import check_baseline, compare_runs, regression_reasons
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
-from loadgen.errors import TargetStartError, UsageError
-from loadgen.records.rundir import COLD_START, META, REGRESSION, REQUESTS, SUMMARY, RunDir, write_json
+from loadgen.errors import TargetStartError
+from loadgen.records.rundir import COLD_START, REGRESSION, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
@@ -99,11 +98,6 @@ def host_meta(scenario: str, engine: str, **extra) -> dict:
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scenario": scenario, "targets": [], "complete": False}
 
 
-def check_baseline(baseline: str | None) -> None:
-    if baseline is not None and not (Path(baseline) / META).is_file():
-        raise UsageError(f"--baseline {baseline}: not a RunDir (no {META})")
-
-
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
                  on_engine: OnEngine | None = None, exact_out: bool = False,
                  fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10,
@@ -115,7 +109,8 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     ``fail_fast`` stops a target as soon as an objective can no longer be met. ``baseline`` names a
     RunDir to check for regressions beyond ``max_regression`` (a fraction).
     """
-    check_baseline(baseline)
+    if baseline is not None:
+        check_baseline(baseline)  # before any traffic: a baseline that cannot be read is a usage error (exit 2)
     opts = opts or EngineOptions()
     sc = loaded.scenario
     redactor = loaded.redactor
