@@ -1,4 +1,4 @@
-"""Loading scenario files: YAML -> ${ENV} expansion -> pydantic, with every mistake located.
+"""Loading scenario files: YAML -> ${ENV} expansion -> pydantic -> the dataset, with every mistake located.
 
 Each error is one line, ``file:line:column: field.path: message``. All mistakes are collected and
 raised together as :class:`ScenarioError`, before any traffic is sent.
@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from loadgen.errors import ScenarioError
 from loadgen.redact import ENV_REF, PLACEMENTS, Redactor
 from loadgen.scenario.model import Scenario
+from loadgen.scenario.prompts import check_dataset
 
 _ITEM = re.compile(r"^(slo)\[(\d+)\] ")
 
@@ -244,6 +245,9 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
                 ploc = (m.group(1), int(m.group(2))) if m else loc
                 node = _key_node(root, ploc) if err["type"] == "extra_forbidden" else _locate(root, ploc)
                 errors.append(f"{fname}:{_mark(node)}: {_path(ploc)}: {part[m.end():] if m else part}")
+    if scenario is not None:  # the dataset, line by line, before anything starts
+        where = f"{fname}:{_mark(_locate(root, ('workload', 'dataset')))}: workload.dataset"
+        errors += [f"{where}: {msg}" for msg in check_dataset(scenario.workload, path.parent)]
     if errors:
         raise ScenarioError(errors)
     return LoadedScenario(scenario=scenario, path=path, raw=raw, redactor=redactor)

@@ -19,8 +19,14 @@ with the given mean and stddev, rounded, clipped to ``[min, max]``.
 
 **Datasets.** A JSONL file, one request per line: ``{"prompt": "..."}`` or ``{"messages": [...]}``,
 each optionally with ``"max_tokens"``; blank lines are skipped. Requests cycle through the lines in
-file order (``distinct: N``, when written in the scenario, uses only the first N lines). A line that
-is not such an object is a ``ValueError`` naming the file and line.
+file order (``distinct: N``, when written in the scenario, uses only the first N lines).
+
+Datasets are checked when the scenario is loaded (:func:`check_dataset`, called by ``load_scenario``), so a
+missing, empty or broken file is a scenario error (exit 2, nothing sent), every problem named with the
+file and line. Reading goes through :func:`read_dataset` (the file, line by line, errors collected) and each
+record through :func:`dataset_prompt` (the one rule of what a request may be): another format (ShareGPT
+conversations, say) reads its records its own way and hands each to :func:`dataset_prompt` as
+``{"messages": [...]}`` or ``{"prompt": ...}``, so its mistakes are reported, and checked up front, the same way.
 
 A chat API sends ``messages`` (a text prompt becomes one user message); a completions or embeddings
 API sends ``text`` (messages flattened: their contents joined by blank lines).
@@ -37,7 +43,10 @@ import numpy as np
 
 from loadgen.scenario.model import TokenDist, Workload
 
-__all__ = ["CHARS_PER_TOKEN", "Prompt", "PromptSource", "make_prompt_source"]
+__all__ = ["CHARS_PER_TOKEN", "DatasetError", "Prompt", "PromptSource", "check_dataset", "dataset_prompt",
+           "make_prompt_source", "read_dataset"]
+
+MAX_DATASET_ERRORS = 20  # problems reported per dataset before the rest are counted, not listed
 
 #: Characters of synthetic text per requested token.
 CHARS_PER_TOKEN = 4
@@ -138,10 +147,7 @@ def make_prompt_source(workload: Workload, seed: int, base_dir: Path) -> PromptS
     rng = np.random.default_rng([seed, 0x5EED])
     spec = workload.prompts
     if workload.dataset is not None:
-        path = Path(workload.dataset)
-        if not path.is_absolute():
-            path = Path(base_dir) / path
-        prompts = load_dataset(path)
+        prompts = read_dataset(dataset_path(workload, base_dir))
         if "distinct" in spec.model_fields_set:
             prompts = prompts[: spec.distinct]
         drawn = draw_tokens(spec.output_tokens, len(prompts), rng)
@@ -177,29 +183,83 @@ def approx_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
 
 
-def load_dataset(path: Path) -> list[Prompt]:
-    """Read a JSONL dataset; ``max_tokens`` is 0 where a line gives none. ValueError names file and line."""
+class DatasetError(ValueError):
+    """A dataset that cannot be used: ``errors`` holds one ``file:line: what`` message per problem found."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+def dataset_path(workload: Workload, base_dir: Path) -> Path:
+    """Where the workload's dataset is: its path, relative to ``base_dir`` (the scenario's folder) unless absolute."""
+    path = Path(workload.dataset)
+    return path if path.is_absolute() else Path(base_dir) / path
+
+
+def check_dataset(workload: Workload, base_dir: Path) -> list[str]:
+    """Every problem of the workload's dataset, one ``file:line: what`` message each; empty when it can be used
+    (or there is none). What ``load_scenario`` calls, so a dataset is checked before anything starts."""
+    if workload.dataset is None:
+        return []
     try:
-        f = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read dataset: {exc.strerror or exc}") from None
+        read_dataset(dataset_path(workload, base_dir))
+    except DatasetError as exc:
+        return exc.errors
+    return []
+
+
+def read_dataset(path: Path) -> list[Prompt]:
+    """Read a JSONL dataset; ``max_tokens`` is 0 where a line gives none. Raises :class:`DatasetError` listing
+    every problem (up to :data:`MAX_DATASET_ERRORS`), each with the file and line."""
+    errors: list[str] = []
     prompts: list[Prompt] = []
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise DatasetError([f"{path}: cannot read dataset: {exc.strerror or exc}"]) from None
+    more = 0
     with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{where}: expected a JSON object, got invalid JSON ({exc})") from None
-            prompts.append(_dataset_line(obj, where))
-    if not prompts:
-        raise ValueError(f"{path}: the dataset has no prompts")
+        try:
+            for lineno, raw in enumerate(f, 1):
+                where = f"{path}:{lineno}"
+                try:
+                    line = raw.decode("utf-8")
+                    if not line.strip():
+                        continue
+                    prompts.append(dataset_prompt(_json_line(line, where), where))
+                except UnicodeDecodeError as exc:
+                    problem = f"{where}: not UTF-8 text (byte {exc.start + 1} of the line)"
+                except ValueError as exc:
+                    problem = str(exc)
+                else:
+                    continue
+                if len(errors) < MAX_DATASET_ERRORS:
+                    errors.append(problem)
+                else:
+                    more += 1
+        except OSError as exc:  # a directory, a file that went away
+            raise DatasetError([f"{path}: cannot read dataset: {exc.strerror or exc}"]) from None
+    if more:
+        errors.append(f"{path}: ... and {more} more lines with problems")
+    if not errors and not prompts:
+        errors.append(f"{path}: the dataset has no prompts (expected one JSON object per line)")
+    if errors:
+        raise DatasetError(errors)
     return prompts
 
 
-def _dataset_line(obj, where: str) -> Prompt:
+def _json_line(line: str, where: str):
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"{where}: expected a JSON object, got invalid JSON ({exc})") from None
+
+
+def dataset_prompt(obj, where: str) -> Prompt:
+    """One dataset record as a :class:`Prompt`: ``{"prompt": str}`` or ``{"messages": [{"role", "content"}, ...]}``,
+    optionally with a positive integer ``max_tokens``. Raises ValueError starting with ``where`` (``file:line``).
+    Every dataset format goes through this one rule."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected an object with 'prompt' or 'messages', got {type(obj).__name__}")
     mt = obj.get("max_tokens")

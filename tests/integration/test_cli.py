@@ -104,3 +104,17 @@ def test_secrets_never_reach_the_rundir_or_the_output(tmp_path, known_server):
 def test_missing_scenario_file_is_exit_2(tmp_path):
     r = subprocess.run(LATBENCH + ["run", str(tmp_path / "nope.yaml")], capture_output=True, text=True)
     assert r.returncode == 2 and "nope.yaml" in r.stderr
+
+
+def test_a_broken_dataset_is_exit_2_before_anything_starts(tmp_path, known_server):
+    """Issue 13, item 6: validate said ok; run made a RunDir, printed a traceback and exited 1."""
+    srv = known_server(delay=0.01)
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "fine"}\n{"prompt": "cut\n')
+    path = write_scenario(tmp_path, scenario(srv.url, duration="2s", qps=5).replace(
+        "load:", "workload: {dataset: prompts.jsonl}\n    load:"))
+    for args in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "runs")]):
+        p = start(args)
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 2, out
+        assert "prompts.jsonl:2: expected a JSON object" in out and "Traceback" not in out
+    assert not (tmp_path / "runs").exists()

@@ -133,3 +133,35 @@ def test_slo_lines_parse(text, metric, stat, op, threshold, scope):
 def test_bad_slo_lines_are_refused(text):
     with pytest.raises(ValueError):
         parse_slo(text)
+
+
+DATASET = """\
+name: d
+target: {url: http://127.0.0.1:8000/v1}
+workload:
+  dataset: DATA
+load:
+  phases: [{name: main, duration: 1s, qps: 1}]
+"""
+
+
+@pytest.mark.parametrize("content, expect", [
+    (None, ["cannot read dataset: No such file"]),
+    ("", ["the dataset has no prompts"]),
+    ('{"prompt": "a"}\n\n{"prompt": \n{"messages": []}\n', ["data.jsonl:3: expected a JSON object, got invalid JSON",
+                                                          "data.jsonl:4: messages: expected a non-empty list"]),
+    (b'{"prompt": "a"}\n{"prompt": "\xff"}\n', ["data.jsonl:2: not UTF-8 text"]),
+])
+def test_dataset_problems_are_scenario_errors_with_file_and_line(tmp_path, content, expect):
+    """Issue 13, item 6: a missing, empty or broken dataset passed validation and failed the run with a traceback."""
+    if isinstance(content, str):
+        (tmp_path / "data.jsonl").write_text(content)
+    elif content is not None:
+        (tmp_path / "data.jsonl").write_bytes(content)
+    path = write_scenario(tmp_path, DATASET.replace("DATA", "data.jsonl"))
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    errs = e.value.errors
+    assert len(errs) == len(expect), errs
+    for err, want in zip(errs, expect):
+        assert err.startswith(f"{path}:4:12: workload.dataset: {tmp_path / 'data.jsonl'}") and want in err, err
