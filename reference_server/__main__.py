@@ -12,6 +12,7 @@ import os
 import sys
 
 from .config import ARCHS, PRECISIONS, ServerConfig
+from .lifeline import watch_parent
 
 _MS_FLAGS = {"max_queue_delay_ms": "max_queue_delay_s", "slow_ms": "slow_s", "stall_ms": "stall_s"}
 
@@ -28,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weights cache (default $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights)")
     p.add_argument("--served-model-name", default=None, help="model id in the API (default: the preset name)")
     p.add_argument("--weights-seed", type=int, default=None, help="seed of the random weights (default 0)")
+    p.add_argument("--parent-fd", type=int, default=None,
+                   help="the read end of a pipe held by the program that started the server: at its EOF the "
+                        "server ends (it dies with its parent, however the parent ended)")
     k = p.add_argument_group("architecture knobs (override the preset)")
     k.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None, help="load the model at start")
     k.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
@@ -60,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(argv: list[str] | None = None) -> ServerConfig:
     """Parse ``argv`` into a validated ServerConfig (argparse exits with status 2 on a bad flag)."""
     args = vars(build_parser().parse_args(argv))
+    args.pop("parent_fd")  # a process option, not a server knob
     arch = args.pop("arch")
     overrides = {}
     for name, value in args.items():
@@ -73,6 +78,11 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; return the exit status (2 for an invalid configuration)."""
+    watch = argparse.ArgumentParser(add_help=False)
+    watch.add_argument("--parent-fd", type=int, default=None)
+    parent_fd = watch.parse_known_args(argv)[0].parent_fd
+    if parent_fd is not None:  # first: a parent killed while the model loads takes the server with it
+        watch_parent(parent_fd)
     try:
         config = config_from_args(argv)
     except ValueError as exc:
