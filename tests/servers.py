@@ -56,6 +56,7 @@ class KnownServer:
         self._sem = None
         self.stall_at, self.stall_for, self.status = stall_at, stall_for, status
         self.requests = 0
+        self.queries: list[str] = []  # the query string of each request, as the server read it
         self.t0 = None
         self._loop = None
         self._runner = None
@@ -70,6 +71,7 @@ class KnownServer:
     async def chat(self, request: web.Request):
         arrived = time.perf_counter()
         self.requests += 1
+        self.queries.append(request.query_string)
         body = await request.json()
         await self._maybe_stall()
         if self.status != 200:
@@ -99,6 +101,7 @@ class KnownServer:
         return resp
 
     async def models(self, request):
+        self.queries.append(request.query_string)
         return web.json_response({"object": "list", "data": [{"id": "known", "object": "model"}]})
 
     def _serve(self):

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import HttpRequest, Target, Workload
 from loadgen.scenario.prompts import Prompt
+from loadgen.scenario.urls import join_url
 
 __all__ = [
     "ChatProtocol",
@@ -58,14 +59,13 @@ def _base_url(target: Target, base_url: str | None) -> str:
     url = base_url if base_url is not None else target.url
     if not url:
         raise ValueError("the target has no URL yet: start it and pass base_url")
-    return url.rstrip("/")
+    return url
 
 
 def _path_of(url: str) -> str:
-    """Path and query of an absolute URL ('/' when it has none)."""
-    rest = url.split("://", 1)[-1]
-    i = rest.find("/")
-    return rest[i:] if i >= 0 else "/"
+    """Path and query of an absolute URL (the path '/' when it has none)."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _usage(out: Outcome, usage: dict, output: bool = True) -> None:
@@ -230,7 +230,7 @@ class _OpenAI(ApiProtocol):
     per_request = False  # a request depends on its prompt alone: built once per prompt (loadgen.protocols.reqcache)
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
-        self.url = _base_url(target, base_url) + self.endpoint
+        self.url = join_url(_base_url(target, base_url), self.endpoint)
         self.path = _path_of(self.url)
         self.stream = target.stream
         self.max_event_bytes = target.max_event_bytes
@@ -329,10 +329,7 @@ class HttpProtocol(ApiProtocol):
         req = target.request
         base = _base_url(target, base_url)
         self.method = req.method if req else "GET"
-        path = req.path if req else ""
-        if path and not path.startswith("/"):
-            path = "/" + path
-        self._url = _FIELD.split(base + path)
+        self._url = _FIELD.split(join_url(base, req.path if req else ""))
         body_text, self._json = self._body_text(req)
         self._body = _FIELD.split(body_text) if body_text is not None else None
         base_headers = {"Content-Type": req.content_type} if self._body is not None else {}

@@ -27,7 +27,7 @@ from loadgen.engine.base import MeasuredTarget, OnEngine
 from loadgen.engine.single import SingleProcess
 from loadgen.records.rundir import REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
-from loadgen.run.runner import host_meta, resolve_model
+from loadgen.run.runner import check_target_url, host_meta, resolve_model
 from loadgen.run.targets import start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.slo import SLO
@@ -125,6 +125,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     """Start the scenario's (first) target once, search its capacity step by step, write the RunDir.
 
     Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step."""
+    check_target_url(target_url)
     sc = loaded.scenario
     target = sc.target_list()[0]
     if target_url:

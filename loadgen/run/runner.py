@@ -24,12 +24,13 @@ from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
-from loadgen.errors import TargetStartError
+from loadgen.errors import TargetStartError, UsageError
 from loadgen.records.rundir import COLD_START, REGRESSION, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Target
+from loadgen.scenario.urls import join_url, url_problem
 from loadgen.schedule.arrivals import plan_phases
 from loadgen.version import __version__
 
@@ -84,8 +85,9 @@ def resolve_model(target: Target, url: str, server: ManagedServer | None) -> str
     if target.api == "http":
         return ""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5) as resp:
-            data = json.loads(resp.read())
+        req = urllib.request.Request(join_url(url, "/models"), headers=target.headers)  # its credentials too
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            data = json.loads(resp.read(1 << 20))
         return data["data"][0]["id"]
     except Exception:  # no /models: send a neutral name; the server's answer will say if it matters
         return "default"
@@ -96,6 +98,13 @@ def host_meta(scenario: str, engine: str, **extra) -> dict:
     return {"latbench_version": __version__, "engine": engine, **extra, "host": socket.gethostname(),
             "platform": platform.platform(), "python": sys.version.split()[0],
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scenario": scenario, "targets": [], "complete": False}
+
+
+def check_target_url(url: str | None) -> None:
+    """A ``--target`` URL latbench can send to, or a UsageError (exit 2) saying why not (never quoting it)."""
+    problem = url_problem(url) if url is not None else None
+    if problem:
+        raise UsageError(f"--target: {problem}")
 
 
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
@@ -109,6 +118,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     ``fail_fast`` stops a target as soon as an objective can no longer be met. ``baseline`` names a
     RunDir to check for regressions beyond ``max_regression`` (a fraction).
     """
+    check_target_url(target_url)
     if baseline is not None:
         check_baseline(baseline)  # before any traffic: a baseline that cannot be read is a usage error (exit 2)
     opts = opts or EngineOptions()

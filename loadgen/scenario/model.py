@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from loadgen.scenario.slo import SLO, parse_slo
+from loadgen.scenario.urls import url_problem
 from loadgen.units import parse_duration, parse_rate
 
 MAX_QPS = 1_000_000.0  # no single scenario line may ask for more than this
@@ -99,6 +100,14 @@ class Target(Strict):
     max_event_bytes: int = Field(MAX_EVENT_BYTES, ge=1024, le=1 << 30,
                                  description="cap of one server-sent-event line or event in bytes; past it the "
                                              "stream is recorded as bad_stream and its connection closed")
+
+    @field_validator("url", "metrics_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        problem = url_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _one_kind(self):

@@ -27,8 +27,9 @@ connection (the parser cannot be told that a HEAD response has no body).
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from loadgen.errors import UnsupportedURL
 from loadgen.protocols.base import Request, ResponseHandler
@@ -120,6 +121,9 @@ class LeanTransport:
         names = {k.lower() for k, _ in req.headers}
         if "user-agent" not in names and self._ua:
             lines.append(f"User-Agent: {self._ua}")
+        if parts.username is not None and "authorization" not in names:  # as aiohttp and httpx do with userinfo
+            userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            lines.append("Authorization: Basic " + base64.b64encode(userinfo.encode("utf-8")).decode("ascii"))
         lines.extend(f"{k}: {v}" for k, v in req.headers if k.lower() not in ("host", "content-length"))
         head = ("\r\n".join(lines) + "\r\n").encode("utf-8")
         if len(self._heads) >= _HEAD_CACHE_MAX:
