@@ -6,6 +6,7 @@ Loading goes through :func:`load_scenario`, which reports every mistake at once,
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
@@ -66,6 +67,26 @@ class CommandTarget(Strict):
     startup_timeout: Duration = 120.0
 
 
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP field name (RFC 9110 token)
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why a header cannot be sent as given (None when it can). Never quotes the value: it may be a secret."""
+    if not _TOKEN.match(name):
+        return f"{name!r} is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+    if "\r" in value or "\n" in value:
+        return f"{name}: the value holds a line break (CR or LF; a ${{ENV}} value with a trailing newline?)"
+    if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value):
+        return f"{name}: the value holds a control character"
+    return None
+
+
+def _no_control(v: str, what: str) -> str:
+    if any(c in v for c in "\r\n\0"):
+        raise ValueError(f"{what} holds a line break or a NUL character")
+    return v
+
+
 class HttpRequest(Strict):
     """The request of an ``api: http`` target. ``{seq}`` and ``{prompt}`` in path, body or template are filled per
     request."""
@@ -75,6 +96,11 @@ class HttpRequest(Strict):
     body: Optional[Any] = Field(None, description="JSON body; strings inside may use {seq} and {prompt}")
     template: Optional[str] = Field(None, description="a raw body template instead of `body`")
     content_type: str = "application/json"
+
+    @field_validator("path", "content_type")
+    @classmethod
+    def _one_line(cls, v: str, info: ValidationInfo) -> str:
+        return _no_control(v, info.field_name)
 
 
 class Target(Strict):
@@ -100,6 +126,14 @@ class Target(Strict):
     max_event_bytes: int = Field(MAX_EVENT_BYTES, ge=1024, le=1 << 30,
                                  description="cap of one server-sent-event line or event in bytes; past it the "
                                              "stream is recorded as bad_stream and its connection closed")
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        problems = [p for p in (header_problem(k, val) for k, val in v.items()) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
     @field_validator("url", "metrics_url")
     @classmethod

@@ -34,6 +34,8 @@ def join_url(base: str, path: str) -> str:
 def url_problem(url: str) -> str | None:
     """Why ``url`` cannot be a target's base URL (None when it can): it needs http:// or https:// and a host.
     The message never quotes the URL (it may hold a password)."""
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return "holds a space, a line break or another control character (percent-encode it)"
     try:
         parts = urlsplit(url)
     except ValueError as exc:

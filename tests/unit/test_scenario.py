@@ -165,3 +165,23 @@ def test_dataset_problems_are_scenario_errors_with_file_and_line(tmp_path, conte
     assert len(errs) == len(expect), errs
     for err, want in zip(errs, expect):
         assert err.startswith(f"{path}:4:12: workload.dataset: {tmp_path / 'data.jsonl'}") and want in err, err
+
+
+def test_header_values_with_line_breaks_are_refused_without_showing_them(tmp_path):
+    """Issue 13, item 9: CR/LF in a header value injected a header (lean transport); a secret with a trailing
+    newline failed every request with no diagnostic. A validation error, after ${ENV} expansion, never quoting
+    the value."""
+    path = write_scenario(tmp_path, """\
+name: h
+target:
+  url: http://127.0.0.1:8000/v1
+  headers: {X-A: "v\\r\\nX-Injected: yes", Authorization: "Bearer ${KEY}", "Bad Name": v, X-Ok: "a\\tb"}
+load: {phases: [{name: main, duration: 1s, qps: 1}]}
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={"KEY": "sk-secret-value-123\n"})
+    (err,) = e.value.errors
+    assert err.startswith(f"{path}:4:12: target.headers: ")
+    assert "X-A: the value holds a line break" in err and "Authorization: the value holds a line break" in err
+    assert "'Bad Name' is not a valid header name" in err and "X-Ok" not in err
+    assert "sk-secret" not in err and "Injected" not in err
