@@ -45,6 +45,8 @@ from urllib.parse import quote, urlsplit
 REDACTED = "***"
 #: Secret values shorter than this are hidden where they were placed, not searched for in free text.
 MIN_SECRET_LEN = 8
+#: A text that ends with this many first characters of a secret, or more, was cut inside it: they are redacted.
+MIN_CUT = 4
 #: Header names whose values are secrets even when written literally.
 SECRET_HEADERS = ("authorization", "proxy-authorization", "api-key", "x-api-key", "cookie")
 #: ... and any header whose name says it carries a credential (X-Goog-Api-Key, X-Auth-Token, Ocp-Apim-Subscription-Key).
@@ -182,8 +184,20 @@ class Redactor:
             return text
         if self._subs:
             text = self._compiled().sub(lambda m: self._subs[m.group(0)], text)
+            text = self._cut_tail(text)
         if "://" in text:
             text = _redact_urls_in(text)
+        return text
+
+    def _cut_tail(self, text: str) -> str:
+        """A text cut short in the middle of a secret (a server's message kept to its first 200 characters) ends
+        with the secret's beginning: that beginning is redacted too (from :data:`MIN_CUT` characters on)."""
+        for value in self._secrets:
+            if len(value) < MIN_SECRET_LEN:
+                continue
+            for k in range(min(len(value) - 1, len(text)), MIN_CUT - 1, -1):
+                if text.endswith(value[:k]):
+                    return text[:-k] + self._subs.get(value, REDACTED)
         return text
 
     def url(self, url: str) -> str:

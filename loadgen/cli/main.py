@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import importlib
-import logging
 
 import click
 
 from loadgen.cli.common import EXIT_CODES, redact_output
+from loadgen.engine.logs import configure_logging
 from loadgen.redact import Redactor
 from loadgen.version import __version__
 
@@ -46,9 +46,10 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, lazy=COMMANDS,
              help="latbench: latency benchmarking and load testing for AI inference APIs.\n\n" + EXIT_CODES)
 @click.version_option(__version__, prog_name="latbench")
-@click.option("-v", "--verbose", is_flag=True, help="log every failed request's exception class")
+@click.option("-v", "--verbose", is_flag=True,
+              help="log each failed request on one line (its error class, status and what the server said, redacted)")
 def main(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="latbench: %(message)s")
+    configure_logging("DEBUG" if verbose else None)  # latbench's own loggers only: no library's debug
     redact_output(Redactor())  # URL credentials never printed; a command that loads a scenario knows more
 
 

@@ -68,6 +68,7 @@ class EngineSettings:
     grace: float = 5.0
     worker: int = 0
     failfast: FailFast | None = None  # stop as soon as an objective can no longer be met
+    label: str = ""  # the target's name, for the log of failed requests
 
 
 @dataclass

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from loadgen.engine.base import EngineResult, EngineSettings, MeasuredTarget, OnEngine, run_async
 from loadgen.engine.live import GroupLive
+from loadgen.engine.logs import configure_logging
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import TransportFactory, build_sender
 from loadgen.records.rundir import REQUESTS
@@ -165,6 +166,7 @@ def _child(k, p, mt, part, conn, factory, fail_fast) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides, and tells every process
     for name in ("stdout", "stderr"):  # what this process prints (a traceback) is redacted as the parent's output is
         setattr(sys, name, RedactingStream(getattr(sys, name), mt.loaded.redactor))
+    configure_logging()  # as the parent logs (-v: failed requests), through the wrapped stderr
     try:
         run_async(_child_main(k, p, mt, part, conn, factory, fail_fast))
     except BaseException as exc:

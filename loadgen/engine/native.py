@@ -16,6 +16,7 @@ import time
 from loadgen.engine.base import EngineResult, EngineSettings
 from loadgen.engine.inflight import ClosedPhase, InFlight
 from loadgen.engine.live import LiveStats
+from loadgen.engine.logs import log_failure, logging_failures
 from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.reqcache import RequestCache
 from loadgen.records.schema import Outcome, RecordBuffer, RecordWriter
@@ -55,6 +56,7 @@ class NativeEngine(InFlight):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._requests = RequestCache(protocol, prompts)
         self._live_mark = 0  # buffer rows already counted in self.live
+        self._log_failures = logging_failures()  # latbench -v: one log line per failed request
         self._init_in_flight(transport)
 
     # -- control -------------------------------------------------------------------------------
@@ -89,6 +91,8 @@ class NativeEngine(InFlight):
     def _record(self, seq: int, plan: PhasePlan, sched: float, out: Outcome) -> None:
         buffer = self.buffer
         buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
+        if out.error and self._log_failures:
+            log_failure(self.s.label, plan.name, seq, out)
         ff = self.s.failfast
         if ff is not None and not self._stopping:
             t0 = self.t0

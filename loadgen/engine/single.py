@@ -35,7 +35,7 @@ def build_sender(mt: MeasuredTarget, fail_fast: float | None, k: int = 0, p: int
     settings = EngineSettings(plans, timeout=mt.target.timeout,
                               max_in_flight=max(1, share(sc.load.max_in_flight, k, p)),
                               seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace, worker=k,
-                              failfast=failfast)
+                              failfast=failfast, label=mt.name)
     protocol = make_protocol(mt.target, sc.workload, mt.model)
     prompts = make_prompt_source(sc.workload, sc.load.seed, mt.loaded.path.parent)
     return settings, protocol, prompts, transport_factory(mt.target)

@@ -25,7 +25,7 @@ import json
 import re
 from urllib.parse import quote, urlsplit
 
-from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse
+from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import HttpRequest, Target, Workload
@@ -106,6 +106,8 @@ class StreamHandler(ResponseHandler):
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
         if not self._live:
+            if out.status >= 400:
+                keep_error_body(data, out)
             return
         events = self._sse.feed(data)
         if self._sse.overflow:
@@ -177,6 +179,8 @@ class JsonHandler(ResponseHandler):
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
         if not self._live:
+            if out.status >= 400:
+                keep_error_body(data, out)
             return
         if self._size < MAX_PARSED_BODY:
             self._parts.append(data)

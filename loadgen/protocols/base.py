@@ -47,6 +47,17 @@ class StopResponse(Exception):
     is already set. The transport closes the connection and ends the request (the message is its detail)."""
 
 
+ERROR_BODY_CHARS = 200  # characters of an HTTP error's body kept in ``out.error_detail`` (for the log only)
+
+
+def keep_error_body(data: bytes, out: Outcome) -> None:
+    """Keep the start of an HTTP error's body in ``out.error_detail``: what the server said, for ``-v``'s log
+    (which is redacted, as every log line is; the detail is never written to the RunDir)."""
+    room = ERROR_BODY_CHARS - len(out.error_detail)
+    if room > 0:
+        out.error_detail += data[:room].decode("utf-8", "replace")
+
+
 def status_error(status: int) -> str:
     """The error class of an HTTP status, '' for success (2xx and 3xx)."""
     if status == 429:
@@ -71,6 +82,8 @@ class ResponseHandler:
 
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
+        if out.status >= 400:
+            keep_error_body(data, out)
 
     def on_end(self, out: Outcome) -> None:
         pass

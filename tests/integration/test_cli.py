@@ -118,3 +118,23 @@ def test_a_broken_dataset_is_exit_2_before_anything_starts(tmp_path, known_serve
         assert p.returncode == 2, out
         assert "prompts.jsonl:2: expected a JSON object" in out and "Traceback" not in out
     assert not (tmp_path / "runs").exists()
+
+
+def test_verbose_logs_one_redacted_line_per_failed_request_and_no_library_debug(tmp_path):
+    """Issue 13, item 10: -v logged 0 lines for 28 failures, and ~2,300 lines of matplotlib font debug."""
+    from tests.bad_servers import BadServer
+
+    with BadServer() as srv:
+        path = write_scenario(tmp_path, scenario(srv.url("echo"), duration="1s", qps=20))
+        p = subprocess.run(LATBENCH + ["-v", "run", str(path), "--out", str(tmp_path / "runs"), "--quiet"],
+                           capture_output=True, text=True, env={**os.environ, "LB_TEST_KEY": "sk-planted-secret-456"},
+                           timeout=120)
+    rd = only_rundir(tmp_path / "runs")
+    table = pq.read_table(rd / "target" / "requests.parquet").to_pandas()
+    failed = [ln for ln in p.stderr.splitlines() if "failed request" in ln]
+    assert len(table) > 5 and len(failed) == int((table["error"] != "").sum()) == len(table), p.stderr[-3000:]
+    assert all("(target target, phase main): http_4xx, status 401: " in ln and "bad key" in ln for ln in failed)
+    assert all("Bearer ${LB_TEST_KEY}" in ln and "sk-planted" not in ln and "literal-secret" not in ln
+               for ln in failed), failed[0]
+    assert len(p.stderr.splitlines()) < len(failed) + 20, p.stderr[-3000:]  # nothing else floods the log
+    assert "matplotlib" not in p.stderr and "font" not in p.stderr.lower()

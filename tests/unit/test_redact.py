@@ -127,3 +127,11 @@ def test_the_stream_wrapper_redacts_every_write():
     print("key sk-0123456789 at http://u:pw@h/v1?token=abc", file=s)
     assert buf.getvalue() == "key *** at http://u:***@h/v1?token=***\n"
     assert not hasattr(s, "buffer")  # nothing can write around it
+
+
+def test_a_text_cut_inside_a_secret_hides_the_part_it_kept():
+    """A server's message is kept to its first characters: the cut may fall inside an echoed secret."""
+    r = Redactor()
+    r.add("sk-planted-secret-456", "${KEY}")
+    assert r.text('{"Authorization": "Bearer sk-planted-sec') == '{"Authorization": "Bearer ${KEY}'
+    assert r.text("ends with sk-") == "ends with sk-"  # three characters: no claim it was the secret
