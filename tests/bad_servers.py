@@ -71,8 +71,8 @@ def _cert_with_cryptography(cert: Path, key: Path) -> None:
 
 
 def _head(status: int, headers: dict[str, str]) -> bytes:
-    reason = {200: "OK", 401: "Unauthorized", 429: "Too Many Requests", 500: "Internal Server Error",
-              503: "Service Unavailable"}.get(status, "Status")
+    reason = {200: "OK", 301: "Moved Permanently", 401: "Unauthorized", 429: "Too Many Requests",
+              500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Status")
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers.items()] + ["Connection: close", "", ""]
     return "\r\n".join(lines).encode()
 
@@ -382,6 +382,11 @@ async def headers_forever(req, w):
     await _flood(w, b"HTTP/1.1 200 OK\r\n", (b"X-Pad: " + b"a" * 1000 + b"\r\n") * 1000, False)
 
 
+async def redirect(req, w):
+    """301 to the same path under mode `ok` (same origin): a redirect is recorded, never followed."""
+    w.write(_head(301, {"Location": req.path.replace("/redirect/", "/ok/", 1), "Content-Length": "0"}))
+
+
 async def echo(req, w):
     """A hostile server: every request header echoed back in a 401 error body."""
     w.write(_full(401, json.dumps({"error": {"message": "bad key", "echo": req.headers}}).encode()))
@@ -417,7 +422,7 @@ MODES = {
     "sse_event_error": sse_event_error, "sse_json": sse_json,
     "big": big, "drip": drip, "slowdrip": slowdrip, "echo": echo, "echo_ok": echo_ok,
     "health": health, "metrics": metrics, "metrics_echo": metrics_echo,
-    "sse_noline": sse_noline, "sse_noevent": sse_noevent, "headers_forever": headers_forever,
+    "sse_noline": sse_noline, "sse_noevent": sse_noevent, "headers_forever": headers_forever, "redirect": redirect,
 }
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
-from loadgen.records.schema import Outcome
+if TYPE_CHECKING:  # the CLI sets up logging before anything heavy (pyarrow) is imported
+    from loadgen.records.schema import Outcome
 
 log = logging.getLogger("latbench.requests")
 LEVEL_ENV = "LATBENCH_LOG_LEVEL"  # how the processes a run starts learn latbench's log level

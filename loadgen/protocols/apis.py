@@ -16,7 +16,8 @@ what it means into the :class:`~loadgen.records.schema.Outcome`:
   ``error`` object, no ``choices`` (chat, completions) or no ``data`` list (embeddings).
 - **http**: success by status alone.
 
-An HTTP error status (>= 400) keeps the status's error class; its body is counted, not parsed.
+An HTTP error status (>= 400) or a redirect (3xx, never followed) keeps the status's error class; its body is
+counted, not parsed.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class StreamHandler(ResponseHandler):
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
-        self._live = not out.error and status < 400
+        self._live = not out.error and status < 300
 
     def _fail(self, out: Outcome, detail: str) -> None:
         out.error = "bad_stream"
@@ -106,7 +107,7 @@ class StreamHandler(ResponseHandler):
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
         if not self._live:
-            if out.status >= 400:
+            if out.status >= 300:
                 keep_error_body(data, out)
             return
         events = self._sse.feed(data)
@@ -174,12 +175,12 @@ class JsonHandler(ResponseHandler):
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
-        self._live = not out.error and status < 400
+        self._live = not out.error and status < 300
 
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
         if not self._live:
-            if out.status >= 400:
+            if out.status >= 300:
                 keep_error_body(data, out)
             return
         if self._size < MAX_PARSED_BODY:

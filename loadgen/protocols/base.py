@@ -47,7 +47,7 @@ class StopResponse(Exception):
     is already set. The transport closes the connection and ends the request (the message is its detail)."""
 
 
-ERROR_BODY_CHARS = 200  # characters of an HTTP error's body kept in ``out.error_detail`` (for the log only)
+ERROR_BODY_CHARS = 200  # characters of an HTTP error's (or redirect's) body kept in ``out.error_detail`` (for -v)
 
 
 def keep_error_body(data: bytes, out: Outcome) -> None:
@@ -59,13 +59,16 @@ def keep_error_body(data: bytes, out: Outcome) -> None:
 
 
 def status_error(status: int) -> str:
-    """The error class of an HTTP status, '' for success (2xx and 3xx)."""
+    """The error class of an HTTP status, '' for success (2xx). A redirect is ``http_3xx``: no transport follows
+    one (the target's URL should be the endpoint itself: following would make every request two)."""
     if status == 429:
         return "http_429"
     if status >= 500:
         return "http_5xx"
     if status >= 400:
         return "http_4xx"
+    if status >= 300:
+        return "http_3xx"
     return ""
 
 
@@ -82,7 +85,7 @@ class ResponseHandler:
 
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
-        if out.status >= 400:
+        if out.status >= 300:
             keep_error_body(data, out)
 
     def on_end(self, out: Outcome) -> None:

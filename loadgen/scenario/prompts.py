@@ -38,10 +38,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from loadgen.scenario.model import TokenDist, Workload
+
+if TYPE_CHECKING:  # numpy is imported where prompts are made: loading a scenario (and its dataset check) needs none
+    import numpy as np
 
 __all__ = ["CHARS_PER_TOKEN", "DatasetError", "Prompt", "PromptSource", "check_dataset", "dataset_prompt",
            "make_prompt_source", "read_dataset"]
@@ -88,6 +90,8 @@ class SyntheticPrompts(PromptSource):
     """N prompts cut from one seeded random word sequence: prompt i is ``corpus[start_i : start_i + 4 * tokens_i]``."""
 
     def __init__(self, input_tokens: np.ndarray, max_tokens: np.ndarray, rng: np.random.Generator):
+        import numpy as np
+
         n = len(input_tokens)
         chars = input_tokens.astype(np.int64) * CHARS_PER_TOKEN
         longest = int(chars.max())
@@ -131,6 +135,8 @@ class ListPrompts(PromptSource):
 
 def draw_tokens(dist: TokenDist, n: int, rng: np.random.Generator) -> np.ndarray:
     """n token counts ~ Normal(mean, stddev), rounded and clipped to [min, max] (max may be None)."""
+    import numpy as np
+
     if dist.stddev > 0:
         x = rng.normal(dist.mean, dist.stddev, size=n)
     else:
@@ -144,6 +150,8 @@ def make_prompt_source(workload: Workload, seed: int, base_dir: Path) -> PromptS
 
     The same workload and seed give the same prompts, in the same order, on every machine.
     """
+    import numpy as np
+
     rng = np.random.default_rng([seed, 0x5EED])
     spec = workload.prompts
     if workload.dataset is not None:

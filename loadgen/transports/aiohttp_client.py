@@ -1,4 +1,5 @@
-"""The aiohttp transport: TLS, proxies, redirects; connection phases through aiohttp's TraceConfig.
+"""The aiohttp transport: TLS, proxies; connection phases through aiohttp's TraceConfig. Redirects are not
+followed (a 3xx is recorded as ``http_3xx``, as on every transport).
 
 Foreign exceptions stop here: every failure becomes an error class on the Outcome (STYLE habit 6).
 """
@@ -91,7 +92,7 @@ class AiohttpTransport:
         out.sent = clock()
         try:
             async with self._session.request(req.method, req.url, data=req.body or None, headers=req.headers,
-                                             trace_request_ctx=out, allow_redirects=True) as resp:
+                                             trace_request_ctx=out, allow_redirects=False) as resp:
                 out.first_byte = clock()
                 handler.on_status(resp.status, out)
                 try:

@@ -108,7 +108,7 @@ class HttpxTransport:
                 raise RuntimeError("HTTP/2 needs the h2 package: pip install 'httpx[http2]'") from exc
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         self._client = httpx.AsyncClient(http1=self._http1, http2=self._http2, verify=self._verify, limits=limits,
-                                         timeout=httpx.Timeout(None), follow_redirects=True,
+                                         timeout=httpx.Timeout(None), follow_redirects=False,
                                          headers={"User-Agent": "latbench"})
 
     async def close(self) -> None:

@@ -1,9 +1,9 @@
 """The lean transport: a plain-HTTP/1.1 client on asyncio.Protocol with httptools' C parser.
 
-What it does, and nothing more: ``http://`` only (no TLS, proxies, redirects or auth flows: those
-are aiohttp's), keep-alive reuse through a per-host idle pool with no connection limit (the engine
-enforces the in-flight cap) but a bound on connects in progress (:data:`MAX_CONNECTING`), request bytes
-built once from a cached header block, and response bodies
+What it does, and nothing more: ``http://`` only (no TLS or proxies: those are aiohttp's; no transport
+follows redirects: a 3xx is ``http_3xx``), keep-alive reuse through a per-host idle pool with no connection
+limit (the engine enforces the in-flight cap) but a bound on connects in progress (:data:`MAX_CONNECTING`),
+request bytes built once from a cached header block, and response bodies
 (Content-Length, chunked, or read-until-close) handed to ``handler.on_body`` as they arrive, so a
 100 MB answer is counted, never buffered. Failures become the same error classes as the aiohttp
 transport: ``connect``, ``dns``, ``reset``, ``bad_response`` (``timeout`` is the engine's). A response whose
@@ -110,7 +110,7 @@ class LeanTransport:
         parts = urlsplit(req.url)
         if parts.scheme != "http" or not parts.hostname:
             raise UnsupportedURL(f"the lean transport sends to http:// URLs only, not {req.url!r}: "
-                                 "set `transport: aiohttp` for https (TLS), proxies or redirects")
+                                 "set `transport: aiohttp` for https (TLS) or proxies")
         port = parts.port or 80
         netloc = f"{parts.hostname}:{port}"
         site = self._sites.get(netloc)

@@ -52,6 +52,7 @@ FAULTS = {
     "sse_unterminated_line": ("http", "sse_noline", True, "30s", True, "bad_stream", 200),
     "sse_endless_event": ("http", "sse_noevent", True, "30s", True, "bad_stream", 200),
     "headers_never_end": ("http", "headers_forever", False, "30s", True, "bad_response", 0),
+    "redirect_same_origin": ("http", "redirect", False, "5s", True, "http_3xx", 301),
     "tls_self_signed": ("https", "ok", False, "5s", True, "tls", 0),
     "tls_verify_false": ("https", "ok", False, "5s", False, "", 200),
 }

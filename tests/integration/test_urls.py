@@ -72,3 +72,24 @@ def test_a_bad_target_flag_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="--target"):
         run_scenario(load_scenario(path), out=str(tmp_path / "runs"), target_url="localhost:8000/v1")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp", "httpx"])
+@pytest.mark.parametrize("api", ["http", "openai-chat"])
+def test_a_redirect_is_an_error_on_every_transport_never_a_success(tmp_path, transport, api):
+    """Issue 13, item 11: with api: http the lean transport recorded a 301 as a success (error_rate < 1% passed),
+    while aiohttp followed it. No transport follows one now: every 3xx is http_3xx, and the objective fails."""
+    from tests.bad_servers import BadServer
+
+    with BadServer() as srv:
+        res, summary, frame = run(tmp_path, f"""
+        name: redirect
+        target: {{url: "{srv.url('redirect')}", api: {api}, stream: false, transport: {transport}, model: m}}
+        load:
+          arrival: constant
+          phases: [{{name: main, duration: 300ms, qps: 10}}]
+        slo: ["error_rate < 1%"]
+        """)
+        assert srv.hits["redirect"] == 3 and srv.hits["ok"] == 0  # not followed
+    assert list(frame["error"]) == ["http_3xx"] * 3 and list(frame["status"]) == [301] * 3
+    assert res.exit_code == 1 and summary["overall"]["errors"] == {"http_3xx": 3}

@@ -122,7 +122,7 @@ def send(session, req: Request, handler: ResponseHandler, out: Outcome, timeout:
     try:
         with gevent.Timeout(timeout, Deadline):
             resp = session.request(req.method, req.url, name=name, data=req.body or None, headers=headers,
-                                   stream=True, catch_response=True)
+                                   stream=True, catch_response=True, allow_redirects=False)  # 3xx: http_3xx
             status = resp.status_code or 0
             error = getattr(resp, "error", None)
             if status:
