@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.errors import RunDirError
 from loadgen.records.rundir import write_text
 from reports import model
 from reports.figures import overview_figures
@@ -78,7 +79,7 @@ def compare_context(entries: list[Entry]) -> dict:
 def render_compare(specs: list[str]) -> str:
     entries = entries_of(specs)
     if not entries:
-        raise ValueError("nothing to compare: the RunDirs hold no targets")
+        raise RunDirError("nothing to compare: the RunDirs hold no targets")
     return render("compare.html", **compare_context(entries))
 
 

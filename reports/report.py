@@ -23,6 +23,8 @@ def target_section(td, i: int) -> dict:
     sec["throughput"] = model.throughput_rows(s, td.name)
     sec["error_scopes"], sec["errors"] = model.error_rows(s, td.name)
     sec["figures"] = target_figures(td)
+    if td.unreadable:  # found while the figures read the records
+        sec["notes"].append(td.unreadable)
     return sec
 
 

@@ -8,7 +8,7 @@ import click
 
 from loadgen.analysis.capacity import headline, step_objectives
 from loadgen.cli.common import console, exits_on_errors, fraction_option, load_or_exit, redact_output
-from loadgen.errors import EXIT_FAILED, EXIT_OK
+from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from loadgen.run.capacity import run_capacity
 from loadgen.run.signals import install_signal_handlers
 from loadgen.scenario.slo import parse_slo
@@ -19,7 +19,8 @@ from reports import write_capacity_report
 
 @click.command(help="Find the highest QPS the scenario's target sustains under the SLOs (stepping, then bisecting).\n\n"
                     "Exit 0 when a rate passed (and, with expected_qps, the headroom is not negative), 1 otherwise, "
-                    "2 on usage errors, 3 when the target does not start.")
+                    "2 on usage errors, 3 when the target does not start, cannot be reached or the search was "
+                    "interrupted.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
               help="objective(s) each step must meet; default: the scenario's slo")
@@ -74,5 +75,9 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
         out_console.print(f"report not rendered: {type(exc).__name__}: {exc}")
     out_console.print(f"capacity: {headline(result)}", style="bold")
     out_console.print(f"RunDir: {rd.path}   report: {rd.path / 'report.html'}", highlight=False)
+    if result["unreachable"] or not result["complete"]:
+        out_console.print("the search is invalid: " + ("the target could not be reached" if result["unreachable"]
+                                                        else "it was interrupted"), style="bold yellow")
+        sys.exit(EXIT_INVALID)
     ok = result["max_sustainable_qps"] is not None and (result["headroom"] is None or result["headroom"] >= 0)
-    sys.exit(EXIT_OK if ok and result["complete"] else EXIT_FAILED)
+    sys.exit(EXIT_OK if ok else EXIT_FAILED)

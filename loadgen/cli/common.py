@@ -9,7 +9,7 @@ import sys
 import click
 from rich.console import Console
 
-from loadgen.errors import EXIT_USAGE, LatbenchError, ScenarioError
+from loadgen.errors import EXIT_USAGE, LatbenchError, ScenarioError, exit_code_of
 from loadgen.redact import RedactingStream, Redactor
 from loadgen.scenario.loader import LoadedScenario, load_scenario
 from loadgen.units import parse_percent
@@ -92,7 +92,10 @@ def print_reasons(out: Console, verdict: str, reasons: list[str]) -> None:
 
 
 def exits_on_errors(fn):
-    """Map latbench's exceptions to the documented exit codes, in this one place (a message, no traceback)."""
+    """Map latbench's exceptions to the documented exit codes, in this one place (a message, no traceback):
+    a :class:`LatbenchError` exits with its ``exit_code``; Ctrl-C before a run could take over the signal (a
+    managed server still starting, say) exits 3, as an interrupted run does (click would say "Aborted!" and
+    exit 1, the code of a failed SLO)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -105,5 +108,8 @@ def exits_on_errors(fn):
         except LatbenchError as exc:
             click.echo(f"latbench: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("latbench: interrupted", err=True)
+            sys.exit(exit_code_of(KeyboardInterrupt()))
 
     return wrapper

@@ -9,6 +9,7 @@ import click
 
 from loadgen.cli.common import EXIT_CODES, redact_output
 from loadgen.engine.logs import configure_logging
+from loadgen.errors import exit_code_of
 from loadgen.redact import Redactor
 from loadgen.version import __version__
 
@@ -19,8 +20,8 @@ COMMANDS = {
     "run": "loadgen.cli.run:run",
     "gate": "loadgen.cli.run:gate",
     "capacity": "loadgen.cli.capacity:capacity",
-    "report": "reports.cli:report",
-    "compare": "reports.cli:compare",
+    "report": "loadgen.cli.report:report",
+    "compare": "loadgen.cli.report:compare",
     "serve": "loadgen.cli.serve:serve",
     "worker": "loadgen.cli.worker:worker",
 }
@@ -35,6 +36,15 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def invoke(self, ctx: click.Context):
+        """Ctrl-C before a command took over the signal (while it is still being imported): exit 3, as an
+        interrupted run does, not click's "Aborted!" and 1 (the code of a failed SLO)."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("latbench: interrupted", err=True)
+            ctx.exit(exit_code_of(KeyboardInterrupt()))
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from loadgen.errors import RunDirError, RunDirWriteError
+from loadgen.errors import RunDirError, RunDirWriteError, UsageError
 from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
 from loadgen.records.schema import records_exist
 from loadgen.redact import Redactor
@@ -124,16 +124,23 @@ class RunDir:
     @classmethod
     def create(cls, out: str | os.PathLike | None, scenario_name: str, exact: bool = False) -> "RunDir":
         """A new folder under ``out`` (default ``runs/``), named by time and scenario; ``exact`` uses ``out`` itself."""
+        parent = Path(out or "runs")
+        for p in (parent, *parent.parents):  # --out naming a file (or a path through one) is a usage error
+            if p.exists() and not p.is_dir():
+                raise UsageError(f"--out {out}: {p} is a file, not a folder")
         if exact:
-            path = Path(out)
+            path = parent
         else:
             stamp = time.strftime("%Y-%m-%dT%H-%M-%S")
-            base = Path(out or "runs") / f"{stamp}_{safe_name(scenario_name)}"
+            base = parent / f"{stamp}_{safe_name(scenario_name)}"
             path, i = base, 1
             while path.exists():
                 i += 1
                 path = base.with_name(f"{base.name}-{i}")
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirWriteError(exc.errno, f"cannot create {path}: {exc.strerror or exc}") from exc
         return cls(path)
 
     def new_target_dir(self, target: str) -> Path:

@@ -20,6 +20,7 @@ from loadgen.analysis.capacity import (
     sectioned_intervals,
     step_load,
     step_objectives,
+    unreachable,
 )
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.analysis.stats import stat_value
@@ -61,7 +62,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
                   stat_value(m["latency"], "p50"), stat_value(m["latency"], "p99"), stat_value(m["ttft"], "p99"),
                   summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name,
-                  inconclusive=unsure and not longer)
+                  inconclusive=unsure and not longer, unreachable=unreachable(summary))
         steps.append(st)
         if on_step:
             on_step(st)
@@ -115,6 +116,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         "expected_qps": expected,
         "headroom": (lo / expected - 1.0) if (lo is not None and expected) else None,
         "complete": not interrupted,
+        "unreachable": lo is None and bool(steps) and steps[0].unreachable,  # an invalid search: exit 3
         "steps": [s.__dict__ for s in steps],
     }
 

@@ -183,6 +183,9 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
         tr.error = str(exc)  # written and printed through the redactor, as everything is
         log.error("target %s did not start: %s", name, tr.error)
         return tr
+    except KeyboardInterrupt:  # Ctrl-C while it started (it is stopped): an interrupted run, exit 3
+        tr.interrupted = True
+        return tr
     url = server.url if server else target.url
     tr.url = url
     if server:
