@@ -11,15 +11,18 @@ import argparse
 import os
 import sys
 
+from . import backends
 from .config import ARCHS, PRECISIONS, ServerConfig
 from .lifeline import watch_parent
+from .modelspec import get_spec
 
 _MS_FLAGS = {"max_queue_delay_ms": "max_queue_delay_s", "slow_ms": "slow_s", "stall_ms": "stall_s"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     """The argument parser of the server (also used by ``latbench serve``)."""
-    p = argparse.ArgumentParser(prog="reference_server", description="latbench reference inference server")
+    p = argparse.ArgumentParser(prog="reference_server", description="latbench reference inference server",
+                                exit_on_error=exit_on_error)
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="TCP port; 0 picks a free one (default 0)")
     p.add_argument("--arch", choices=ARCHS, default="naive", help="architecture preset (default naive)")
@@ -63,7 +66,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(argv: list[str] | None = None) -> ServerConfig:
     """Parse ``argv`` into a validated ServerConfig (argparse exits with status 2 on a bad flag)."""
-    args = vars(build_parser().parse_args(argv))
+    return _config(vars(build_parser().parse_args(argv)))
+
+
+def check_config(argv: list[str]) -> list[str]:
+    """What is wrong with a server command line, found without starting a server: an unknown or malformed flag,
+    a setting out of range, an unknown model or backend. Empty when the server would start with it. Flags are
+    named as a scenario's ``reference.options`` keys name them (``max_batch_size``). latbench's CLI asks this
+    when it validates a scenario (this package imports nothing of loadgen; the CLI is where the two meet)."""
+    try:
+        args, unknown = build_parser(exit_on_error=False).parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        name = (exc.argument_name or "").split("/")[0].lstrip("-").replace("-", "_")
+        return [f"{name}: {exc.message}" if name else exc.message]
+    problems = [f"{u.lstrip('-').replace('-', '_')}: not a setting of the reference server"
+                for u in unknown if u.startswith("--")]
+    if problems:
+        return problems
+    try:
+        config = _config(vars(args))
+    except (ValueError, TypeError) as exc:
+        return [str(exc)]
+    if config.backend in ("auto", "torch") and backends.torch_available():  # resolving imports torch: check less
+        try:
+            if config.model:
+                get_spec(config.model)
+        except ValueError as exc:
+            return [f"model: {exc}"]
+        return []
+    try:
+        backends.resolve_backend(config)
+    except ValueError as exc:
+        msg = str(exc)
+        return [f"model: {msg}" if msg.startswith("unknown model") else msg]
+    return []
+
+
+def _config(args: dict) -> ServerConfig:
     args.pop("parent_fd")  # a process option, not a server knob
     arch = args.pop("arch")
     overrides = {}

@@ -7,7 +7,8 @@ import sys
 import click
 
 from loadgen.analysis.capacity import headline, step_objectives
-from loadgen.cli.common import console, exits_on_errors, fraction_option, load_or_exit, redact_output
+from loadgen.cli.checks import load_or_exit
+from loadgen.cli.common import console, exits_on_errors, fraction_option, redact_output
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from loadgen.run.capacity import run_capacity
 from loadgen.run.signals import install_signal_handlers

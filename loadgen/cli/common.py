@@ -9,9 +9,8 @@ import sys
 import click
 from rich.console import Console
 
-from loadgen.errors import EXIT_USAGE, LatbenchError, ScenarioError, exit_code_of
+from loadgen.errors import LatbenchError, ScenarioError, exit_code_of
 from loadgen.redact import RedactingStream, Redactor
-from loadgen.scenario.loader import LoadedScenario, load_scenario
 from loadgen.units import parse_percent
 
 EXIT_CODES = """\b
@@ -28,16 +27,6 @@ def console() -> Console:
     if not out.is_terminal:  # CI logs: wide enough for the summary table
         out = Console(highlight=False, width=160)
     return out
-
-
-def load_or_exit(path: str) -> LoadedScenario:
-    """The scenario, or every mistake in it on stderr and exit 2 (nothing was sent)."""
-    try:
-        return load_scenario(path)
-    except ScenarioError as exc:
-        for line in exc.errors:
-            click.echo(line, err=True)
-        sys.exit(EXIT_USAGE)
 
 
 class RedactingFilter(logging.Filter):

@@ -9,12 +9,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import (
     EXIT_CODES,
     console,
     exits_on_errors,
     fraction_option,
-    load_or_exit,
     print_reasons,
     redact_output,
 )

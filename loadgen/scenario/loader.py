@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Sequence
 
 import yaml
 from pydantic import ValidationError
@@ -196,8 +196,15 @@ def _target_locs(data: dict):
                 yield ("targets", i), t
 
 
-def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedScenario:
-    """Read, expand and validate a scenario file. Raises ScenarioError listing every mistake."""
+#: A check a caller adds to validation: ``check(scenario)`` yields ``(field path, message)`` per problem (the path
+#: as a tuple, ``("target", "reference", "options")``); the loader locates each in the file. The CLI checks the
+#: reference server's settings this way (loadgen does not import reference_server).
+Check = Callable[[Scenario], Iterable[tuple[tuple, str]]]
+
+
+def load_scenario(path: str | os.PathLike, env: dict | None = None, checks: Sequence[Check] = ()) -> LoadedScenario:
+    """Read, expand and validate a scenario file (and run ``checks`` on it). Raises ScenarioError listing every
+    mistake, each with its file, line and field."""
     path = Path(path)
     fname = str(path)
     env = dict(os.environ) if env is None else env
@@ -248,6 +255,8 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
     if scenario is not None:  # the dataset, line by line, before anything starts
         where = f"{fname}:{_mark(_locate(root, ('workload', 'dataset')))}: workload.dataset"
         errors += [f"{where}: {msg}" for msg in check_dataset(scenario.workload, path.parent)]
+        for check in checks:
+            errors += [f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {msg}" for loc, msg in check(scenario)]
     if errors:
         raise ScenarioError(errors)
     return LoadedScenario(scenario=scenario, path=path, raw=raw, redactor=redactor)

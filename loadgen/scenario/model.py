@@ -10,6 +10,7 @@ import re
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -41,6 +42,22 @@ def _duration(v: Any) -> float:
 Duration = Annotated[float, BeforeValidator(_duration)]
 
 
+def _positive_duration(v: Any) -> float:
+    seconds = _duration(v)
+    if seconds <= 0:  # a timeout of 0 s times every request out (and spins the CPU doing it)
+        raise ValueError(f"expected a duration above 0, got {v!r}")
+    return seconds
+
+
+PositiveDuration = Annotated[float, BeforeValidator(_positive_duration)]
+
+
+def _scope_name(v: str) -> str:
+    if ":" in v:
+        raise ValueError("a name may not hold ':' (it separates an SLO's scope from its objective)")
+    return v
+
+
 class Strict(BaseModel):
     # NaN and infinity are never a meaningful rate, size or time (and NaN slips through every `ge=` bound)
     model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
@@ -55,7 +72,7 @@ class ReferenceTarget(Strict):
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="any other knob, as `latbench serve` flags without dashes, "
                                                 "e.g. {max_batch_size: 8, error_rate: 0.05}")
-    startup_timeout: Duration = Field(120.0, description="how long to wait for /health")
+    startup_timeout: PositiveDuration = Field(120.0, description="how long to wait for /health")
 
 
 class CommandTarget(Strict):
@@ -64,7 +81,7 @@ class CommandTarget(Strict):
     run: list[str] = Field(description="argv of the command; '{port}' is replaced by a free port")
     url: str = Field(description="base URL of the API, '{port}' replaced")
     ready_url: str = Field(description="polled until it answers 200, '{port}' replaced")
-    startup_timeout: Duration = 120.0
+    startup_timeout: PositiveDuration = 120.0
 
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP field name (RFC 9110 token)
@@ -104,7 +121,8 @@ class HttpRequest(Strict):
 
 
 class Target(Strict):
-    name: Optional[str] = Field(None, description="label of this target in reports; required in `targets:`")
+    name: Optional[Annotated[str, AfterValidator(_scope_name)]] = Field(
+        None, description="label of this target in reports; required in `targets:`")
     url: Optional[str] = Field(None, description="base URL, e.g. http://127.0.0.1:8000/v1; ${ENV} is expanded")
     reference: Optional[ReferenceTarget] = None
     command: Optional[CommandTarget] = None
@@ -115,7 +133,7 @@ class Target(Strict):
     headers: dict[str, str] = Field(default_factory=dict,
                                     description="extra headers; ${ENV} is expanded at run time and never written out")
     request: Optional[HttpRequest] = None
-    timeout: Duration = Field(60.0, description="per-request timeout")
+    timeout: PositiveDuration = Field(60.0, description="per-request timeout")
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
     transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
@@ -187,7 +205,7 @@ class Ramp(BaseModel):
 
 
 class Phase(Strict):
-    name: str
+    name: Annotated[str, AfterValidator(_scope_name)]
     duration: Duration
     qps: Optional[Union[float, str, Ramp]] = Field(None, description="arrival rate: number, 'N%' of expected_qps, "
                                                                      "or {from, to}")
@@ -264,7 +282,8 @@ class Load(Strict):
     sweep: Optional[Sweep] = Field(None, description="a list of rates or concurrencies, expanded into phases")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of arrivals and prompts (numpy needs it non-negative)")
     max_in_flight: int = Field(10_000, ge=1, le=1_000_000)
-    send_lag_threshold: Duration = Field(0.005, description="p99 send lag above this marks the run generator-limited")
+    send_lag_threshold: PositiveDuration = Field(0.005,
+                                                 description="p99 send lag above this marks the run generator-limited")
     grace: Duration = Field(5.0, description="after the last phase, how long in-flight requests may finish")
     @model_validator(mode="before")
     @classmethod

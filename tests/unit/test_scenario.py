@@ -185,3 +185,61 @@ load: {phases: [{name: main, duration: 1s, qps: 1}]}
     assert "X-A: the value holds a line break" in err and "Authorization: the value holds a line break" in err
     assert "'Bad Name' is not a valid header name" in err and "X-Ok" not in err
     assert "sk-secret" not in err and "Injected" not in err
+
+
+REF = """\
+name: r
+target:
+  reference: {arch: naive, model: MODEL, backend: numpy, options: OPTIONS}
+load: {phases: [{name: main, duration: 1s, qps: 1}]}
+"""
+
+
+@pytest.mark.parametrize("model, options, expect", [
+    ("nosuch", "{}", ":3:35: target.reference.model: unknown model 'nosuch'; choose one of tiny"),
+    ("tiny", "{no_such_knob: 3}", ":3:81: target.reference.options.no_such_knob: not a setting of the reference"),
+    ("tiny", "{max_batch_size: lots}", ":3:83: target.reference.options.max_batch_size: invalid int value: 'lots'"),
+    ("tiny", "{error_rate: 2}", ":3:79: target.reference.options.error_rate: must be within [0, 1], got 2.0"),
+])
+def test_reference_settings_are_checked_at_validation(tmp_path, model, options, expect):
+    """Issue 13, item 13: an unknown reference model or option exited 3 at run time, not 2 at validation."""
+    from loadgen.cli.checks import load_checked
+
+    path = write_scenario(tmp_path, REF.replace("MODEL", model).replace("OPTIONS", options))
+    load_scenario(path, env={})  # the loader alone does not know the server's settings ...
+    with pytest.raises(ScenarioError) as e:
+        load_checked(str(path), env={})  # ... the CLI asks the server (loadgen never imports it)
+    (err,) = e.value.errors
+    assert err.startswith(str(path)) and expect in err, err
+
+
+@pytest.mark.parametrize("line, message", [
+    ("goodput <= 500%", "between 0% and 100%"), ("error_rate < -1", "between 0% and 100%"),
+    ("error_rate < nan", "expected a fraction"), ("achieved_qps > nan", "finite"), ("achieved_qps > inf", "finite"),
+    ("error_rate < 0%", "can never be met"), ("goodput > 100%", "can never be met"),
+    ("latency.p99 < 0ms", "can never be met"), ("latency.p99 < inf", "expected a duration"),
+])
+def test_impossible_or_non_finite_objectives_are_refused(line, message):
+    with pytest.raises(ValueError, match=message):
+        parse_slo(line)
+
+
+def test_a_zero_timeout_is_refused_and_odd_phase_names_can_be_scopes(tmp_path):
+    path = write_scenario(tmp_path, """\
+name: t
+target: {url: "http://127.0.0.1:8000/v1", timeout: 0s}
+load:
+  phases:
+    - {name: "ramp (50%)", duration: 1s, qps: 1}
+    - {name: "a:b", duration: 1s, qps: 1}
+slo: ["ramp (50%): latency.p99 < 1s"]
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    errs = e.value.errors
+    assert len(errs) == 2, errs
+    assert "target.timeout: expected a duration above 0" in errs[0]
+    assert "load.phases[1].name: a name may not hold ':'" in errs[1]
+    ok = load_scenario(write_scenario(tmp_path, path.read_text().replace("timeout: 0s", "timeout: 1s")
+                                      .replace('"a:b"', '"b"'), "ok.yaml"), env={})
+    assert ok.scenario.slo[0].scope == "ramp (50%)"
