@@ -264,10 +264,11 @@ class NativeEngine(InFlight):
                 if self._stopping:
                     break
                 self.live.phase = plan.name
-                if plan.closed:
+                if plan.closed:  # the display shows the achieved rate and the workers, no rate asked for
+                    self.live.target_rate, self.live.concurrency = 0.0, self._closed_share(plan)[0]
                     await self._closed_phase(plan)
                 else:
-                    self.live.target_rate = plan.rate_start
+                    self.live.target_rate, self.live.concurrency = plan.rate_start, 0
                     await self._open_phase(plan)
             await self._finish_in_flight(notes)
         except asyncio.CancelledError:
