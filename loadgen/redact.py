@@ -10,9 +10,11 @@
   headers of a target).
 
 **The one way out.** A :class:`Redactor` holds what one run knows to be secret, and every byte latbench
-writes or prints passes through it: the RunDir's files (:func:`loadgen.records.rundir.write_json`, the
-scenario copy, ``server_metrics.csv``), every log line (the CLI's logging filter) and everything printed
-(the CLI wraps stdout and stderr in a :class:`RedactingStream`). Reports render from those files.
+writes or prints passes through it: the RunDir's files (:func:`loadgen.records.rundir.write_json` and
+``write_text``, the scenario copy, ``server_metrics.csv``; reports are written with ``write_text`` too), every
+log line (the CLI's logging filter) and everything printed (the CLI wraps stdout and stderr in a
+:class:`RedactingStream`; so do the multi-process engine's children, and the Locust master's stderr is relayed
+through the CLI's).
 
 **How a secret is hidden** depends on where it stands, so nothing else is rewritten:
 
@@ -27,11 +29,12 @@ scenario copy, ``server_metrics.csv``), every log line (the CLI's logging filter
   (``http_5xx``); it stays hidden where it was placed, since the field it was expanded into is.
 - in JSON data, string values are text; keys and numbers are never touched.
 
-**A new placement** (a scenario field where ``${ENV}`` is expanded and credentials may stand) is one call:
-``register_placement("extra_body", Placement(collect=..., redact=...))``. The loader then expands
-``${ENV}`` in that field (in every string of it, however nested), registers each expanded value, calls
-``collect`` to register the literal credentials the field holds, and writes the field to the scenario copy
-through ``redact``. :func:`json_placement` is the one a JSON field needs.
+**A new placement** (a scenario field where ``${ENV}`` is expanded and credentials may stand) is one call
+beside the three below, e.g. for a JSON body merged into requests: ``register_placement("extra_body",
+json_placement())`` (or ``Placement(collect=..., redact=...)`` for another shape). The loader then expands
+``${ENV}`` in that target field (in every string of it, however nested), registers each expanded value (and
+the whole expanded string, written back as the scenario wrote it), calls ``collect`` to register the
+literal credentials the field holds, and writes the field to the scenario copy through ``redact``.
 """
 
 from __future__ import annotations
@@ -127,8 +130,9 @@ class Redactor:
 
     Register with :meth:`add` (a value, and what to write in its place), :meth:`add_expansion` (a whole field
     value expanded from ``${ENV}``, and the field as the scenario wrote it), :meth:`add_url` and
-    :meth:`add_headers` (the literal credentials of a URL or of headers). Redact with :meth:`text` (any text),
-    :meth:`url`, :meth:`headers` and :meth:`data` (JSON-like values: strings as text, keys and numbers kept).
+    :meth:`add_headers` (the literal credentials of a URL or of headers). Redact with :meth:`text` (any text: a
+    URL in it is redacted by its parts) and :meth:`data` (JSON-like values: strings as text, keys and numbers
+    kept). A scenario field is redacted by its :class:`Placement`.
     A Redactor with nothing registered still redacts the userinfo and credential parameters of every URL.
     """
 
@@ -171,7 +175,7 @@ class Redactor:
             if isinstance(k, str) and is_secret_header(k) and isinstance(v, str) and not ENV_REF.search(v):
                 self.add(v)
 
-    def _compiled(self) -> re.Pattern | None:
+    def _compiled(self) -> re.Pattern:
         if self._pattern is None:
             keys = sorted((k for k in self._subs if len(k) >= MIN_SECRET_LEN), key=len, reverse=True)
             self._pattern = re.compile("|".join(map(re.escape, keys))) if keys else re.compile(r"(?!)")
@@ -199,15 +203,6 @@ class Redactor:
                 if text.endswith(value[:k]):
                     return text[:-k] + self._subs.get(value, REDACTED)
         return text
-
-    def url(self, url: str) -> str:
-        """A URL as it may be written (the same as :meth:`text`: a URL is text whose userinfo and parameters are
-        placements of their own)."""
-        return self.text(url)
-
-    def headers(self, headers: dict) -> dict:
-        """Headers as they may be written: credential headers' values ``***``, the rest as text."""
-        return {k: (REDACTED if is_secret_header(str(k)) else self.text(v)) for k, v in headers.items()}
 
     def data(self, obj: Any) -> Any:
         """A JSON-like value as it may be written: every string value as :meth:`text`; keys, numbers and
