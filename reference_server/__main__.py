@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 
-from . import backends
 from .config import ARCHS, PRECISIONS, ServerConfig
 from .lifeline import watch_parent
 from .modelspec import get_spec
@@ -87,6 +86,8 @@ def check_config(argv: list[str]) -> list[str]:
         config = _config(vars(args))
     except (ValueError, TypeError) as exc:
         return [str(exc)]
+    from . import backends  # here, not at the top: numpy must load after main() has set BLAS to one thread
+
     if config.backend in ("auto", "torch") and backends.torch_available():  # resolving imports torch: check less
         try:
             if config.model:
