@@ -102,13 +102,13 @@ def test_report_and_compare_into_a_missing_folder_are_usage_errors(rundir, tmp_p
 
 
 def test_capacity_against_a_target_that_cannot_be_used_is_invalid(tmp_path):
-    bad_ref = write_scenario(tmp_path, """
+    slow_ref = write_scenario(tmp_path, """
     name: cap
-    target: {reference: {arch: naive, model: tiny, backend: numpy, options: {no_such_knob: 3}}}
+    target: {reference: {arch: naive, model: tiny, backend: numpy, startup_timeout: 1ms}}
     load: {phases: [{name: main, duration: 1s, qps: 1}]}
     slo: ["latency.p99 < 1s"]
-    """, "ref.yaml")
-    _clean(latbench("capacity", bad_ref, "--out", tmp_path / "runs", "--max", 4), 3, "reference server")
+    """, "ref.yaml")  # valid (a bad setting is a validation error, exit 2), but it will not be up in time
+    _clean(latbench("capacity", slow_ref, "--out", tmp_path / "runs", "--max", 4), 3, "reference server")
     down = write_scenario(tmp_path, _scenario("http://127.0.0.1:9/v1"), "down.yaml")
     _clean(latbench("capacity", down, "--out", tmp_path / "runs2", "--max", 4, "--step-duration", "1s",
                     "--warmup", "0s"), 3, "unreachable")
