@@ -25,7 +25,8 @@ def build_parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="TCP port; 0 picks a free one (default 0)")
     p.add_argument("--arch", choices=ARCHS, default="naive", help="architecture preset (default naive)")
-    p.add_argument("--model", default=None, help="tiny | small | medium | 1b | 3b (default: small on CPU, 1b on CUDA)")
+    p.add_argument("--model", default=None,
+                   help="tiny | small | medium | large | 1b | 3b (default: small on CPU, 1b on CUDA)")
     p.add_argument("--backend", default=None, help="auto | numpy | torch | sim:<gpu>-<model>, e.g. sim:h200-8b")
     p.add_argument("--cache-dir", default=None,
                    help="weights cache (default $LATBENCH_CACHE_DIR or ~/.cache/latbench/weights)")
@@ -34,6 +35,9 @@ def build_parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--parent-fd", type=int, default=None,
                    help="the read end of a pipe held by the program that started the server: at its EOF the "
                         "server ends (it dies with its parent, however the parent ended)")
+    p.add_argument("--prepare-weights", action="store_true",
+                   help="write the weights file if it is missing, print LATBENCH_WEIGHTS={path, bytes, "
+                        "generated_s} and exit (no server)")
     k = p.add_argument_group("architecture knobs (override the preset)")
     k.add_argument("--preload", action=argparse.BooleanOptionalAction, default=None, help="load the model at start")
     k.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
@@ -104,7 +108,8 @@ def check_config(argv: list[str]) -> list[str]:
 
 
 def _config(args: dict) -> ServerConfig:
-    args.pop("parent_fd")  # a process option, not a server knob
+    for process_option in ("parent_fd", "prepare_weights"):  # how the process runs, not server knobs
+        args.pop(process_option, None)
     arch = args.pop("arch")
     overrides = {}
     for name, value in args.items():
@@ -118,13 +123,12 @@ def _config(args: dict) -> ServerConfig:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; return the exit status (2 for an invalid configuration)."""
-    watch = argparse.ArgumentParser(add_help=False)
-    watch.add_argument("--parent-fd", type=int, default=None)
-    parent_fd = watch.parse_known_args(argv)[0].parent_fd
-    if parent_fd is not None:  # first: a parent killed while the model loads takes the server with it
-        watch_parent(parent_fd)
+    args = vars(build_parser().parse_args(argv))
+    if args["parent_fd"] is not None:  # first: a parent killed while the model loads takes the server with it
+        watch_parent(args["parent_fd"])
+    prepare = args.pop("prepare_weights")
     try:
-        config = config_from_args(argv)
+        config = _config(args)
     except ValueError as exc:
         print(f"reference_server: error: {exc}", file=sys.stderr)
         return 2
@@ -135,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         # shared cores cut the tiny model's throughput under load from ~16 to ~2 req/s).
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(var, "1")
+    if prepare:
+        from .backends import prepare_weights
+
+        try:
+            return prepare_weights(config, sys.stdout)
+        except ValueError as exc:
+            print(f"reference_server: error: {exc}", file=sys.stderr)
+            return 2
     from .app import run_server
 
     try:

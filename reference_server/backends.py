@@ -9,13 +9,16 @@ request.
 from __future__ import annotations
 
 import importlib.util
+import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from .config import ServerConfig
 from .modelspec import ModelSpec, get_spec
 from .sim import SimProfile, get_profile
-from .weights import default_cache_dir, ensure_weights_file, read_weights_file
+from .weights import default_cache_dir, ensure_weights_file, read_weights_file, weights_path
 
 TORCH_HINT = "the torch backend needs torch: pip install 'latbench[torch]' (or use --backend numpy)"
 
@@ -95,3 +98,22 @@ def load_model(resolved: ResolvedBackend, config: ServerConfig):
 
         return SimModel(model, resolved.profile)
     return model
+
+
+def prepare_weights(config: ServerConfig, out: TextIO) -> int:
+    """Write the weights file ``config`` would load, if it is missing, without starting a server; print
+    ``LATBENCH_WEIGHTS={"path", "bytes", "generated_s"}`` (``generated_s`` null when it already existed).
+
+    latbench runs this before the fresh starts of a cold-start study, so generating the weights is no part
+    of any start, and it learns which file to drop from the page cache before each start.
+    """
+    resolved = resolve_backend(config)
+    path = weights_path(resolved.spec, config.weights_seed, resolved.cache_dir)
+    t0 = time.perf_counter()
+    generated = not path.exists()
+    ensure_weights_file(resolved.spec, config.weights_seed, resolved.cache_dir)
+    info = {"path": str(path), "bytes": path.stat().st_size,
+            "generated_s": time.perf_counter() - t0 if generated else None}
+    out.write(f"LATBENCH_WEIGHTS={json.dumps(info)}\n")
+    out.flush()
+    return 0

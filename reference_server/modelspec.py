@@ -72,6 +72,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         ModelSpec("tiny", d_model=256, n_layers=6, n_heads=4, max_model_len=2048),  # ~4.8M
         ModelSpec("small", d_model=512, n_layers=7, n_heads=8, max_model_len=2048),  # ~22M
         ModelSpec("medium", d_model=768, n_layers=13, n_heads=12, max_model_len=2048),  # ~92M
+        # ~126M parameters, 506 MB of float32 weights: the article's "500 MB model" whose load added ~2 s
+        ModelSpec("large", d_model=1024, n_layers=10, n_heads=16, max_model_len=2048),
         ModelSpec("1b", 2048, 20, 16, 4096, weight_dtype="bfloat16", gpu_only=True),  # ~1.0B
         ModelSpec("3b", 3072, 26, 24, 4096, weight_dtype="bfloat16", gpu_only=True),  # ~2.9B
     )

@@ -1,7 +1,8 @@
 """Several runs, or the targets of one multi-target run, side by side in one HTML file.
 
-Each argument is ``RUNDIR[:label]``. Every target of every RunDir becomes one entry; the first entry
-is the baseline the ratios are computed against ("4.1x lower p99").
+Each argument is ``RUNDIR[:label]``. Every target of every RunDir becomes one entry (the fresh starts of
+a cold-start study: one entry per architecture); the first entry is the baseline the ratios are computed
+against ("4.1x lower p99").
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 from loadgen.errors import RunDirError
 from loadgen.records.rundir import write_text
 from reports import model
-from reports.figures import overview_figures
+from reports.figures import overview_figures, warmup_figure
+from reports.headline import architectures_headline, cold_start_headline
 from reports.html import render
 from reports.loader import RunData, TargetData, load_rundir
 from reports.plots import overlay_timeseries_plot
@@ -24,6 +26,8 @@ class Entry:
     label: str
     run: RunData
     target: TargetData
+    starts: list[TargetData] | None = None  # the fresh starts of one architecture of a cold-start study
+    group: str | None = None
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
@@ -40,13 +44,17 @@ def entries_of(specs: list[str]) -> list[Entry]:
     for spec in specs:
         path, label = parse_spec(spec)
         run = load_rundir(path)
-        many = len(run.targets) > 1
-        for td in run.targets:
+        groups = run.groups()
+        many = len(groups) > 1
+        for group, tds in groups:  # fresh starts stay under their architecture: one entry
             if label:
-                name = f"{label}/{td.name}" if many else label
+                name = f"{label}/{group}" if many else label
             else:
-                name = td.name
-            out.append(Entry(name, run, td))
+                name = group
+            if run.cold_start and group in run.cold_start:
+                out.append(Entry(name, run, tds[0], tds, group))
+            else:
+                out.extend(Entry(name if len(tds) == 1 else f"{name}/{td.name}", run, td) for td in tds)
     names = [e.label for e in out]
     if len(set(names)) < len(names):  # same target names in several runs: qualify by the RunDir
         for e in out:
@@ -58,20 +66,33 @@ def entries_of(specs: list[str]) -> list[Entry]:
 def compare_context(entries: list[Entry]) -> dict:
     rows = []
     for e in entries:
-        v = model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, [e.target]), use_meta=False)
-        slos = [r for r in (e.target.summary or {}).get("slo") or [] if r.get("applies", True)]
-        rows.append({"label": e.label, "scenario": e.run.name, "rundir": e.run.path.name, "state": v["state"],
+        tds = e.starts or [e.target]
+        v = model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, tds), use_meta=False)
+        slos = [r for td in tds for r in (td.summary or {}).get("slo") or [] if r.get("applies", True)]
+        rows.append({"label": e.label + (f" ({len(tds)} fresh starts)" if e.starts else ""), "scenario": e.run.name,
+                     "rundir": e.run.path.name, "state": v["state"],
                      "slo": f"{sum(1 for r in slos if r.get('passed'))}/{len(slos)} met", "warnings": v["warnings"]})
-    figs = overview_figures([(e.label, e.target) for e in entries])
-    ts = overlay_timeseries_plot([(e.label, e.target.summary) for e in entries if e.target.summary])
+    plain = [e for e in entries if not e.starts]
+    cold = {e.label: e.run.cold_start[e.group] for e in entries if e.starts}
+    figs = overview_figures([(e.label, e.starts or e.target) for e in entries])
+    ts = overlay_timeseries_plot([(e.label, e.target.summary) for e in plain if e.target.summary])
     if ts:
         figs.insert(1, {"id": "overlay", "title": "Over time", "uri": ts,
                         "caption": "Per second: latency p99 and successful responses of each entry, on each run's own "
                                    "clock (seconds since its start); phases of the first entry shaded."})
+    if cold:
+        h = cold_start_headline(cold)
+        h["figure"] = warmup_figure(cold)
+    else:
+        h = architectures_headline([(e.label, e.target) for e in plain])
+        if h:
+            h["figure"] = None
     return {
         "title": "latbench comparison · " + " vs ".join(e.label for e in entries),
         "entries": rows,
-        "comparison": model.comparison([(e.label, e.target.summary) for e in entries]),
+        "headline": h,
+        "comparison": model.comparison([(e.label, e.target.summary) for e in plain]),
+        "cold_comparison": model.cold_start_comparison(cold) if cold else None,
         "figures": figs,
     }
 

@@ -69,11 +69,41 @@ def count0(v) -> str:
     return count(0 if v is None else v)
 
 
-FORMATS = {"ms": ms, "pct": pct, "rate": rate, "count": count, "count0": count0, "s": seconds}
+def times(v) -> str:
+    """A ratio as a factor ('1.4x', '12x'), as :func:`ratio_text` writes it."""
+    x = _float(v)
+    if x is None:
+        return DASH
+    if math.isinf(x):
+        return "∞"
+    return f"{x:.1f}x" if x < 10 else f"{x:,.0f}x"
+
+
+def share(v) -> str:
+    """A fraction as a whole percentage of something ('120%': 120% of the expected rate)."""
+    x = _float(v)
+    return DASH if x is None else f"{x * 100:.0f}%"
+
+
+def mb(v) -> str:
+    """Bytes as megabytes ('506 MB')."""
+    x = _float(v)
+    return DASH if x is None else f"{x / 1e6:,.0f} MB"
+
+
+def num(v) -> str:
+    """A plain number with up to three significant digits ('2', '2.5'): a median of counts."""
+    x = _float(v)
+    return DASH if x is None else f"{x:.3g}"
+
+
+FORMATS = {"ms": ms, "pct": pct, "rate": rate, "count": count, "count0": count0, "s": seconds, "x": times,
+           "share": share, "mb": mb, "num": num}
 
 
 def fmt(v, kind: str) -> str:
-    """Format ``v`` (a summary.json value) as ``kind``: ms | pct | rate | count | count0 | s."""
+    """Format ``v`` (a summary.json value) as ``kind``: ms | pct | rate | count | count0 | s | x | share | mb |
+    num."""
     return FORMATS[kind](v)
 
 

@@ -1,4 +1,5 @@
-"""junit.xml for CI systems: one testsuite per target, one testcase per objective that applies to it,
+"""junit.xml for CI systems: one testsuite per target (the fresh starts of a cold-start study: one per
+architecture, a testcase per objective and start), one testcase per objective that applies to it,
 a <failure> for each objective missed. Run-level warnings (incomplete, generator-limited) go to
 the suite's system-err, so the test counts stay one per objective."""
 
@@ -27,21 +28,21 @@ def render_junit(run: RunData) -> str:
     root = ET.Element("testsuites", name=f"latbench: {run.name}")
     v = model.verdict(run)
     total = failures = 0
-    for td in run.targets:
-        s = td.summary or {}
-        results = [r for r in s.get("slo") or [] if r.get("applies", True)]
-        nfail = sum(1 for r in results if not r.get("passed"))
-        suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {td.name}", tests=str(len(results)),
-                              failures=str(nfail), errors="0", skipped="0",
-                              time=f"{float(s.get('duration_s') or 0):.3f}")
-        for r in results:
-            case = ET.SubElement(suite, "testcase", name=str(r.get("expr")), classname=f"latbench.{td.name}")
+    for group, tds in run.groups():  # a cold-start study's fresh starts: one suite for their architecture
+        results = [(td, r) for td in tds for r in (td.summary or {}).get("slo") or [] if r.get("applies", True)]
+        nfail = sum(1 for _, r in results if not r.get("passed"))
+        seconds = sum(float((td.summary or {}).get("duration_s") or 0) for td in tds)
+        suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {group}", tests=str(len(results)),
+                              failures=str(nfail), errors="0", skipped="0", time=f"{seconds:.3f}")
+        for td, r in results:
+            start = f" (start {td.meta.get('start')})" if td.meta.get("group") else ""
+            case = ET.SubElement(suite, "testcase", name=f"{r.get('expr')}{start}", classname=f"latbench.{group}")
             if not r.get("passed"):
-                f = ET.SubElement(case, "failure", message=f"{r.get('expr')}: {_measured(r)}", type="SLO")
-                f.text = f"{td.name}: objective {r.get('expr')} missed; {_measured(r)}"
+                f = ET.SubElement(case, "failure", message=f"{r.get('expr')}{start}: {_measured(r)}", type="SLO")
+                f.text = f"{model.target_label(td)}: objective {r.get('expr')} missed; {_measured(r)}"
             else:
                 ET.SubElement(case, "system-out").text = _measured(r)
-        warn = [w for w in v["warnings"] if w.startswith(td.name + ":") or "INCOMPLETE" in w]
+        warn = [w for w in v["warnings"] if any(w.startswith(td.name + ":") for td in tds) or "INCOMPLETE" in w]
         if warn:
             ET.SubElement(suite, "system-err").text = "\n".join(warn)
         total += len(results)

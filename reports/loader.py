@@ -17,12 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
+from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
-from loadgen.records.rundir import META, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, jsonable
+from loadgen.records.rundir import COLD_START, META, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, jsonable
 from loadgen.records.schema import SCHEMA, read_records, records_exist
-from loadgen.scenario.model import Load
-from loadgen.scenario.slo import parse_slo
+from loadgen.scenario.model import Load, slo_line
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
 #: Record columns the plots read (token times are read separately, for a sample only).
@@ -96,6 +96,15 @@ class RunData:
     meta: dict
     scenario: dict
     targets: list[TargetData] = field(default_factory=list)
+    cold_start: dict | None = None  # cold_start.json of a study of fresh starts (load.starts > 1)
+
+    def groups(self) -> list[tuple[str, list[TargetData]]]:
+        """Targets under their architecture: the fresh starts of a cold-start study share a group; any
+        other target is a group of its own."""
+        out: dict[str, list[TargetData]] = {}
+        for td in self.targets:
+            out.setdefault(str(td.meta.get("group") or td.name), []).append(td)
+        return list(out.items())
 
     @property
     def name(self) -> str:
@@ -140,7 +149,19 @@ def load_rundir(path) -> RunData:
             td.summary = recompute_summary(td, run)
             td.recomputed = True
         run.targets.append(td)
+    run.cold_start = _cold_start(path, meta)
     return run
+
+
+def _cold_start(path: Path, meta: dict) -> dict | None:
+    """cold_start.json, or, for a study whose run stopped before writing it (or wrote an older form without
+    per-start rows), the same computed from the RunDir's files by :func:`loadgen.coldstart.cold_start_summary`."""
+    if not any("group" in t for t in meta.get("targets") or []):
+        return None
+    cs = _read_json(path / COLD_START)
+    if cs and all(isinstance(g, dict) and "per_start" in g for g in cs.values()):
+        return cs
+    return jsonable(cold_start_summary(path, meta))
 
 
 def _plans_and_slos(scenario: dict):
@@ -148,9 +169,9 @@ def _plans_and_slos(scenario: dict):
     plans = plan_phases(Load.model_validate(load, context={"expected_qps": load.get("expected_qps")}))
     slos = []
     for line in scenario.get("slo") or []:
-        try:
-            slos.append(parse_slo(line))
-        except ValueError:
+        try:  # the scenario's own reading: `- burst: latency.p99 < 800ms` comes back from YAML as a mapping
+            slos.append(slo_line(line))
+        except (ValueError, TypeError):
             pass  # the run validated it; a hand-edited file must not stop the report
     return plans, slos
 
@@ -165,7 +186,8 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
     duration = td.meta.get("duration_s") or _span(table)
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
     s = summarize(table, plans, slos, float(duration or 1e-3), target=td.name, scenario=run.name,
-                  complete=False, notes=[note])
+                  complete=False, notes=[note], expected_qps=(run.scenario.get("load") or {}).get("expected_qps"),
+                  capacity=run.meta.get("capacity"))
     return jsonable(s)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from loadgen.records.rundir import write_text
 from reports import fmt, model
+from reports.headline import headline
 from reports.loader import RunData
 
 ICON = {"passed": "✅", "failed": "❌", "invalid": "⚠️"}
@@ -30,6 +31,57 @@ def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> list[s
     return out + [""]
 
 
+def sentence(parts: list) -> str:
+    """A headline sentence in Markdown: numbers in bold."""
+    return "".join(esc(p) if isinstance(p, str) else esc(p.text) if p.css == "rng" else f"**{esc(p.text)}**"
+                   for p in parts)
+
+
+def headline_lines(run: RunData) -> list[str]:
+    """The report's headline (the same parts as report.html's), as paragraphs and a quoted note."""
+    h = headline(run)
+    if h is None:
+        return []
+    if h.get("list"):
+        lines = [f"**{esc(h['title'])}.**", "\n".join("- " + sentence(s) for s in h["sentences"])]
+    else:
+        lines = [f"**{esc(h['title'])}.** " + " ".join(sentence(s) for s in h["sentences"][:1])]
+        lines += [sentence(s) for s in h["sentences"][1:]]
+    lines += [f"<sub>{esc(n)}</sub>" for n in h["notes"]]
+    return [x for line in lines for x in (line, "")]
+
+
+def _slo_table(run: RunData) -> list[str]:
+    """Objectives, one row each; a cold-start study's starts are grouped under their architecture: one row
+    per architecture and objective, with each start's measurement."""
+    slos = model.slo_rows(run.targets)
+    if not slos:
+        return []
+    if not run.cold_start:
+        return _table(["target", "objective", "measured", "95% CI", "result"],
+                      [[esc(r["target"]), code(r["expr"]), r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
+                        r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
+    rows = []
+    for group, tds in run.groups():
+        by_expr: dict[str, list[dict]] = {}
+        for r in model.slo_rows(tds):
+            by_expr.setdefault(r["expr"], []).append(r)
+        for expr, rs in by_expr.items():
+            passed = sum(1 for r in rs if r["passed"])
+            unit = " ms" if rs[0]["value"].kind == "ms" else ""
+            rows.append([esc(group), code(expr), " · ".join(r["value"].text for r in rs) + unit,
+                         f"{'✅' if passed == len(rs) else '❌'} {passed} of {len(rs)} starts pass"])
+    return _table(["architecture", "objective", "measured, start by start", "result"], rows, text_cols=2)
+
+
+def _cold_table(run: RunData) -> list[str]:
+    cmp = model.cold_start_comparison(run.cold_start)
+    head = ["architecture", "starts", "cold"] + cmp["columns"]
+    rows = [[esc(r["label"]), str(r["starts"]), str(r["cold"])]
+            + [f"{c['median'].text} ({c['min'].text}–{c['max'].text})" for c in r["cells"]] for r in cmp["rows"]]
+    return _table(head, rows) + ["<sub>Median over the fresh starts (range).</sub>", ""]
+
+
 def render_markdown(run: RunData) -> str:
     v = model.verdict(run)
     lines = [f"### {ICON[v['state']]} latbench: {esc(run.name)}: **{v['word']}** ({esc(v['headline'])})", ""]
@@ -37,12 +89,13 @@ def render_markdown(run: RunData) -> str:
     lines += [f"- ⚠️ {esc(w)}" for w in v["warnings"]]
     if v["failed"] or v["warnings"]:
         lines.append("")
-    slos = model.slo_rows(run.targets)
-    if slos:
-        lines += _table(["target", "objective", "measured", "95% CI", "result"],
-                        [[esc(r["target"]), code(r["expr"]),
-                          r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
-                          r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
+    lines += headline_lines(run)
+    lines += _slo_table(run)
+    if run.cold_start:
+        lines += _cold_table(run)
+        lines.append(f"<sub>latbench {esc(run.meta.get('latbench_version', ''))} · RunDir `{esc(run.path.name)}` · "
+                     "full report in report.html</sub>")
+        return "\n".join(lines) + "\n"
     rows = []
     for td in run.targets:
         s = td.summary

@@ -102,6 +102,12 @@ def error_rows(summary: dict, target: str) -> tuple[list[str], list[dict]]:
     return [s[0] for s in sc], rows
 
 
+def target_label(td: TargetData) -> str:
+    """How a target is named in a report: a fresh start of a cold-start study under its architecture."""
+    m = td.meta
+    return f"{m['group']} · start {m.get('start')}" if m.get("group") else td.name
+
+
 def slo_rows(targets: list[TargetData]) -> list[dict]:
     rows = []
     for td in targets:
@@ -111,7 +117,7 @@ def slo_rows(targets: list[TargetData]) -> list[dict]:
                 continue
             kind = fmt.slo_kind(r)
             rows.append({
-                "target": td.name, "expr": r.get("expr", ""), "passed": bool(r.get("passed")),
+                "target": target_label(td), "expr": r.get("expr", ""), "passed": bool(r.get("passed")),
                 "value": Cell(fmt.fmt(r.get("value"), kind), f"slo/{i}/value", kind, td.name),
                 "ci": Cell(fmt.ci(r.get("ci"), kind), f"slo/{i}/ci", "ci", td.name) if r.get("ci") else Cell(fmt.DASH),
                 "reason": r.get("reason", ""),
@@ -198,7 +204,9 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
 def header(run: RunData) -> list[tuple[str, str]]:
     m = run.meta
     dur = sum(float(t.meta.get("duration_s") or (t.summary or {}).get("duration_s") or 0) for t in run.targets)
-    rows = [("scenario", run.name), ("targets", ", ".join(t.name for t in run.targets)),
+    names = [name if len(tds) == 1 and not tds[0].meta.get("group") else f"{name} ({len(tds)} fresh starts)"
+             for name, tds in run.groups()]
+    rows = [("scenario", run.name), ("targets", ", ".join(names)),
             ("engine", str(m.get("engine", fmt.DASH))), ("started", str(m.get("started", fmt.DASH))),
             ("duration", fmt.seconds(dur) if dur else fmt.DASH),
             ("latbench", str(m.get("latbench_version", fmt.DASH))), ("host", str(m.get("host", fmt.DASH))),
@@ -222,3 +230,42 @@ def target_info(td: TargetData) -> list[tuple[str, str]]:
         if isinstance(server.get(k), (int, float)):
             rows.append((label, fmt.seconds(server[k])))
     return rows
+
+
+COLD = "@cold_start"  # Cell.target of numbers read from cold_start.json
+START_COLUMNS = (("listen_s", "ms", "listening (ms)"), ("ready_s", "ms", "ready (ms)"),
+                 ("model_load_s", "ms", "model load (ms)"), ("first_latency_s", "ms", "first request (ms)"),
+                 ("first_ttft_s", "ms", "first TTFT (ms)"), ("steady_latency_s", "ms", "steady (ms)"),
+                 ("penalty_s", "ms", "penalty (ms)"), ("first_steady_request", "num", "warm from request"))
+
+
+def start_rows(cs: dict, group: str) -> list[dict]:
+    """One row per fresh start of ``group``: cold or not (and the page-cache share behind it), then
+    START_COLUMNS, from cold_start.json."""
+    rows = []
+    for i, r in enumerate(get(cs, f"{group}/per_start") or []):
+        base = f"{group}/per_start/{i}"
+        cold = r.get("cold")
+        cached = (r.get("page_cache") or {}).get("resident_after")
+        rows.append({"start": r.get("start"), "target": r.get("target"),
+                     "cold": "cold" if cold else ("unknown" if cold is None else "WARM"),
+                     "cold_css": "pass" if cold else ("" if cold is None else "fail"),
+                     "cached": Cell(fmt.share(cached), f"{base}/page_cache/resident_after", "share", COLD),
+                     "cells": [Cell(fmt.fmt(get(cs, f"{base}/{k}"), kind), f"{base}/{k}", kind, COLD)
+                               for k, kind, _ in START_COLUMNS]})
+    return rows
+
+
+def cold_start_comparison(cs: dict) -> dict:
+    """Architectures side by side over their starts: median (min-max) of each START_COLUMNS figure."""
+    rows = []
+    for group in cs:
+        cells = []
+        for k, kind, _ in START_COLUMNS:
+            p = f"{group}/over_starts/{k}"
+            cells.append({"median": Cell(fmt.fmt(get(cs, f"{p}/median"), kind), f"{p}/median", kind, COLD),
+                          "min": Cell(fmt.fmt(get(cs, f"{p}/min"), kind), f"{p}/min", kind, COLD),
+                          "max": Cell(fmt.fmt(get(cs, f"{p}/max"), kind), f"{p}/max", kind, COLD)})
+        rows.append({"label": group, "starts": get(cs, f"{group}/starts"), "cold": get(cs, f"{group}/cold_starts"),
+                     "cells": cells})
+    return {"columns": [c[2] for c in START_COLUMNS], "rows": rows}

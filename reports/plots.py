@@ -72,13 +72,19 @@ def cdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def shade_phases(ax, phases: list[dict]) -> None:
-    """Shade each phase window; label it once at the top of the axis."""
+    """Shade each phase window; label it once at the top of the axis (a label that would run into the
+    previous one goes one line higher)."""
+    span = max((ph["end"] for ph in phases), default=1.0) or 1.0
+    raised = False
     for i, ph in enumerate(phases):
         color = "#000000" if ph["recorded"] else "#ff9900"
         ax.axvspan(ph["start"], ph["end"], color=color, alpha=0.06 if i % 2 == 0 or not ph["recorded"] else 0.0, lw=0)
         ax.axvline(ph["start"], color="#999999", lw=0.6, ls=":")
-        ax.text(ph["start"], 1.0, " " + ph["name"] + ("" if ph["recorded"] else " (not recorded)"),
-                transform=ax.get_xaxis_transform(), va="bottom", ha="left", fontsize=7, color="#555555", clip_on=False)
+        label = " " + ph["name"] + ("" if ph["recorded"] else " (not recorded)")
+        prev = phases[i - 1] if i else None
+        raised = bool(prev and not raised and (ph["start"] - prev["start"]) / span * 130 < len(prev["name"]) + 16)
+        ax.text(ph["start"], 1.07 if raised else 1.0, label, transform=ax.get_xaxis_transform(), va="bottom",
+                ha="left", fontsize=7, color="#555555", clip_on=False)
 
 
 def phase_windows(summary: dict) -> list[dict]:
@@ -131,7 +137,6 @@ def timeseries_plot(summary: dict) -> str | None:
         a = ax[0, 0]
         a.plot(mid, f("latency_p50") * 1e3, color=PALETTE[0], lw=1.3, label="p50")
         a.plot(mid, f("latency_p99") * 1e3, color=PALETTE[1], lw=1.3, label="p99")
-        a.legend(**OUTSIDE)
         latency_axis(a, np.concatenate([f("latency_p50"), f("latency_p99")]) * 1e3, "latency")
         q = ax[1, 0]
         q.plot(mid, f("target_qps"), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
@@ -154,7 +159,89 @@ def timeseries_plot(summary: dict) -> str | None:
         n.set_ylabel("in flight"), n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
         for row in ax[:, 0]:
             shade_phases(row, phases) if row is a else shade_windows(row, phases)
+        mark_bursts(a, n, summary.get("burst") or [])
+        a.legend(**OUTSIDE)
         a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
+        return to_uri(fig)
+
+
+RECOVERY_COLOR, DRAIN_COLOR = "#2ca02c", "#9467bd"
+
+
+def mark_bursts(lat_ax, inflight_ax, bursts: list[dict]) -> None:
+    """Each spike's aftermath as marked intervals (values from the summary's ``burst`` entries): on the
+    latency panel, from the spike's end to the recovery time, with the objective it recovered to; on the
+    in-flight panel, the baseline's peak and the drain time back to it."""
+    for b in bursts:
+        rec = b.get("recovery") or {}
+        if rec.get("threshold") is not None:
+            lat_ax.axhline(rec["threshold"] * 1e3, color="#7f7f7f", lw=0.8, ls="--")
+        win = rec.get("windows") or {}
+        x = np.asarray(win.get("start") or [], dtype=float)  # at its start: it crosses the objective where
+        y = np.asarray([np.nan if v is None else (np.inf if v == "inf" else v) for v in win.get("p99") or []],
+                       dtype=float)  # recovery is; by intended send time (the p50/p99 lines: by completion)
+        if np.isfinite(y).any():  # a window with a failure is infinitely slow: not drawn
+            lat_ax.plot(x, np.where(np.isfinite(y), y, np.nan) * 1e3, color=RECOVERY_COLOR, lw=1.2, ls="-.",
+                        drawstyle="steps-post", label=f"p99 of the {rec['window_s']:g} s window\nsent from here (rule)")
+        if rec.get("recovered"):
+            t_rec = b["end"] + rec["seconds"]
+            lat_ax.axvspan(b["end"], t_rec, color=RECOVERY_COLOR, alpha=0.18, lw=0)
+            lat_ax.axvline(t_rec, color=RECOVERY_COLOR, lw=1.4)
+            lat_ax.text(t_rec, 0.97, f" recovered {rec['seconds']:.1f} s after {b['spike']}",
+                        transform=lat_ax.get_xaxis_transform(), va="top", ha="left", fontsize=8,
+                        color=RECOVERY_COLOR, fontweight="bold")
+        elif rec:
+            lat_ax.axvspan(b["end"], b["after_end"], color="#d62728", alpha=0.10, lw=0)
+            lat_ax.text(b["end"], 0.97, f" not recovered during {rec['phase']}", transform=lat_ax.get_xaxis_transform(),
+                        va="top", ha="left", fontsize=8, color="#d62728", fontweight="bold")
+        fl = b.get("in_flight") or {}
+        if fl.get("baseline_peak") is not None:
+            inflight_ax.axhline(fl["baseline_peak"], color="#7f7f7f", lw=0.8, ls="--")
+        if fl.get("drain_s") is not None:
+            inflight_ax.axvspan(b["end"], b["end"] + fl["drain_s"], color=DRAIN_COLOR, alpha=0.18, lw=0)
+            inflight_ax.text(b["end"] + fl["drain_s"], 0.95, f" drained {fl['drain_s']:.1f} s (peak {fl['peak']})",
+                             transform=inflight_ax.get_xaxis_transform(), va="top", ha="left", fontsize=8,
+                             color=DRAIN_COLOR, fontweight="bold")
+
+
+def warmup_plot(cold_start: dict) -> str | None:
+    """Latency of request 1..N after each fresh start, one line per start, one colour per architecture
+    (values from cold_start.json); each architecture's steady latency dashed."""
+    groups = [(g, d) for g, d in cold_start.items() if d.get("per_start")]
+    if not groups:
+        return None
+    with plot_style():
+        fig, ax = figure(11, 3.8)
+        a = ax[0, 0]
+        values, any_failed = [], False
+        for gi, (group, d) in enumerate(groups):
+            c = PALETTE[gi % len(PALETTE)]
+            for si, row in enumerate(d["per_start"]):
+                y = np.asarray([math.inf if v == "inf" else (math.nan if v is None else v)
+                                for v in row.get("latencies_s") or []], dtype=float) * 1e3
+                if y.size == 0:
+                    continue
+                values.append(y)
+                failed = np.nonzero(np.isinf(y))[0] + 1  # a failed request: an x at the top of the axis
+                if failed.size:
+                    a.plot(failed, np.full(failed.size, 0.97), "x", color=c, ms=8, mew=2,
+                           transform=a.get_xaxis_transform(), label="failed request" if not any_failed else None)
+                    any_failed = True
+                cold = row.get("cold")
+                n_cold = sum(1 for r in d["per_start"] if r.get("cold"))
+                a.plot(np.arange(1, y.size + 1), np.where(np.isfinite(y), y, np.nan), color=c, lw=1.2, alpha=0.75,
+                       marker="o", ms=3, ls="-" if cold is not False else ":",
+                       label=f"{group} ({n_cold} of {len(d['per_start'])} starts cold)" if si == 0 else None)
+            steady = (d.get("over_starts") or {}).get("steady_latency_s", {}).get("median")
+            if steady:
+                a.axhline(steady * 1e3, color=c, lw=0.9, ls="--", label=f"{group} steady {steady * 1e3:.0f} ms")
+        allv = np.concatenate(values) if values else np.empty(0)
+        latency_axis(a, allv[np.isfinite(allv)], "latency")
+        a.set_xlabel("request after start (sent one at a time)")
+        n = max((v.size for v in values), default=1)
+        a.set_xticks(np.arange(1, n + 1)) if n <= 30 else None
+        a.set_title("Warm-up curve: latency of each request after a fresh start")
+        a.legend(loc="upper right")
         return to_uri(fig)
 
 

@@ -6,15 +6,16 @@ from pathlib import Path
 
 from loadgen.records.rundir import write_text
 from reports import model
-from reports.figures import overview_figures, target_figures
+from reports.figures import overview_figures, target_figures, warmup_figure
+from reports.headline import headline
 from reports.html import render
 from reports.loader import RunData
 
 
 def target_section(td, i: int) -> dict:
     s = td.summary
-    sec = {"name": td.name, "anchor": f"target-{i}", "info": model.target_info(td), "ran": s is not None,
-           "notes": list((s or {}).get("notes") or []),
+    sec = {"name": model.target_label(td), "target_name": td.name, "anchor": f"target-{i}", "moved": "",
+           "info": model.target_info(td), "ran": s is not None, "notes": list((s or {}).get("notes") or []),
            "complete": bool(s and s.get("complete", True)) and not td.recomputed}
     if s is None:
         return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": []}
@@ -28,18 +29,57 @@ def target_section(td, i: int) -> dict:
     return sec
 
 
+def headline_block(run: RunData) -> dict | None:
+    """The headline (see :mod:`reports.headline`) with its figure: the warm-up curve of a cold-start
+    study, the marked time series of a burst."""
+    h = headline(run)
+    if h is None:
+        return None
+    h["figure"] = None
+    if h["kind"] == "cold_start":
+        h["figure"] = warmup_figure(run.cold_start)
+    elif h["kind"] == "burst":
+        td = next(td for td in run.targets if (td.summary or {}).get("burst"))
+        h["figure"] = next((f for f in target_figures(td) if f["id"] == "timeseries"), None)
+        h["figure_target"] = td.name
+    return h
+
+
+def groups_context(run: RunData, sections: list[dict]) -> list[dict]:
+    """Target sections under their architecture: a cold-start study's fresh starts form one group, with a
+    table of its starts; any other target is a group of one."""
+    by_name = {s["target_name"]: s for s in sections}
+    out = []
+    for gi, (name, tds) in enumerate(run.groups()):
+        starts = bool(run.cold_start and name in run.cold_start)
+        out.append({"name": name, "anchor": f"group-{gi}" if starts else by_name[tds[0].name]["anchor"],
+                    "starts": starts, "sections": [by_name[td.name] for td in tds],
+                    "start_rows": model.start_rows(run.cold_start, name) if starts else []})
+    return out
+
+
 def run_context(run: RunData) -> dict:
     """Everything report.html shows, computed; the template only lays it out."""
-    labelled = [(td.name, td) for td in run.targets]
+    cold = bool(run.cold_start)
+    labelled = [(name, tds) for name, tds in run.groups()] if cold else [(td.name, td) for td in run.targets]
+    h = headline_block(run)
+    sections = [target_section(td, i) for i, td in enumerate(run.targets)]
+    for sec in sections:
+        if h and h.get("figure_target") == sec["target_name"]:  # shown once, in the headline
+            sec["figures"] = [f for f in sec["figures"] if f["id"] != "timeseries"]
+            sec["moved"] = "The time series is in the headline above."
     return {
         "title": f"latbench · {run.name}",
         "scenario": run.name,
         "header": model.header(run),
         "verdict": model.verdict(run),
+        "headline": h,
         "slos": model.slo_rows(run.targets),
-        "comparison": model.comparison([(td.name, td.summary) for td in run.targets]),
+        "comparison": None if cold else model.comparison([(td.name, td.summary) for td in run.targets]),
+        "cold_comparison": model.cold_start_comparison(run.cold_start) if cold else None,
+        "start_columns": [c[2] for c in model.START_COLUMNS],
         "overview": overview_figures(labelled),
-        "targets": [target_section(td, i) for i, td in enumerate(run.targets)],
+        "groups": groups_context(run, sections),
         "pcts": model.PCTS,
         "throughput_cols": [c[2] for c in model.THROUGHPUT],
     }

@@ -4,6 +4,17 @@ The scraper (loadgen/scrape.py) stores raw Prometheus samples: counters and hist
 ``_count`` as the server reports them (cumulative). Here they become per-interval values: a counter's
 rate, a histogram's mean over each scrape interval (delta sum / delta count). Metric names are
 normalised with ':' -> '_' so the reference server's ``refserver:*`` and vLLM's ``vllm:*`` match.
+
+vLLM's names are today's (v1 engine, checked against vLLM 0.32's /metrics; ``tests/data/vllm_metrics.txt``
+is a trimmed capture): ``vllm:num_requests_running`` / ``_waiting``, ``vllm:kv_cache_usage_perc`` (a
+fraction, 0-1), ``vllm:prefix_cache_hits`` / ``_queries`` (tokens), ``vllm:request_queue_time_seconds`` and
+``vllm:time_to_first_token_seconds`` (histograms); the older ``gpu_cache_usage_perc`` and
+``gpu_prefix_cache_*`` are still understood. Nothing is configured beyond the target's ``metrics_url``.
+
+Where the engine reports its own TTFT, :func:`ttft_comparison` sets it beside latbench's: the engine
+counts from the request's arrival in the server to its first token, latbench from the intended send time
+to the first token's arrival, so the difference is the part spent outside the engine (generator lag,
+network, HTTP server, tokenization, streaming the chunk back).
 """
 
 from __future__ import annotations
@@ -15,16 +26,30 @@ from reports.plots import PALETTE, figure, latency_axis, phase_windows, plot_sty
 
 PREFIXES = ("refserver_", "vllm_")
 
-#: Each panel: title, y label, and the ways to compute it, first available wins:
-#: ("hist", base) mean per interval; ("gauge", name) value; ("ratio", hits, misses) hits / (hits + misses).
+#: Each panel: title, y label, and the ways to compute it, first available wins: ("hist", base, scale) mean
+#: per interval; ("gauge", name, scale) value summed over label sets; ("gauge_mean", name, scale) averaged
+#: over label sets (a percentage per engine); ("ratio", hits, misses) hits / (hits + misses); ("share", hits,
+#: queries) hits / queries. A fourth element of a hist or gauge way names the panel instead of its title.
 PANELS = (
-    ("batch size", "sequences", [("hist", "{p}batch_size", 1.0), ("gauge", "{p}num_requests_running", 1.0)]),
-    ("queue time", "ms", [("hist", "{p}request_queue_time_seconds", 1e3)]),
+    ("batch size", "sequences", [("hist", "{p}batch_size", 1.0),
+                                 ("gauge", "{p}num_requests_running", 1.0, "requests running")]),
     ("queued requests", "requests", [("gauge", "{p}num_requests_waiting", 1.0)]),
-    ("cache hit rate", "%", [("ratio", "{p}cache_hits_total", "{p}cache_misses_total"),
-                             ("share", "{p}gpu_prefix_cache_hits_total", "{p}gpu_prefix_cache_queries_total")]),
+    ("queue time", "ms", [("hist", "{p}request_queue_time_seconds", 1e3)]),
+    ("KV cache usage", "%", [("gauge_mean", "{p}kv_cache_usage_perc", 100.0),
+                             ("gauge_mean", "{p}gpu_cache_usage_perc", 100.0)]),
+    ("prefix cache hit rate", "% of tokens", [("share", "{p}prefix_cache_hits_total", "{p}prefix_cache_queries_total"),
+                                              ("share", "{p}gpu_prefix_cache_hits_total",
+                                               "{p}gpu_prefix_cache_queries_total")]),
+    ("cache hit rate", "%", [("ratio", "{p}cache_hits_total", "{p}cache_misses_total")]),
     ("GPU utilization", "%", [("gauge", "{p}gpu_utilization_percent", 1.0), ("gauge", "DCGM_FI_DEV_GPU_UTIL", 1.0)]),
 )
+#: The engine's own time to first token (a histogram, seconds), under each server's prefix.
+TTFT_BASE = "{p}time_to_first_token_seconds"
+TTFT_TITLE = "TTFT: engine vs latbench"
+
+
+GPU_TITLE = "GPU utilization"
+GPU_BAND = (70.0, 80.0)  # the article: keep GPU utilization at 70-80%
 
 
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
@@ -57,6 +82,11 @@ def counter_rate(df: pd.DataFrame, name: str) -> pd.Series:
     return (_delta(s) / dt).dropna()
 
 
+def gauge_mean(df: pd.DataFrame, name: str) -> pd.Series:
+    """One gauge averaged over its label sets (one value per engine), indexed by scrape time."""
+    return df[df["metric"] == name].groupby("time")["value"].mean().sort_index()
+
+
 def _ratio(df, a: str, b: str, share: bool) -> pd.Series:
     da, db = _delta(total(df, a)), _delta(total(df, b))
     den = db if share else da + db
@@ -76,11 +106,13 @@ def panel_series(df: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
                     s = hist_mean(df, first) * way[2]
                 elif kind == "gauge" and first in names:
                     s = total(df, first) * way[2]
+                elif kind == "gauge_mean" and first in names:
+                    s = gauge_mean(df, first) * way[2]
                 elif kind in ("ratio", "share") and first in names and way[2].format(p=p) in names:
                     s = _ratio(df, first, way[2].format(p=p), kind == "share")
                 else:
                     continue
-                out.append((title, unit, s))
+                out.append((way[3] if kind in ("hist", "gauge", "gauge_mean") and len(way) > 3 else title, unit, s))
                 break
             else:
                 continue
@@ -88,20 +120,117 @@ def panel_series(df: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
     return out
 
 
-def server_plot(summary: dict, df: pd.DataFrame | None) -> tuple[str | None, list[str]]:
-    """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles)."""
+def _ttft_base(names: set[str]) -> str | None:
+    for p in PREFIXES:
+        base = TTFT_BASE.format(p=p)
+        if base + "_count" in names and base + "_sum" in names:
+            return base
+    return None
+
+
+def client_ttft(records: pd.DataFrame, times: np.ndarray) -> pd.Series:
+    """latbench's mean TTFT (ms) per scrape interval ``(times[k-1], times[k]]``, by first-token arrival.
+
+    Every request with a first token counts (recorded phase or not, as the engine's histogram does);
+    indexed by the interval's end, like :func:`hist_mean`. NaN where no first token arrived.
+    """
+    ft = records["first_token"].to_numpy(dtype=float)
+    ttft = (records["first_token"] - records["scheduled"]).to_numpy(dtype=float)
+    keep = np.isfinite(ft) & np.isfinite(ttft)
+    ft, ttft = ft[keep], ttft[keep]
+    k = np.searchsorted(times, ft, side="left")  # interval k ends at times[k]; 0 and len(times) lie outside
+    inside = (k > 0) & (k < len(times))
+    sums = np.bincount(k[inside], weights=ttft[inside], minlength=len(times))
+    counts = np.bincount(k[inside], minlength=len(times))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(counts > 0, 1e3 * sums / np.maximum(counts, 1), np.nan)
+    return pd.Series(mean[1:], index=times[1:])
+
+
+def ttft_comparison(df: pd.DataFrame | None, records: pd.DataFrame | None) -> dict | None:
+    """The engine's mean TTFT beside latbench's over the same scrape window, or None without both.
+
+    Means, since a Prometheus histogram gives an exact mean (delta sum / delta count) but only bucketed
+    percentiles. The window runs from the first to the last scrape; latbench's requests are those whose
+    first token arrived in it. Returns ms: ``engine_ms``, ``latbench_ms`` (from the intended send time),
+    ``latbench_sent_ms`` (from the actual send), ``outside_ms`` (latbench - engine), and the request counts
+    of each side (``engine_requests``, ``latbench_requests``), which should agree when latbench was the only
+    client.
+    """
+    if df is None or df.empty or records is None or records.empty or "first_token" not in records:
+        return None
+    df = normalise(df)
+    base = _ttft_base(set(df["metric"].unique()))
+    if base is None:
+        return None
+    sums, counts = total(df, base + "_sum"), total(df, base + "_count")
+    if len(counts) < 2 or counts.iloc[-1] - counts.iloc[0] <= 0:
+        return None
+    lo, hi = float(counts.index[0]), float(counts.index[-1])
+    ft = records["first_token"]
+    sel = records[(ft > lo) & (ft <= hi)]
+    if sel.empty:
+        return None
+    n = float(counts.iloc[-1] - counts.iloc[0])
+    engine = 1e3 * float(sums.iloc[-1] - sums.iloc[0]) / n
+    ours = 1e3 * float((sel["first_token"] - sel["scheduled"]).mean())
+    from_sent = 1e3 * float((sel["first_token"] - sel["sent"]).mean())
+    prefix = next(p for p in PREFIXES if base.startswith(p))
+    return {"engine_ms": engine, "latbench_ms": ours, "latbench_sent_ms": from_sent, "outside_ms": ours - engine,
+            "engine_requests": int(round(n)), "latbench_requests": int(len(sel)),
+            "metric": prefix[:-1] + ":" + base[len(prefix):]}  # as the server names it: vllm:time_to_first_...
+
+
+def ttft_panel(df: pd.DataFrame, records: pd.DataFrame | None) -> tuple[pd.Series, pd.Series | None] | None:
+    """(engine TTFT ms, latbench TTFT ms or None) per scrape interval, or None when the engine reports none."""
+    df = normalise(df)
+    base = _ttft_base(set(df["metric"].unique()))
+    if base is None:
+        return None
+    engine = hist_mean(df, base) * 1e3
+    if not engine.notna().any():
+        return None
+    if records is None or records.empty or "first_token" not in records:
+        return engine, None
+    times = np.asarray(sorted(df["time"].unique()), dtype=float)
+    return engine, client_ttft(records, times)
+
+
+def gpu_utilization(df: pd.DataFrame | None) -> dict | None:
+    """GPU utilization against the article's 70-80% band, over the scrapes: median and the share of scrapes
+    below, within and above it (percent, fractions); None when the server exported none (a CPU server)."""
+    if df is None or df.empty:
+        return None
+    s = next((s for title, _, s in panel_series(df) if title == GPU_TITLE), None)
+    v = s.dropna().to_numpy() if s is not None else np.empty(0)
+    if not v.size:
+        return None
+    lo, hi = GPU_BAND
+    return {"median": float(np.median(v)), "below": float(np.mean(v < lo)),
+            "within": float(np.mean((v >= lo) & (v <= hi))), "above": float(np.mean(v > hi)), "scrapes": int(v.size)}
+
+
+def server_plot(summary: dict, df: pd.DataFrame | None,
+                records: pd.DataFrame | None = None) -> tuple[str | None, list[str]]:
+    """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles).
+
+    ``records``: the run's records frame (``loadgen.analysis.metrics.records_frame``); with it, a server that reports
+    its own TTFT gets a panel with latbench's TTFT per interval beside the engine's.
+    """
     if df is None or df.empty:
         return None, []
     panels = [p for p in panel_series(df) if p[2].notna().any()]
-    if not panels:
+    ttft = ttft_panel(df, records)
+    if not panels and ttft is None:
         return None, []
     ts = summary.get("timeseries") or {}
     t = np.asarray(ts.get("t") or [], dtype=float)
     step = float(ts.get("step_s") or 1.0)
     p99 = np.asarray([np.nan if v is None else v for v in ts.get("latency_p99") or []], dtype=float)
     phases = phase_windows(summary)
+    rows = len(panels) + (ttft is not None)
     with plot_style():
-        fig, ax = figure(11, 1.6 + 1.5 * len(panels), 1 + len(panels), 1, sharex=True)
+        fig, ax = figure(11, 1.6 + 1.5 * rows, 1 + rows, 1, sharex=True)
         a = ax[0, 0]
         if t.size:
             a.plot(t + step / 2, p99 * 1e3, color=PALETTE[1], lw=1.3, label="client p99")
@@ -111,8 +240,22 @@ def server_plot(summary: dict, df: pd.DataFrame | None) -> tuple[str | None, lis
             b = ax[i, 0]
             b.plot(s.index.to_numpy(), s.to_numpy(), color=PALETTE[(i + 1) % len(PALETTE)], lw=1.3, marker=".", ms=3)
             b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(0, None if np.nanmax(s.to_numpy()) > 0 else 1)
+            if title == GPU_TITLE:  # the article's band, where the GPU is busy but has room for a burst
+                b.axhspan(*GPU_BAND, color=PALETTE[2], alpha=0.15, lw=0, label="target 70-80%")
+                b.set_ylim(0, 100)
+                b.legend(loc="upper left", fontsize=7, frameon=False)
+            shade_windows(b, phases)
+        if ttft is not None:
+            b, (engine, ours) = ax[-1, 0], ttft
+            b.plot(engine.index.to_numpy(), engine.to_numpy(), color=PALETTE[4], lw=1.3, marker=".", ms=3,
+                   label="engine (its own histogram: arrival to first token)")
+            if ours is not None and ours.notna().any():
+                b.plot(ours.index.to_numpy(), ours.to_numpy(), color=PALETTE[1], lw=1.3, marker=".", ms=3,
+                       label="latbench (intended send to first token received)")
+            b.set_ylabel("TTFT mean\n(ms)"), b.set_ylim(0, None)
+            b.legend(loc="upper right", fontsize=7, frameon=False)
             shade_windows(b, phases)
         ax[-1, 0].set_xlabel("time since start (s)")
         end = max([t[-1] + step if t.size else 0] + [p["end"] for p in phases] + [float(df["time"].max())])
         a.set_xlim(0, end)
-        return to_uri(fig), [p[0] for p in panels]
+        return to_uri(fig), [p[0] for p in panels] + ([TTFT_TITLE] if ttft is not None else [])

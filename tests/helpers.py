@@ -1,7 +1,12 @@
 """Shared test helpers: write a scenario file, run it in-process, read the RunDir back."""
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
+import time
+import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -9,6 +14,10 @@ from loadgen.analysis.metrics import records_frame
 from loadgen.records.schema import read_records
 from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
+from reports import fmt
+from reports.model import get
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
@@ -53,7 +62,7 @@ class Page(HTMLParser):
             self.cells.append(self._open)
 
     def handle_endtag(self, tag):
-        if tag in ("td", "span", "small"):
+        if tag in ("td", "span", "small", "b"):
             self._open = None
 
     def handle_data(self, data):
@@ -67,3 +76,78 @@ def parse(path: Path) -> Page:
     p.feed(path.read_text(encoding="utf-8"))
     p.close()
     return p
+
+
+class Headline(HTMLParser):
+    """The #headline section of a report: its numbered parts (data-src) and its text."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth, self.cells, self.text, self.imgs, self._open = 0, [], [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id") == "headline":
+            self.depth = 1
+        elif self.depth and tag == "section":
+            self.depth += 1
+        if not self.depth:
+            return
+        if tag == "img":
+            self.imgs.append(a.get("alt"))
+        if "data-src" in a:
+            self._open = {"target": a["data-target"], "src": a["data-src"], "fmt": a["data-fmt"], "text": ""}
+            self.cells.append(self._open)
+
+    def handle_endtag(self, tag):
+        if self.depth and tag == "section":
+            self.depth -= 1
+        if tag in ("b", "span"):
+            self._open = None
+
+    def handle_data(self, data):
+        if self.depth:
+            self.text.append(data)
+            if self._open is not None:
+                self._open["text"] += data
+
+
+def read_headline(path: Path) -> Headline:
+    h = Headline()
+    h.feed(path.read_text(encoding="utf-8"))
+    return h
+
+
+def formatted(value, kind: str) -> str:
+    if kind.startswith("ci"):
+        return fmt.ci(value, kind[3:] or "ms")
+    return fmt.fmt(value, kind)
+
+
+def check_cells(cells: list[dict], sources: dict) -> int:
+    """Every headline number equals its source's value, formatted; returns how many were checked."""
+    for c in cells:
+        assert c["target"] in sources, c
+        v = get(sources[c["target"]], c["src"])
+        assert v is not None or c["text"] == fmt.DASH, c
+        assert c["text"] == formatted(v, c["fmt"]), (c, v)
+    return len(cells)
+
+
+def start_reference(port: int, *flags: str) -> subprocess.Popen:
+    """The reference server (optimized, tiny, numpy) on a given 127.0.0.1 port, once /health answers 200."""
+    proc = subprocess.Popen([sys.executable, "-m", "reference_server", "--host", "127.0.0.1", "--port", str(port),
+                             "--arch", "optimized", "--model", "tiny", "--backend", "numpy", *flags],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the reference server exited"
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the reference server was not ready in time")

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from loadgen.analysis.headline import burst_effects, headroom
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.schema import ERROR_CLASSES
@@ -96,13 +97,36 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     }
 
 
+def window_stats(df: pd.DataFrame, start: float, end: float, slos: list[SLO]) -> dict:
+    """The statistics of the records of one stretch ``[start, end)`` (run seconds), as summary.json holds them
+    per phase, with the percentiles and per-request limits ``slos`` need: what a sliding window is judged on."""
+    extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
+    return _scope_stats(df, start, end, None, extra, _per_request_limits(slos))
+
+
+def send_lag_limited(scope: dict, threshold: float) -> bool:
+    """Whether the generator's lag makes a scope's numbers describe the generator (seconds; a scope's stats).
+
+    Lagging when the p99 is clearly over the threshold: its 95% interval's lower bound is (one hiccup in
+    a short run moves the p99 of 20 samples, not that bound), and the lag is large enough to matter: a
+    latency counts from the intended send time, so a lag can distort it by at most its own size, and a
+    lag under a tenth of the median latency is reported but cannot change what the run concludes."""
+    ci = scope["metrics"]["send_lag"]["percentiles"]["p99"]["ci"]
+    lat_p50 = stat_value(scope["metrics"]["latency"], "p50")
+    lag_low = ci[0] if ci and ci[0] is not None else None
+    return bool(lag_low is not None and lag_low > threshold and (lat_p50 is None or lag_low > 0.1 * lat_p50))
+
+
 RECOVERY_WINDOW_S = 2.0
+RECOVERY_STEP_S = 0.5  # the windows slide by this much: the resolution of a recovery time
 
 
 def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[dict]:
     """After each spike (an open-loop phase whose rate is above the next one's), how long until the
-    rolling p99 latency (2 s windows by scheduled time, failed requests as infinitely slow) is back under
-    the latency.p99 objective of the phase after it, and stays there. ``seconds`` None: did not recover."""
+    rolling p99 latency (2 s windows by scheduled time sliding by 0.5 s, failed requests as infinitely
+    slow) is back under the latency.p99 objective of the phase after it, and stays there. ``seconds`` None:
+    did not recover. ``window_requests``: the median count of requests in a window (a window's p99 is its
+    maximum below 100 requests: how coarse the rule is); ``windows``: each window's start and p99."""
     out = []
     for cur, nxt in zip(plans, plans[1:]):
         if cur.closed or nxt.closed or 0.5 * (cur.rate_start + cur.rate_end) <= 0.5 * (nxt.rate_start + nxt.rate_end):
@@ -115,18 +139,23 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
         sel = df[(df["scheduled"] >= nxt.start) & (df["scheduled"] < nxt.end)]
         lat = np.where(sel["ok"], sel["latency"], np.inf)
         sched = sel["scheduled"].to_numpy()
-        ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, 0.5)
-        good = []
+        ends = np.arange(nxt.start + RECOVERY_WINDOW_S, nxt.end + 1e-9, RECOVERY_STEP_S)
+        good, sizes, p99s = [], [], []
         for e in ends:
             w = lat[(sched >= e - RECOVERY_WINDOW_S) & (sched < e)]
-            good.append(w.size == 0 or nearest_rank_unsorted(w, 99) < limit)
+            p99s.append(nearest_rank_unsorted(w, 99) if w.size else math.nan)
+            good.append(w.size == 0 or p99s[-1] < limit)
+            sizes.append(w.size)
         seconds = None
         for i in range(len(good)):
             if all(good[i:]):
                 seconds = float(ends[i] - RECOVERY_WINDOW_S - nxt.start)  # the first good window's start
                 break
         out.append({"spike": cur.name, "phase": nxt.name, "threshold": limit, "window_s": RECOVERY_WINDOW_S,
-                    "seconds": seconds, "recovered": seconds is not None})
+                    "step_s": RECOVERY_STEP_S, "window_requests": float(np.median(sizes)) if sizes else 0.0,
+                    "seconds": seconds, "recovered": seconds is not None,
+                    "windows": {"start": [float(e - RECOVERY_WINDOW_S) for e in ends],
+                                "p99": [json_num(v) for v in p99s]}})
     return out
 
 
@@ -175,10 +204,14 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
 def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *, target: str = "target",
               scenario: str = "", complete: bool = True, notes: list[str] | None = None,
               send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
-              failed_fast: str | None = None) -> dict:
-    """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts.
+              failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None,
+              timeseries_step: float = 1.0) -> dict:
+    """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts; with
+    the headline numbers of :mod:`loadgen.analysis.headline` (``burst``, ``headroom``: ``expected_qps`` is
+    the scenario's, ``capacity`` the fields of a capacity search of the same target).
 
-    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it)."""
+    ``failed_fast``: the objective --fail-fast stopped the run on (kept as a field: the verdict reads it).
+    ``timeseries_step``: seconds per time-series bin (a watch that ran for days takes coarser ones)."""
     df = records_frame(table)
     extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
     limits = _per_request_limits(slos)
@@ -202,15 +235,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
     lag = overall["metrics"]["send_lag"]
     lag_p99 = stat_value(lag, "p99")
     cpu_util = (cpu_seconds / duration / processes) if (cpu_seconds is not None and duration > 0) else None
-    # Lagging when the p99 is clearly over the threshold: its 95% interval's lower bound is (one hiccup in
-    # a short run moves the p99 of 20 samples, not that bound), and the lag is large enough to matter: a
-    # latency counts from the intended send time, so a lag can distort it by at most its own size, and a
-    # lag under a tenth of the median latency is reported but cannot change what the run concludes.
-    ci = lag["percentiles"]["p99"]["ci"]
-    lat_p50 = stat_value(overall["metrics"]["latency"], "p50")
-    lag_low = ci[0] if ci and ci[0] is not None else None
-    lagging = bool(lag_low is not None and lag_low > send_lag_threshold
-                   and (lat_p50 is None or lag_low > 0.1 * lat_p50))
+    lagging = send_lag_limited(overall, send_lag_threshold)
     if not lagging and lag_p99 is not None and lag_p99 > send_lag_threshold:
         notes = list(notes or []) + [f"send lag p99 {lag_p99 * 1e3:.1f} ms is above the "
                                      f"{send_lag_threshold * 1e3:g} ms "
@@ -230,11 +255,13 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
         "error_classes": list(ERROR_CLASSES),
         "overall": overall,
         "phases": phases,
-        "timeseries": timeseries(df, plans, duration),
+        "timeseries": timeseries(df, plans, duration, timeseries_step),
         "recovery": recovery(df, plans, slos),
     }
     summary["slo"] = evaluate_slos(summary, slos, target)
     summary["passed"] = all(r["passed"] for r in summary["slo"] if r["applies"])
+    summary["burst"] = burst_effects(df, plans, phases, summary["recovery"])
+    summary["headroom"] = headroom(plans, phases, summary["slo"], expected_qps, capacity)
     return summary
 
 

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+import reports  # lazy (PEP 562): loads when the report is written
 from loadgen.analysis.capacity import headline, step_objectives
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import console, exits_on_errors, fraction_option, redact_output
@@ -15,7 +16,6 @@ from loadgen.run.signals import install_signal_handlers
 from loadgen.scenario.slo import parse_slo
 from loadgen.scenario.urls import on_loopback
 from loadgen.units import parse_duration
-from reports import write_capacity_report
 
 
 @click.command(help="Find the highest QPS the scenario's target sustains under the SLOs (stepping, then bisecting).\n\n"
@@ -71,7 +71,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
                               fraction_option(tolerance, "--tolerance"), out, target_url,
                               on_engine=lambda e: current.update(engine=e), on_step=on_step)
     try:
-        write_capacity_report(rd.path)
+        reports.write_capacity_report(rd.path)
     except Exception as exc:
         out_console.print(f"report not rendered: {type(exc).__name__}: {exc}")
     out_console.print(f"capacity: {headline(result)}", style="bold")

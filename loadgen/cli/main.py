@@ -24,6 +24,9 @@ COMMANDS = {
     "compare": "loadgen.cli.report:compare",
     "serve": "loadgen.cli.serve:serve",
     "worker": "loadgen.cli.worker:worker",
+    "watch": "loadgen.cli.watch:watch",
+    "alerts": "loadgen.cli.monitor:alerts",
+    "dashboards": "loadgen.cli.monitor:dashboards",
 }
 
 

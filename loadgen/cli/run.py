@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+import reports  # lazy (PEP 562): matplotlib and jinja2 load when the report is written, after the run
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import (
     EXIT_CODES,
@@ -24,7 +25,6 @@ from loadgen.errors import RunDirWriteError
 from loadgen.run.gate import gate_rundir
 from loadgen.run.runner import RunResult, run_scenario
 from loadgen.run.signals import install_signal_handlers
-from reports import write_outputs
 
 
 @click.command(help="Run a scenario: send its load, record every request, write a RunDir, check its SLOs.\n\n"
@@ -39,6 +39,8 @@ from reports import write_outputs
               help="fail on a significant regression against this run")
 @click.option("--max-regression", default="10%", show_default=True, metavar="PCT",
               help="allowed worsening of a percentile before it counts")
+@click.option("--capacity", "capacity", metavar="RUNDIR", type=click.Path(file_okay=False),
+              help="a `latbench capacity` RunDir of the same target: the headroom headline says how far from its knee")
 @click.option("--engine", type=click.Choice(["native", "locust"]), default="native", show_default=True,
               help="native: one asyncio process; locust: Locust's master/worker runners (scales past one machine)")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
@@ -51,10 +53,12 @@ from reports import write_outputs
               help="native: generator processes [default: 1 when the target runs on this machine, else cores - 1]")
 @exits_on_errors
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
-        baseline: str | None, max_regression: str, engine: str, workers: int, expect_workers: int, master_bind: str,
-        processes: int) -> None:
+        baseline: str | None, max_regression: str, capacity: str | None, engine: str, workers: int,
+        expect_workers: int, master_bind: str, processes: int) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
+    if capacity is not None and not (Path(capacity) / "capacity.json").is_file():
+        raise click.BadParameter(f"{capacity} is not a capacity RunDir (no capacity.json)", param_hint="--capacity")
     loaded = load_or_exit(scenario)
     loaded.redactor.add_url(target_url)
     redact_output(loaded.redactor)
@@ -82,7 +86,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     install_signal_handlers(lambda: current.get("engine"), display.say)
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
-                              baseline=baseline, max_regression=allowance, opts=opts)
+                              baseline=baseline, max_regression=allowance, opts=opts, capacity=capacity)
     except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
         display.close()
         click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "
@@ -106,7 +110,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
 def write_reports(out: Console, rundir: Path) -> None:
     """report.html, summary.md and junit.xml; a report that fails to render never loses the run."""
     try:
-        write_outputs(rundir)
+        reports.write_outputs(rundir)
     except Exception as exc:  # the records and summaries are already on disk
         logging.getLogger("latbench").exception("the report could not be rendered")
         out.print(f"report not rendered: {type(exc).__name__}: {exc} (re-render with: latbench report {rundir})")

@@ -37,6 +37,14 @@ def run_async(coro):
     return asyncio.run(coro)
 
 
+def call_on_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], None]) -> None:
+    """``fn()`` on ``loop`` when it is running (thread- and signal-safe), else at once."""
+    if loop is not None and loop.is_running():
+        loop.call_soon_threadsafe(fn)
+    else:
+        fn()
+
+
 @dataclass(frozen=True)
 class MeasuredTarget:
     """One target being measured: what every engine needs, resolved once by the run layer.

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.engine.base import EngineResult, EngineSettings, MeasuredTarget, OnEngine, run_async
+from loadgen.engine.base import EngineResult, EngineSettings, MeasuredTarget, OnEngine, call_on_loop, run_async
 from loadgen.engine.live import GroupLive
 from loadgen.engine.logs import configure_logging
 from loadgen.engine.native import NativeEngine
@@ -195,11 +195,7 @@ class ProcessGroup:
 
     def call_soon(self, fn) -> None:
         """Run ``fn`` on this engine's loop: from a signal handler or another thread, safely."""
-        loop = self._loop
-        if loop is not None and loop.is_running():
-            loop.call_soon_threadsafe(fn)
-        else:
-            fn()
+        call_on_loop(self._loop, fn)
 
     def _tell(self, msg: str, but: int | None = None) -> None:
         for k, c in enumerate(self.pipes):

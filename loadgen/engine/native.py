@@ -13,13 +13,13 @@ import gc
 import math
 import time
 
-from loadgen.engine.base import EngineResult, EngineSettings
+from loadgen.engine.base import EngineResult, EngineSettings, call_on_loop
 from loadgen.engine.inflight import ClosedPhase, InFlight
 from loadgen.engine.live import LiveStats
 from loadgen.engine.logs import log_failure, logging_failures
 from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.reqcache import RequestCache
-from loadgen.records.schema import Outcome, RecordBuffer, RecordWriter
+from loadgen.records.schema import Outcome, RecordBuffer, RecordSink
 from loadgen.schedule.arrivals import PhasePlan, arrivals
 from loadgen.schedule.pacing import FLUSH_EVERY_S, sleep_for
 
@@ -35,7 +35,7 @@ class NativeEngine(InFlight):
     request.
     """
 
-    def __init__(self, settings: EngineSettings, protocol: ApiProtocol, prompts, transport, writer: RecordWriter):
+    def __init__(self, settings: EngineSettings, protocol: ApiProtocol, prompts, transport, writer: RecordSink):
         self.s = settings
         self.protocol = protocol
         self.prompts = prompts
@@ -77,11 +77,7 @@ class NativeEngine(InFlight):
 
     def call_soon(self, fn) -> None:
         """Run ``fn`` on this engine's loop: from a signal handler or another thread, safely."""
-        loop = self._loop
-        if loop is not None and loop.is_running():
-            loop.call_soon_threadsafe(fn)
-        else:
-            fn()
+        call_on_loop(self._loop, fn)
 
     def _start_time(self) -> float:
         """The run's ``t0`` (a subclass may share one between processes)."""

@@ -17,7 +17,7 @@ from loadgen.records.rundir import REQUESTS, SERVER_METRICS
 from loadgen.records.schema import RecordWriter
 from loadgen.scenario.model import Target
 from loadgen.scenario.prompts import make_prompt_source
-from loadgen.schedule.arrivals import plan_phases
+from loadgen.schedule.arrivals import PhasePlan, plan_phases
 from loadgen.schedule.sharding import share
 from loadgen.transports.factory import make_transport
 
@@ -25,12 +25,13 @@ TransportFactory = Callable[[Target], object]
 
 
 def build_sender(mt: MeasuredTarget, fail_fast: float | None, k: int = 0, p: int = 1,
-                 transport_factory: TransportFactory = make_transport):
+                 transport_factory: TransportFactory = make_transport, plans: list[PhasePlan] | None = None):
     """(settings, protocol, prompts, transport) for sender ``k`` of ``p`` (``max_in_flight`` split between them).
 
+    ``plans``: phases to send instead of the scenario's (``latbench watch`` sends one of its own).
     The transport is made but not started."""
     sc = mt.loaded.scenario
-    plans = plan_phases(sc.load)
+    plans = plan_phases(sc.load) if plans is None else plans
     failfast = FailFast(sc.slo, plans, mt.name, fail_fast) if fail_fast else None
     settings = EngineSettings(plans, timeout=mt.target.timeout,
                               max_in_flight=max(1, share(sc.load.max_in_flight, k, p)),

@@ -23,7 +23,9 @@ stream. Past the cap :attr:`SSEParser.overflow` turns True, nothing more is held
 records the stream as broken (``bad_stream``) and stops reading it.
 
 The work per read is a few ``bytes.rfind``/``splitlines`` calls in C and one Python step per *line*,
-never per byte; a large event arriving in many reads is joined once, not re-copied on every read.
+never per byte; a large event arriving in many reads is joined once, not re-copied on every read. The
+common read of an inference stream (whole ``data: {...}`` events ending in LF LF, nothing pending) takes a
+shorter path: one ``split`` and one slice per event.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class SSEParser:
         :attr:`overflow` is set)."""
         if self.overflow:
             return []
+        if data[-2:] == b"\n\n" and not (self._parts or self._data or self._event or self._skip_lf or self._first) \
+                and b"\r" not in data:
+            return self._whole_events(data)
         if self._skip_lf and data:
             self._skip_lf = False
             if data[0] == 10:  # b"\n"
@@ -97,6 +102,25 @@ class SSEParser:
         self._parts.clear()
         self._data.clear()
         self._held = self._data_bytes = 0
+
+    def _whole_events(self, data: bytes) -> list[bytes]:
+        """The common read of a streaming API: whole events, LF line ends, nothing pending. An event that is one
+        ``data: `` line is sliced out as it is; any other (comments, fields, several lines) goes through
+        :meth:`_lines` with the blank line that ended it, so the result is the same as the general path's."""
+        events: list[bytes] = []
+        for block in data[:-2].split(b"\n\n"):
+            if block[:6] == b"data: " and b"\n" not in block:
+                if len(block) > self.max_bytes:
+                    self._overflow()
+                    return []
+                events.append(block[6:])
+            else:
+                lines = block.split(b"\n")
+                lines.append(b"")
+                events.extend(self._lines(lines))
+                if self.overflow:
+                    return []
+        return events
 
     def _lines(self, lines: list[bytes]) -> list[bytes]:
         events: list[bytes] = []

@@ -34,7 +34,10 @@ from __future__ import annotations
 import math
 import os
 import threading
+from array import array
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -119,7 +122,9 @@ class Outcome:
     output_tokens: int = 0
     usage_tokens: bool = False
     bytes_in: int = 0
-    token_times: list = field(default_factory=list)  # absolute perf_counter of each token chunk
+    # absolute perf_counter of each token chunk: an array of C doubles, 8 bytes a token in flight (a list of
+    # floats holds a 24-byte object per read besides its 8-byte slot)
+    token_times: array = field(default_factory=partial(array, "d"))
 
 
 _ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 97 bytes a record
@@ -223,6 +228,17 @@ def records_exist(path: str | os.PathLike) -> bool:
     return os.path.exists(path) or os.path.exists(partial_path(path))
 
 
+class RecordSink(Protocol):
+    """Where an engine puts its drained record batches: a :class:`RecordWriter`, or anything that writes and
+    closes like one (``loadgen.records.rotate.RotatingRecordWriter``, a writer that also observes)."""
+
+    def write(self, batch: pa.RecordBatch | None) -> None:
+        """Append a batch (None or empty: nothing); raise :class:`RunDirWriteError` when it cannot be stored."""
+
+    def close(self) -> None:
+        """Finish the files; safe to call twice."""
+
+
 class RecordWriter:
     """Appends record batches to ``requests.parquet`` as row groups, so a killed run keeps its data.
 
@@ -232,9 +248,15 @@ class RecordWriter:
     stream, which is readable at any moment.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, row_group_rows: int = 0):
+        """``row_group_rows`` > 0: parquet rows are held until that many (or :meth:`close`) and written as one row
+        group, while every batch still goes to the partial stream at once. A long, slow run (``latbench watch``)
+        otherwise writes a row group a second, whose metadata outweighs its few rows."""
         self.path = os.fspath(path)
         self.partial_path = partial_path(self.path)
+        self.row_group_rows = row_group_rows
+        self._held: list[pa.RecordBatch] = []
+        self._held_rows = 0
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             self._pq = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
@@ -259,11 +281,22 @@ class RecordWriter:
             try:
                 self._stream.write_batch(batch)  # the partial stream first: it is what survives a failure
                 self._sink.flush()
-                self._pq.write_batch(batch)
+                self._write_parquet(batch)
             except OSError as exc:  # ENOSPC, EFBIG, EIO...: say which file, keep what is there
                 self.error = RunDirWriteError(exc.errno, f"cannot write records to {self.path}: {exc.strerror or exc}")
                 raise self.error from exc
             self.rows += batch.num_rows
+
+    def _write_parquet(self, batch: pa.RecordBatch | None) -> None:
+        if not self.row_group_rows:
+            self._pq.write_batch(batch)
+            return
+        if batch is not None:
+            self._held.append(batch)
+            self._held_rows += batch.num_rows
+        if self._held and (batch is None or self._held_rows >= self.row_group_rows):
+            self._pq.write_table(pa.Table.from_batches(self._held, schema=SCHEMA))
+            self._held, self._held_rows = [], 0
 
     def close(self) -> None:
         """Finish the parquet file and drop the partial stream; after a write failure, keep the partial
@@ -272,6 +305,12 @@ class RecordWriter:
             if self.closed:
                 return
             self.closed = True
+            if self.error is None and self._held:
+                try:
+                    self._write_parquet(None)
+                except OSError as exc:  # the partial stream holds these rows: keep it, as after any failure
+                    self.error = RunDirWriteError(exc.errno, f"cannot write records to {self.path}: "
+                                                             f"{exc.strerror or exc}")
             if self.error is not None:
                 for f in (self._stream.close, self._sink.close, self._pq.close):
                     try:

@@ -16,8 +16,9 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from loadgen.analysis.coldstart import StartRun, cold_start_summary
+from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.metrics import summarize
 from loadgen.analysis.regression import check_baseline, compare_runs, regression_reasons
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
@@ -25,8 +26,9 @@ from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
-from loadgen.records.rundir import COLD_START, REGRESSION, REQUESTS, SUMMARY, RunDir, write_json
+from loadgen.records.rundir import CAPACITY, COLD_START, REGRESSION, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
+from loadgen.run.coldstart import make_cold, prepare_weights
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Target
@@ -100,6 +102,17 @@ def host_meta(scenario: str, engine: str, **extra) -> dict:
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scenario": scenario, "targets": [], "complete": False}
 
 
+def capacity_fields(path: str) -> dict:
+    """What a headroom headline needs from the capacity.json of a ``latbench capacity`` RunDir."""
+    f = Path(path) / CAPACITY
+    try:
+        result = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--capacity {path}: not a capacity RunDir ({f.name}: {exc})") from None
+    return {"rundir": Path(path).name, "target": (result.get("target") or {}).get("name"), "slo": result.get("slo"),
+            **{k: result.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps")}}
+
+
 def check_target_url(url: str | None) -> None:
     """A ``--target`` URL latbench can send to, or a UsageError (exit 2) saying why not (never quoting it)."""
     problem = url_problem(url) if url is not None else None
@@ -110,17 +123,20 @@ def check_target_url(url: str | None) -> None:
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
                  on_engine: OnEngine | None = None, exact_out: bool = False,
                  fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10,
-                 opts: EngineOptions | None = None) -> RunResult:
+                 opts: EngineOptions | None = None, capacity: str | None = None) -> RunResult:
     """Run every target of a scenario, write the RunDir, and return the verdict.
 
     ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
     ``on_engine`` is called with each engine before it starts (the CLI attaches its display there).
     ``fail_fast`` stops a target as soon as an objective can no longer be met. ``baseline`` names a
-    RunDir to check for regressions beyond ``max_regression`` (a fraction).
+    RunDir to check for regressions beyond ``max_regression`` (a fraction). ``capacity`` names the RunDir
+    of a capacity search of the same target: the headroom headline then says how far the run's highest
+    rate sits from its knee.
     """
     check_target_url(target_url)
     if baseline is not None:
         check_baseline(baseline)  # before any traffic: a baseline that cannot be read is a usage error (exit 2)
+    cap = capacity_fields(capacity) if capacity is not None else None
     opts = opts or EngineOptions()
     sc = loaded.scenario
     redactor = loaded.redactor
@@ -132,6 +148,8 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     if target_url:
         targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
     meta = host_meta(sc.name, opts.engine)
+    if cap is not None:
+        meta["capacity"] = cap
     rd.write_meta(meta, redactor)
     runs: list[TargetRun] = []
     slack = FAIL_FAST_SLACK if fail_fast else None
@@ -139,12 +157,14 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     for index, target in enumerate(targets):
         starts = sc.load.starts if (target.reference or target.command) else 1
         expected += starts
+        weights = prepare_weights(target) if starts > 1 else None  # drawn once, before (not in) any start
         for k in range(1, starts + 1):
             name = target.name if starts == 1 else f"{target.name}-start{k}"
+            cold = make_cold(weights) if starts > 1 else None  # weights file out of the page cache
             tr = _run_one(loaded, target, name, rd, meta, on_engine, slack, index, opts)
             if starts > 1:
                 tr.group = target.name
-                meta["targets"][-1].update(group=target.name, start=k)
+                meta["targets"][-1].update(group=target.name, start=k, cold=cold, weights_prepared=weights)
                 rd.write_meta(meta, redactor)
             runs.append(tr)
             if tr.stops_run:
@@ -153,8 +173,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
             break
     interrupted = bool(runs) and runs[-1].interrupted
     if sc.load.starts > 1:
-        starts_run = [StartRun(tr.group or tr.name, tr.dir, tr.server, tr.summary is not None) for tr in runs]
-        write_json(rd.path / COLD_START, cold_start_summary(starts_run, rd.path), redactor)
+        write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), redactor)
     regressions = []
     if baseline is not None and not interrupted:
         regression = compare_runs(rd, RunDir(baseline), max_regression)
@@ -193,6 +212,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     try:
         model = resolve_model(target, url, server)
         metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
+        if metrics_url and target.command is not None:  # '{port}' is the started command's port, as in its url
+            metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
         mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index, metrics_url)
         res = opts.engine_for(target).run(mt, on_engine, fail_fast)
     finally:
@@ -200,21 +221,26 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
             server.stop()
     tr.interrupted = res.interrupted
     tr.failed_fast = res.failed_fast
-    tr.summary = summarize_target(mt, res, opts.engine, run_name=name)
+    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"))
     write_json(tdir / SUMMARY, tr.summary, redactor)
-    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start,
+    # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
+    # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
+    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start, t0_monotonic=res.t0,
                  duration_s=res.duration, requests=res.requests)
     rd.write_meta(meta, redactor)
     return tr
 
 
-def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None) -> dict:
-    """summary.json of one target from its records and its engine's result."""
+def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
+                     capacity: dict | None = None) -> dict:
+    """summary.json of one target from its records and its engine's result (``capacity``: see
+    :func:`capacity_fields`)."""
     sc = mt.loaded.scenario
     summary = summarize(read_records(mt.tdir / REQUESTS), plan_phases(sc.load), sc.slo, res.duration,
                         target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
                         notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
-                        cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast)
+                        cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
+                        expected_qps=sc.load.expected_qps, capacity=capacity)
     summary["model"] = mt.model
     summary["engine"] = engine
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study

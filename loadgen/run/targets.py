@@ -158,7 +158,9 @@ def start_command(cmd: CommandTarget) -> ManagedServer:
         ManagedServer(proc, "", "", lifeline=lifeline).stop()
         raise
     ready = time.perf_counter() - t_start
-    return ManagedServer(proc, url.rstrip("/"), url, {"command": cmd.run}, float("nan"), ready, log, lifeline)
+    # the port goes into the config so that the target's metrics_url may name '{port}' too
+    return ManagedServer(proc, url.rstrip("/"), url, {"command": cmd.run, "port": int(port)}, float("nan"), ready,
+                         log, lifeline)
 
 
 def start_managed(target: Target) -> ManagedServer | None:

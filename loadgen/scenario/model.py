@@ -137,7 +137,8 @@ class Target(Strict):
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
     transport: Literal["auto", "aiohttp", "lean", "httpx"] = "auto"
-    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run")
+    metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
+                                       "for a command target, '{port}' is its port")
     max_header_bytes: int = Field(MAX_HEADER_BYTES, ge=1024, le=1 << 30,
                                   description="cap of a response's header block in bytes; past it the response is "
                                               "recorded as bad_response and its connection closed")
@@ -312,7 +313,8 @@ class Load(Strict):
         return self
 
 
-def _slo_line(v: Any) -> SLO:
+def slo_line(v: Any) -> SLO:
+    """One ``slo:`` entry as written in YAML: a line, or the mapping YAML makes of a scoped line."""
     if isinstance(v, SLO):
         return v
     if isinstance(v, dict) and len(v) == 1:  # YAML reads `- burst: latency.p99 < 800ms` as a mapping
@@ -323,7 +325,7 @@ def _slo_line(v: Any) -> SLO:
 
 SloLine = Annotated[
     SLO,
-    BeforeValidator(_slo_line),
+    BeforeValidator(slo_line),
     WithJsonSchema({"type": "string", "description": "[scope:] metric.stat op value, e.g. 'latency.p99 < 300ms'"}),
 ]
 

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from loadgen.protocols.apis import MAX_PARSED_BODY, make_protocol
+from loadgen.protocols.apis import MAX_PARSED_BODY, _event_json, make_protocol
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt
@@ -152,7 +152,7 @@ def test_chat_stream_tokens_times_and_usage(server):
     assert out.first_token == out.token_times[0]
     # the role-only chunk arrived first, alone; the first token came after the pause
     assert out.first_token > arrivals[0] + ROLE_PAUSE * 0.5
-    assert out.token_times == sorted(out.token_times)
+    assert list(out.token_times) == sorted(out.token_times)
     assert out.bytes_in > 0
     body = app["last"]
     assert body == {
@@ -290,3 +290,15 @@ def test_reference_target_needs_a_base_url():
         make_protocol(t, Workload(), None)
     proto = make_protocol(t, Workload(), "tiny", base_url="http://127.0.0.1:9/v1")
     assert proto.build(0, Prompt("a", None, 1, 1)).url == "http://127.0.0.1:9/v1/chat/completions"
+
+
+@pytest.mark.parametrize("payload, ok", [(b' {"choices": []}', True), (b'{"choices": []} ', True),
+                                         (b'{"choices": []}}', False), (b"\xff\xfe", False), (b"", False)])
+def test_event_json_is_json_loads(payload, ok):
+    if ok:
+        assert _event_json(payload) == json.loads(payload)
+    else:
+        with pytest.raises(ValueError):
+            json.loads(payload)
+        with pytest.raises(ValueError):
+            _event_json(payload)

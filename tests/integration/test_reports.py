@@ -16,10 +16,11 @@ from click.testing import CliRunner
 from loadgen.cli.report import compare, report
 from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
-from reports import fmt, write_outputs
+from reports import fmt, load_rundir, write_outputs
+from reports.headline import architectures_data
 from reports.model import get
 from tests.conftest import ServerProcess
-from tests.helpers import parse, write_scenario
+from tests.helpers import formatted, parse, write_scenario
 
 NAME = "two <script>alert('name')</script> & co"
 SCENARIO = f"""
@@ -77,12 +78,13 @@ def test_report_has_every_section_and_every_number_equals_the_summary(rundir):
         assert section in page.ids, section
     assert all(src.startswith("data:image/svg+xml;base64,") for src in page.imgs) and len(page.imgs) >= 5
     sums = summaries(rundir)
+    run_ = load_rundir(rundir)  # the headline's sentence: the numbers of loadgen.analysis.headline.architectures
+    sums["@architectures"] = architectures_data([(td.name, td) for td in run_.targets])
     assert len(page.cells) > 150
     kinds = set()
     for c in page.cells:
         value = get(sums[c["target"]], c["src"])
-        expected = fmt.ci(value) if c["fmt"] == "ci" else fmt.fmt(value, c["fmt"])
-        assert c["text"] == expected, c
+        assert c["text"] == formatted(value, c["fmt"]), c
         kinds.add(c["fmt"])
     assert kinds >= {"ms", "ci", "pct", "rate", "count"}
     srcs = {(c["target"], c["src"]) for c in page.cells}

@@ -27,6 +27,19 @@ def test_every_bundled_scenario_validates_and_documents_itself(path):
         assert t.reference is not None  # runs out of the box against the bundled server
 
 
+ENGINE_SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios" / "engines").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", ENGINE_SCENARIOS, ids=lambda p: p.stem)
+def test_engine_scenarios_validate_but_are_not_run_here(path):
+    """scenarios/engines/ start a real engine (vLLM), which the test machine lacks: checked, never run."""
+    loaded = load_scenario(path, env={})
+    assert loaded.scenario.description and path.read_text().startswith("#")
+    for t in loaded.scenario.target_list():
+        assert t.command is not None and "{port}" in t.command.run[-1]
+        assert t.metrics_url == "http://127.0.0.1:{port}/metrics"  # the engine's own metrics, on its port
+
+
 def shortened(path: Path, **load_changes) -> str:
     data = yaml.safe_load(path.read_text())
     data["load"].update(load_changes)

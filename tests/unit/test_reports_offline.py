@@ -17,8 +17,9 @@ from loadgen.scenario.slo import parse_slo
 from loadgen.schedule.arrivals import plan_phases
 from reports import fmt, load_rundir, write_outputs
 from reports.compare import entries_of, parse_spec
+from reports.headline import architectures_data
 from reports.model import comparison, get
-from tests.helpers import parse
+from tests.helpers import formatted, parse
 
 
 def test_interrupted_run_with_a_partial_target_renders_marked_incomplete(tmp_path):
@@ -73,9 +74,12 @@ def test_compare_two_rundirs_computes_the_ratios(tmp_path):
     page = parse(out)
     text = " ".join(page.text)
     assert "4.0x lower p99" in text and {"comparison", "fig-cdf", "fig-overlay"} <= page.ids
-    sums = {"naive": entries[0].target.summary, "optimized": entries[1].target.summary}
+    sums = {"naive": entries[0].target.summary, "optimized": entries[1].target.summary,
+            "@architectures": architectures_data([(e.label, e.target) for e in entries])}
     for c in page.cells:
-        assert c["text"] == fmt.fmt(get(sums[c["target"]], c["src"]), c["fmt"])
+        assert c["text"] == formatted(get(sums[c["target"]], c["src"]), c["fmt"]), c
+    words = "".join(page.text)
+    assert "naive: mean" in words and "(p99 4.0x lower than naive" in words  # the article's sentence
     # unlabelled RunDirs whose targets share a name are told apart by their folders
     assert [e.label for e in entries_of([str(naive), str(opt)])] == ["naive/ref", "opt/ref"]
     assert parse_spec("runs/x:lbl") == ("runs/x", "lbl") and parse_spec(str(naive)) == (str(naive), None)

@@ -136,3 +136,33 @@ def test_leading_bom_is_ignored_even_when_split():
 
 def test_data_field_without_colon_is_an_empty_line():
     assert feed_all([b"data\ndata: b\n\n"])[0] == [b"\nb"]
+
+
+# Whole events with LF line ends, read after the first read: the short path of SSEParser.feed.
+WHOLE = [
+    b'data: {"a":1}\n\n',
+    b": keep-alive\n\n",
+    b"id: 7\ndata: with id\n\n",
+    b"data: one\ndata: two\n\n",
+    b"\n\ndata: after blank lines\n\n\n",
+    b"data:no-space\n\n",
+    b"event: error\ndata: late\n\n",
+    b"data: [DONE]\n\n",
+]
+WHOLE_EXPECTED = [b'{"a":1}', b"with id", b"one\ntwo", b"after blank lines", b"no-space", b"late", b"[DONE]"]
+
+
+@pytest.mark.parametrize("grouping", ["one read", "an event a read", "pairs"])
+def test_whole_event_reads_give_what_the_general_path_gives(grouping):
+    reads = {"one read": [b"".join(WHOLE)], "an event a read": WHOLE,
+             "pairs": [b"".join(WHOLE[i : i + 2]) for i in range(0, len(WHOLE), 2)]}[grouping]
+    events, p = feed_all([b"data: first\n", b"\n", *reads])  # the first reads take the general path
+    assert events == [b"first", *WHOLE_EXPECTED]
+    assert p.error == b"late" and not p.pending
+    general = b"".join(WHOLE).replace(b"\n", b"\r\n")  # CR in a read: the general path throughout
+    assert feed_all([b"data: first\r\n\r\n", general])[0] == events
+
+
+def test_whole_events_after_a_partial_one_join_it():
+    events, _ = feed_all([b"data: x\n\n", b"data: sp", b"lit\n\n", b"data: y\n\n"])
+    assert events == [b"x", b"split", b"y"]

@@ -1,0 +1,216 @@
+"""The numbers a report's headline quotes, each computed here once: pure functions over records, phase
+plans and phase statistics (seconds inside). Reports only format them.
+
+- :func:`burst_effects`: for each spike (an open-loop phase above the phase after it), the tail during
+  the spike against the phase before it, requests in flight at their peak, how long the excess took to
+  drain, and the recovery time of :func:`loadgen.metrics.recovery`.
+- :func:`headroom`: a phase at the expected rate against the phase above it (120%): p99 of each, their
+  ratio, the objectives in each, and with a capacity search of the same target the distance from its knee.
+- :func:`architectures`: targets side by side in the article's form (mean and p99 of each, the p99 ratio
+  against the first), with the server knobs that differ between them.
+
+A ratio of two percentiles gets an interval from the ends of their 95% intervals (lower over upper, upper
+over lower): it holds whenever both intervals do, so with at least 90% confidence. Without both intervals
+(too few samples) it has none, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from loadgen.analysis.stats import quantile_ci_ranks
+from loadgen.schedule.arrivals import PhasePlan
+from loadgen.units import json_num
+
+#: Server settings compared between architectures, in display order.
+KNOBS = ("model", "backend", "preload", "warmup", "max_batch_size", "max_queue_delay_s", "cache_size", "precision",
+         "step_threads", "threads", "max_step_tokens")
+
+
+def _num(v) -> float | None:
+    """A summary number as a float (None, NaN -> None; 'inf' -> inf)."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return math.inf if v == "inf" else None
+    v = float(v)
+    return None if math.isnan(v) else v
+
+
+def samples_for_interval(p: float, limit: int = 100_000) -> int | None:
+    """The fewest samples whose percentile ``p`` (0-100) has a 95% order-statistic interval (368 for p99)."""
+    lo_n, hi_n = 1, limit
+    while lo_n < hi_n:  # the interval exists from some n on: bisect for it
+        mid = (lo_n + hi_n) // 2
+        lo, hi = quantile_ci_ranks(mid, p / 100.0)
+        if lo >= 1 and hi <= mid:
+            hi_n = mid
+        else:
+            lo_n = mid + 1
+    return lo_n if lo_n < limit else None
+
+
+def pct_entry(scope: dict, metric: str = "latency", stat: str = "p99") -> dict:
+    """{'value', 'ci', 'too_few_samples', 'n'} of one percentile of a phase's (or overall) statistics."""
+    desc = (scope.get("metrics") or {}).get(metric) or {}
+    e = (desc.get("percentiles") or {}).get(stat) or {}
+    return {"value": e.get("value"), "ci": e.get("ci") if not e.get("too_few_samples") else None,
+            "too_few_samples": bool(e.get("too_few_samples", True)), "n": desc.get("n", 0)}
+
+
+def ratio(num: dict, den: dict) -> dict:
+    """``num / den`` of two :func:`pct_entry` values, with the interval from the ends of their intervals."""
+    a, b = _num(num.get("value")), _num(den.get("value"))
+    value = a / b if a is not None and b and math.isfinite(a) and math.isfinite(b) else None
+    ci = None
+    if num.get("ci") and den.get("ci"):
+        (alo, ahi), (blo, bhi) = ([_num(x) for x in num["ci"]], [_num(x) for x in den["ci"]])
+        if None not in (alo, ahi, blo, bhi) and blo > 0 and bhi > 0:
+            ci = [alo / bhi, ahi / blo if math.isfinite(ahi) else math.inf]
+    return {"value": json_num(value) if value is not None else None, "ci": [json_num(x) for x in ci] if ci else None}
+
+
+def _mean_rate(p: PhasePlan) -> float:
+    return 0.5 * (p.rate_start + p.rate_end)
+
+
+def in_flight_events(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(event times, requests in flight just after each), exact: +1 at each send, -1 at each completion."""
+    sent = df["sent"].to_numpy(dtype=float)
+    done = df["done"].to_numpy(dtype=float)
+    ok = ~np.isnan(sent)
+    t = np.concatenate([sent[ok], done[ok & ~np.isnan(done)]])
+    step = np.concatenate([np.ones(int(ok.sum())), -np.ones(int((ok & ~np.isnan(done)).sum()))])
+    order = np.lexsort((step, t))  # at equal times completions first: a peak needs the requests to overlap
+    return t[order], np.cumsum(step[order])
+
+
+def _peak(t: np.ndarray, n: np.ndarray, start: float, end: float) -> int:
+    before = np.searchsorted(t, start, "right") - 1
+    inside = n[(t >= start) & (t < end)]
+    level = [int(n[before])] if before >= 0 else [0]
+    return int(max(level + inside.astype(int).tolist()))
+
+
+def burst_effects(df: pd.DataFrame, plans: list[PhasePlan], phases: dict, recovery: list[dict]) -> list[dict]:
+    """One entry per spike: an open-loop recorded phase whose mean rate is above the next phase's.
+
+    ``tail``: latency p99 in the phase before the spike (baseline) and during it, and their ratio.
+    ``in_flight``: the baseline's peak and the peak from the spike's start to the next phase's end, exact
+    from send and completion times. ``drain_s``: from the spike's end until requests in flight are back at
+    the baseline's peak (None: not within the next phase). ``recovery``: the entry of
+    :func:`loadgen.metrics.recovery` for this spike, or None without a latency.p99 objective to recover to.
+    """
+    out = []
+    t, n = in_flight_events(df)
+    for i, (cur, nxt) in enumerate(zip(plans, plans[1:])):
+        if cur.closed or nxt.closed or not cur.recorded or _mean_rate(cur) <= _mean_rate(nxt):
+            continue
+        prev = plans[i - 1] if i > 0 else None
+        base = prev if prev is not None and prev.recorded and not prev.closed else None
+        spike_p99 = pct_entry(phases.get(cur.name) or {})
+        entry = {"spike": cur.name, "spike_qps": _mean_rate(cur), "start": cur.start, "end": cur.end,
+                 "after": nxt.name, "after_end": nxt.end, "baseline": base.name if base else None,
+                 "baseline_qps": _mean_rate(base) if base else None,
+                 "tail": {"stat": "p99", "spike": spike_p99, "baseline": None, "ratio": None,
+                          "interval_needs": samples_for_interval(99.0)}}
+        peak = _peak(t, n, cur.start, nxt.end) if t.size else 0
+        base_peak = _peak(t, n, base.start, base.end) if base is not None and t.size else None
+        drain = None
+        if base_peak is not None and t.size:
+            after = (t >= cur.end) & (t < nxt.end)
+            at_end = int(n[np.searchsorted(t, cur.end, "right") - 1]) if np.searchsorted(t, cur.end, "right") else 0
+            if at_end <= base_peak:
+                drain = 0.0
+            else:
+                back = np.nonzero(after & (n <= base_peak))[0]
+                drain = float(t[back[0]] - cur.end) if back.size else None
+        if base is not None:
+            base_p99 = pct_entry(phases.get(base.name) or {})
+            entry["tail"].update(baseline=base_p99, ratio=ratio(spike_p99, base_p99))
+        entry["in_flight"] = {"baseline_peak": base_peak, "peak": peak, "drain_s": drain}
+        entry["recovery"] = next((r for r in recovery if r["spike"] == cur.name), None)
+        out.append(entry)
+    return out
+
+
+def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expected_qps: float | None,
+             capacity: dict | None = None) -> dict | None:
+    """The phase at the expected rate against the highest recorded open-loop phase above it that is not a
+    spike (no lower phase follows it): p99 of each, their ratio, and each objective's value in both. None
+    without ``expected_qps`` or without such a pair of phases.
+
+    ``capacity``: capacity.json's fields of a search of the same target (``knee_qps``,
+    ``max_sustainable_qps``, ``first_failing_qps``); then the high phase's rate as a share of each.
+    None when the scenario has no such pair of phases.
+    """
+    steady = [p for p in plans if p.recorded and not p.closed and p.rate_start == p.rate_end]
+    if len(steady) < 2:
+        return None
+    if not expected_qps:  # without an expected rate there is no 100% (a sweep is a curve, not a headroom)
+        return None
+    base = next((p for p in steady if abs(p.rate_start - expected_qps) <= 0.01 * expected_qps), None)
+    if base is None:
+        return None
+    following = {p.index - 1: p for p in plans}  # the phase after each
+
+    def spike(p: PhasePlan) -> bool:
+        nxt = following.get(p.index)
+        return nxt is not None and not nxt.closed and _mean_rate(nxt) < p.rate_start
+
+    high = [p for p in steady if p.rate_start > base.rate_start * 1.01 and not spike(p)]
+    if not high:
+        return None
+    top = max(high, key=lambda p: p.rate_start)
+    b, h = pct_entry(phases.get(base.name) or {}), pct_entry(phases.get(top.name) or {})
+    objectives = []
+    for i, r in enumerate(slo_results):
+        scope = r.get("scope")
+        phase = scope.split("/")[-1] if scope else None
+        if r.get("applies") and phase in (base.name, top.name):
+            objectives.append({"slo": i, "expr": r["expr"], "phase": phase, "passed": r["passed"]})
+    def at(p: PhasePlan, p99: dict) -> dict:
+        return {"phase": p.name, "qps": p.rate_start, "share": p.rate_start / expected_qps if expected_qps else None,
+                "p99": p99}
+
+    out = {"base": at(base, b), "high": at(top, h),
+           "ratio": ratio(h, b), "interval_needs": samples_for_interval(99.0), "objectives": objectives,
+           "holds": all(o["passed"] for o in objectives if o["phase"] == top.name) if objectives else None,
+           "holds_at_base": all(o["passed"] for o in objectives if o["phase"] == base.name) if objectives else None}
+    if capacity:
+        knee, held, fails = (capacity.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps"))
+        out["capacity"] = {"rundir": capacity.get("rundir"), "knee_qps": knee, "max_sustainable_qps": held,
+                           "first_failing_qps": fails,
+                           "share_of_knee": top.rate_start / knee if knee else None,
+                           "share_of_sustainable": top.rate_start / held if held else None}
+    return out
+
+
+def architectures(entries: list[tuple[str, dict, dict]]) -> dict | None:
+    """The article's comparison of ``(label, summary, server config)`` entries: mean and p99 latency of
+    each over the overall scope; ``p99_vs_first``: how many times lower (``lower``) or higher each one's p99
+    is than the first's, as a factor of at least 1 with its interval; and the knobs that differ."""
+    entries = [(label, s, cfg or {}) for label, s, cfg in entries if s]
+    if len(entries) < 2:
+        return None
+    rows = []
+    base_p99 = pct_entry(entries[0][1].get("overall") or {})
+    for i, (label, s, _) in enumerate(entries):
+        ov = s.get("overall") or {}
+        p99 = pct_entry(ov)
+        lat = (ov.get("metrics") or {}).get("latency") or {}
+        vs = None
+        if i:
+            vs = ratio(base_p99, p99)
+            lower = vs["value"] is None or vs["value"] >= 1
+            vs = {**(vs if lower else ratio(p99, base_p99)), "lower": lower}
+        rows.append({"label": label, "mean": lat.get("mean"), "p99": p99, "n": lat.get("n", 0), "p99_vs_first": vs})
+    knobs = {}
+    for k in KNOBS:
+        values = [cfg.get(k) for _, _, cfg in entries]
+        if any(k in cfg for _, _, cfg in entries) and len({repr(v) for v in values}) > 1:
+            knobs[k] = values
+    return {"rows": rows, "base": entries[0][0], "knobs": knobs}

@@ -1,0 +1,55 @@
+"""Making each fresh start of a cold-start study (``load.starts: N``) really cold.
+
+For the bundled reference server, before the first start latbench has the server write its weights file
+(``--prepare-weights``), so drawing the random weights is no part of any start; before every start it
+drops that file from the OS page cache (:mod:`loadgen.run.pagecache`) and checks with ``mincore`` how much
+of it is left there. A start counts as cold when at most
+:data:`~loadgen.analysis.coldstart.COLD_RESIDENT_MAX` of the file's pages were cached as it began: its
+model load read the disk. Where the platform cannot evict or cannot tell, ``cold`` is ``None``
+(unknown); a ``command:`` target's files are unknown to latbench, so its starts are unknown too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from loadgen.analysis.coldstart import COLD_RESIDENT_MAX
+from loadgen.run.pagecache import evict
+from loadgen.run.targets import reference_argv
+from loadgen.scenario.model import Target
+
+PREPARE_TIMEOUT_S = 600.0
+
+
+def prepare_weights(target: Target) -> dict | None:
+    """Have the reference server write the weights file a start of ``target`` will read (when missing).
+
+    Returns ``{"path", "bytes", "generated_s"}`` (``generated_s`` None when the file existed), ``{"error"}``
+    when the server could not prepare it, or None for a target latbench does not know the files of.
+    """
+    if target.reference is None:
+        return None
+    argv = reference_argv(target.reference) + ["--prepare-weights"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("LATBENCH_WEIGHTS="):
+            return json.loads(line.split("=", 1)[1])
+    return {"error": (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]}
+
+
+def make_cold(weights: dict | None) -> dict:
+    """Drop the weights file from the page cache right before a start; what happened, as data.
+
+    ``cold``: True when at most COLD_RESIDENT_MAX of the file is cached afterwards (checked with mincore),
+    False when more is, None when latbench cannot tell (no weights file known, no posix_fadvise/mincore).
+    """
+    if not weights or "path" not in weights:
+        return {"cold": None, "weights": None, "reason": (weights or {}).get("error") or "files unknown"}
+    ev = evict(weights["path"])
+    after = ev.resident_after
+    cold = None if after is None else after <= COLD_RESIDENT_MAX
+    return {"cold": cold, "weights": ev.path, **{k: v for k, v in ev.to_dict().items() if k != "path"}}

@@ -1,0 +1,339 @@
+"""``latbench watch``: the scenario's workload and targets as a low, steady probe that runs until stopped,
+its measurements served as Prometheus metrics.
+
+One phase, ``watch``, at ``qps`` requests per second (open loop, the scenario's arrival process), per target,
+all targets at once in one event loop (the native engine, unchanged: a watch is one long phase). Each target's
+records go through a :class:`~loadgen.records.rotate.RotatingRecordWriter` (disk bounded) and, as each batch
+is written, into the :class:`~loadgen.analysis.exposition.WatchExporter` that ``/metrics`` serves. The run's
+end (SIGINT/SIGTERM, or ``duration``) is a normal stop: in-flight requests get the scenario's grace, then
+each target's retained records are summarized into ``summary.json`` as a one-phase run.
+
+Server metrics are not scraped into the RunDir (the file would grow without bound): Prometheus scrapes the
+server itself; ``latbench dashboards`` puts its panels beside the probe's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyarrow as pa
+
+from loadgen.analysis.exposition import PHASE, WatchExporter, serve
+from loadgen.analysis.metrics import summarize
+from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
+from loadgen.analysis.window import WindowState, watchable
+from loadgen.engine.base import EngineResult, MeasuredTarget, RunControl, run_async
+from loadgen.engine.live import LiveStats
+from loadgen.engine.native import NativeEngine
+from loadgen.engine.single import build_sender
+from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
+from loadgen.records.rundir import SUMMARY, RunDir, write_json
+from loadgen.run.runner import check_target_url, host_meta, resolve_model
+from loadgen.run.targets import ManagedServer, start_managed
+from loadgen.scenario.loader import LoadedScenario
+from loadgen.schedule.arrivals import PhasePlan
+
+log = logging.getLogger("latbench.watch")
+
+WATCH_JSON = "watch.json"
+SUMMARY_BINS = 3600  # summary.json's time series: at most this many bins, however long the watch ran
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """How a watch runs. Times in seconds; ``duration`` None: until stopped."""
+
+    qps: float = 1.0
+    duration: float | None = None
+    window_s: float = 300.0
+    rotate_every_s: float = 3600.0
+    keep: int = 24
+    host: str = "127.0.0.1"
+    port: int = 9464
+    linger_s: float = 0.0  # /metrics stays up this long after the probe stopped, for a last scrape
+
+    def plan(self, arrival: str) -> PhasePlan:
+        end = self.duration if self.duration is not None else math.inf
+        return PhasePlan(0, PHASE, 0.0, end, self.qps, self.qps, arrival=arrival)
+
+
+@dataclass
+class WatchedTarget:
+    name: str
+    dir: str
+    url: str
+    writer: RotatingRecordWriter | None = None
+    result: EngineResult | None = None
+    summary: dict | None = None
+    skipped: list[str] = field(default_factory=list)  # objectives a watch does not judge, with why
+
+
+@dataclass
+class WatchResult:
+    rundir: RunDir
+    metrics_url: str
+    targets: list[WatchedTarget]
+    verdict: Verdict
+
+
+class _ObservedWriter:
+    """A RecordSink: each batch is written, then counted by the exporter. A failure to count is logged, never
+    raised: the records matter more than the metrics made from them."""
+
+    def __init__(self, inner: RotatingRecordWriter, observe: Callable[[pa.RecordBatch], None]):
+        self.inner, self.observe = inner, observe
+        self._warned = False
+
+    def write(self, batch: pa.RecordBatch | None) -> None:
+        self.inner.write(batch)
+        if batch is not None and batch.num_rows:
+            try:
+                self.observe(batch)
+            except Exception:
+                if not self._warned:
+                    self._warned = True
+                    log.exception("the watch metrics could not count a batch of records")
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class EngineGroup:
+    """The :class:`~loadgen.engine.base.RunControl` of several engines running at once (a watch's targets)."""
+
+    def __init__(self):
+        self.engines: list[NativeEngine] = []
+        self.live = LiveStats(math.inf)
+        self._stopped = False
+        self.aborted = False
+
+    @property
+    def t0(self) -> float:
+        return min((e.t0 for e in self.engines if e.t0), default=0.0)
+
+    def add(self, engine: NativeEngine) -> None:
+        self.engines.append(engine)
+        self.live = engine.live
+        if self._stopped:
+            engine.call_soon(engine.request_stop)
+
+    def now(self) -> float:
+        return self.engines[0].now() if self.engines else 0.0
+
+    def request_stop(self) -> None:
+        self._stopped = True
+        for e in self.engines:
+            e.request_stop()
+
+    def abort(self) -> None:
+        self._stopped = self.aborted = True
+        for e in self.engines:
+            e.abort()
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        if self.engines:
+            self.engines[0].call_soon(fn)
+        else:
+            fn()
+
+
+def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | None = None,
+                   target_url: str | None = None, on_ready: Callable[[str], None] | None = None,
+                   on_engine: Callable[[RunControl], None] | None = None,
+                   on_status: Callable[[list[TargetStatus]], None] | None = None,
+                   status_every_s: float = 10.0) -> WatchResult:
+    """Probe every target of ``loaded`` at ``settings.qps`` and serve the metrics until stopped.
+
+    ``on_ready(metrics_url)`` is called once /metrics is served and the targets are up; ``on_engine`` with the
+    :class:`EngineGroup` to stop it (the signal handler's); ``on_status`` every ``status_every_s`` seconds with
+    each target's judgement (called in a worker thread)."""
+    sc = loaded.scenario
+    check_target_url(target_url)
+    redactor = loaded.redactor
+    redactor.add_url(target_url)  # its password and keys are secret too, wherever they resurface
+    targets = sc.target_list()
+    if target_url:
+        targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
+    rd = RunDir.create(out, f"{sc.name}-watch")
+    rd.write_metric_definitions()
+    exporter = WatchExporter(sc.name, settings.window_s)
+    plan = settings.plan(sc.load.arrival)
+    meta = host_meta(sc.name, "native", mode="watch",
+                     watch={"qps": settings.qps, "window_s": settings.window_s,
+                            "rotate_every_s": settings.rotate_every_s, "keep": settings.keep,
+                            "duration_s": settings.duration})
+    _write_scenario(rd, loaded, settings, settings.duration)
+    rd.write_meta(meta, redactor)
+    servers: list[ManagedServer] = []
+    watched: list[WatchedTarget] = []
+    group = EngineGroup()
+    if on_engine:
+        on_engine(group)
+    stop_metrics = None
+    try:
+        mts = []
+        for index, target in enumerate(targets):
+            server = start_managed(target)
+            if server:
+                servers.append(server)
+            url = server.url if server else target.url
+            model = resolve_model(target, url, server)
+            tdir = rd.new_target_dir(target.name)
+            wt = WatchedTarget(target.name, tdir.name, url)
+            mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index)
+            slos, skipped = watchable(list(sc.slo), target.name)
+            wt.skipped = [f"{s.expr}: {why}" for s, why in skipped]
+            meta["targets"].append({"name": target.name, "dir": wt.dir, "url": url, "model": model,
+                                    "server": ({**server.config, "ready_s": server.ready_s} if server else {}),
+                                    "slo_not_watched": wt.skipped})
+            watched.append(wt)
+            mts.append((mt, slos))
+        rd.write_meta(meta, redactor)
+        holders = [dict() for _ in mts]
+        for (mt, slos), holder in zip(mts, holders):
+            exporter.add_target(mt.name, slos, settings.qps, _clock_of(holder), all_slos=list(sc.slo),
+                                send_lag_threshold=sc.load.send_lag_threshold)
+        metrics_url, stop_metrics = serve(exporter, settings.host, settings.port)
+        meta["watch"]["metrics_url"] = metrics_url
+        rd.write_meta(meta, redactor)
+        if on_ready:
+            on_ready(metrics_url)
+
+        async def main():
+            ticker = asyncio.ensure_future(_status_loop(exporter, watched, on_status, status_every_s))
+            try:
+                return await asyncio.gather(*(_watch_one(mt, plan, settings, exporter, group, holder, wt)
+                                              for (mt, _), holder, wt in zip(mts, holders, watched)))
+            finally:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+
+        results = run_async(main())
+        for wt, (mt, slos), res in zip(watched, mts, results):
+            wt.result = res
+            wt.summary = _summary(mt, res, slos, settings, wt)
+            write_json(mt.tdir / SUMMARY, wt.summary, redactor)
+        elapsed = max((r.duration for r in results), default=0.0)
+        _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
+        verdict = judge([TargetOutcome(w.name, w.summary, None, None, False) for w in watched],
+                        interrupted=False, expected_targets=len(watched))
+        for entry, w in zip(meta["targets"], watched):
+            entry.update(wall_start=w.result.wall_start, duration_s=w.result.duration, requests=w.result.requests)
+        meta.update(complete=True, exit_code=verdict.exit_code, verdict=verdict.to_json())
+        rd.write_meta(meta, redactor)
+        write_json(rd.path / WATCH_JSON, _watch_facts(watched, exporter, settings), redactor)
+        deadline = time.monotonic() + settings.linger_s  # watch.json first: whoever sees it scrapes final counts
+        while time.monotonic() < deadline and not group.aborted:  # a second Ctrl-C ends the lingering
+            time.sleep(0.05)
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
+        for s in servers:
+            s.stop()
+    return WatchResult(rd, metrics_url, watched, verdict)
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    """One target's state for the console: requests by error class ('' ok), the window's judgement."""
+
+    name: str
+    requests: dict[str, int]
+    window: WindowState | None
+
+
+async def _status_loop(exporter: WatchExporter, watched: list[WatchedTarget],
+                       on_status: Callable[[list[TargetStatus]], None] | None, every_s: float) -> None:
+    if on_status is None:
+        return
+    while True:
+        await asyncio.sleep(every_s)
+        # judged in a thread: a judgement is pandas work, and the loop has requests to send on time
+        await asyncio.to_thread(lambda: on_status([TargetStatus(w.name, exporter.requests(w.name),
+                                                                exporter.judge(w.name)) for w in watched]))
+
+
+def _clock_of(holder: dict) -> Callable[[], float | None]:
+    def now() -> float | None:
+        engine = holder.get("engine")
+        return engine.now() if engine is not None and engine.t0 else None
+
+    return now
+
+
+async def _watch_one(mt: MeasuredTarget, plan: PhasePlan, settings: WatchSettings, exporter: WatchExporter,
+                     group: EngineGroup, holder: dict, wt: WatchedTarget) -> EngineResult:
+    eng_settings, protocol, prompts, transport = build_sender(mt, None, plans=[plan])
+    wt.writer = RotatingRecordWriter(mt.tdir, settings.rotate_every_s, settings.keep)
+    writer = _ObservedWriter(wt.writer, lambda batch: exporter.observe(mt.name, batch))
+    await transport.start()
+    try:
+        engine = NativeEngine(eng_settings, protocol, prompts, transport, writer)
+        holder["engine"] = engine
+        group.add(engine)
+        return await engine.run()
+    finally:
+        await transport.close()
+
+
+def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSettings, wt: WatchedTarget) -> dict:
+    """summary.json over the records still on disk, as a one-phase run from the oldest of them to the end."""
+    table = read_segments(mt.tdir)
+    start = 0.0
+    notes = list(res.notes) + [f"not judged by a watch: {s}" for s in wt.skipped]
+    if wt.writer is not None and wt.writer.deleted_rows:
+        sched = table.column("scheduled").to_numpy()
+        start = float(sched.min()) if len(sched) else res.duration
+        notes.append(f"{wt.writer.deleted_rows} older records were deleted by rotation "
+                     f"(every {settings.rotate_every_s:g} s, {settings.keep} kept); this summary covers "
+                     f"{start:.0f}..{res.duration:.0f} s")
+    sc = mt.loaded.scenario
+    plan = PhasePlan(0, PHASE, start, max(res.duration, start + 1e-3), settings.qps, settings.qps,
+                     arrival=sc.load.arrival)
+    s = summarize(table, [plan], slos, res.duration, target=mt.name, scenario=sc.name, complete=True, notes=notes,
+                  send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds,
+                  timeseries_step=max(1.0, math.ceil(res.duration / SUMMARY_BINS)))
+    s.update(model=mt.model, engine="native", run_name=mt.name, mode="watch")
+    return s
+
+
+def _write_scenario(rd: RunDir, loaded: LoadedScenario, settings: WatchSettings, duration: float | None) -> None:
+    """scenario.yaml of a watch: the scenario as written, its phases replaced by the one the watch sent and its
+    objectives by those a watch judges (so the file loads, and re-renders the summary, as a run's does)."""
+    data = loaded.redacted()
+    load = dict(data.get("load") or {})
+    for key in ("mode", "sweep", "starts"):
+        load.pop(key, None)
+    load["phases"] = [{"name": PHASE, "duration": f"{duration:g}s" if duration else "168h", "qps": settings.qps}]
+    data["load"] = load
+    names = [t.name for t in loaded.scenario.target_list()]
+    kept = {s.expr for n in names for s in watchable(list(loaded.scenario.slo), n)[0]}
+    data["slo"] = [line for line, s in zip(data.get("slo") or [], loaded.scenario.slo) if s.expr in kept]
+    data["description"] = f"latbench watch at {settings.qps:g} req/s. " + str(data.get("description") or "")
+    rd.write_scenario(data, loaded.redactor)
+
+
+def _watch_facts(watched: list[WatchedTarget], exporter: WatchExporter, settings: WatchSettings) -> dict:
+    """watch.json: per target, requests counted, the last judgement, and what rotation kept on disk."""
+    out = {"settings": {"qps": settings.qps, "window_s": settings.window_s, "rotate_every_s": settings.rotate_every_s,
+                        "keep": settings.keep}, "targets": []}
+    for w in watched:
+        state = exporter.judge(w.name)
+        wr = w.writer
+        out["targets"].append({
+            "name": w.name,
+            "requests": exporter.requests(w.name),
+            "window": None if state is None else {
+                "count": state.count, "errors": state.errors, "send_lag_p99": state.send_lag_p99,
+                "probe_lagging": state.lagging,
+                "slo": [{"expr": s.slo.expr, "value": s.value, "holding": s.holding} for s in state.slos]},
+            "rows_written": wr.rows if wr else 0, "rows_deleted": wr.deleted_rows if wr else 0,
+            "segments_deleted": wr.deleted_segments if wr else 0, "rotations": wr.rotations if wr else 0,
+            "disk_bytes": disk_bytes(wr.tdir) if wr else 0,
+        })
+    return out

@@ -1,0 +1,349 @@
+"""The headline of a report: one or two sentences that answer the question the scenario asks, chosen by
+what it measures, before any table.
+
+- fresh starts (cold_start.json): per architecture, medians and ranges over starts of time to ready,
+  first-request latency and TTFT, the penalty over steady state, when latency is warm; which starts were cold
+- a spike (summary ``burst``): recovery time and its rule, tail during the spike against the baseline,
+  peak requests in flight and the drain time
+- a load step above the expected rate (summary ``headroom``): p99 at 100% and at 120%, their ratio, the
+  objectives, and the distance from the knee when a capacity search was given
+- several targets: the article's sentence (mean and p99 of each, p99 ratio) and the knobs that differ
+- otherwise: the overall p50 and p99 at the rate achieved
+
+Every number is a :class:`reports.model.Cell` read from where it was computed (summary.json,
+cold_start.json, or :func:`loadgen.headline.architectures`); this module only words and formats.
+A sentence is a list of parts, each a str or a Cell; HTML and Markdown lay the same parts out.
+"""
+
+from __future__ import annotations
+
+from loadgen.analysis.headline import architectures
+from reports import fmt
+from reports.loader import RunData, TargetData
+from reports.model import COLD, Cell, get
+
+ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
+
+
+def _cell(data: dict, target: str, path: str, kind: str) -> Cell:
+    return Cell(fmt.fmt(get(data, path), kind), path, kind, target)
+
+
+def _ci(data: dict, target: str, path: str, kind: str = "ms") -> Cell | None:
+    v = get(data, path)
+    if not v:
+        return None
+    return Cell(fmt.ci(v, kind), path, "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")  # quiet
+
+
+def _with_ci(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms", few: bool = True) -> list:
+    """'412 ms (95% CI [380, 460])', or '412 ms (too few samples for an interval)' (``few``: say so)."""
+    parts: list = [_cell(data, target, f"{path}/value", kind), unit]
+    ci = _ci(data, target, f"{path}/ci", kind)
+    if ci is not None:
+        parts += [" (interval " if kind == "x" else " (95% CI ", ci, ")"]
+    elif few and get(data, f"{path}/value") is not None:
+        parts.append(" (too few samples for an interval)")
+    return parts
+
+
+def _compared(data: dict, target: str, a: str, b: str, r: str, needs: int | None) -> tuple[list, list, list, list]:
+    """Two percentiles and their ratio, each with its interval, as (a, b, ratio, note) parts; when none
+    has an interval, the note says why, once."""
+    none = not any(get(data, f"{p}/ci") for p in (a, b, r))
+    note = []
+    if none:
+        note = [f" (no intervals: too few requests; a p99's 95% interval needs at least {needs})" if needs
+                else " (no intervals: too few requests)"]
+    return (_with_ci(data, target, a, few=not none), _with_ci(data, target, b, few=not none),
+            _with_ci(data, target, r, "x", "", few=not none), note)
+
+
+def _spread(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms") -> list:
+    """'425 ms (345–463)': the median over starts and its range."""
+    lo, hi = _cell(data, target, f"{path}/min", kind), _cell(data, target, f"{path}/max", kind)
+    lo.css = hi.css = "rng"  # shown quieter than the median
+    return [_cell(data, target, f"{path}/median", kind), unit, " (", lo, "–", hi, ")"]
+
+
+def choose(run: RunData) -> str:
+    """What the run measures: cold_start | burst | headroom | architectures | steady | none."""
+    summaries = [td.summary for td in run.targets if td.summary]
+    if run.cold_start:
+        return "cold_start"
+    if any(s.get("burst") for s in summaries):
+        return "burst"
+    if any(s.get("headroom") for s in summaries):
+        return "headroom"
+    if len(summaries) >= 2:
+        return "architectures"
+    return "steady" if summaries else "none"
+
+
+def headline(run: RunData) -> dict | None:
+    """{'kind', 'title', 'sentences': [[part, ...], ...], 'notes': [str]} for the top of a report."""
+    kind = choose(run)
+    if kind == "cold_start":
+        return cold_start_headline(run.cold_start)
+    if kind == "burst":
+        return burst_headline([(td, i) for td in run.targets
+                               for i in range(len((td.summary or {}).get("burst") or []))])
+    if kind == "headroom":
+        return headroom_headline([td for td in run.targets if (td.summary or {}).get("headroom")])
+    if kind == "architectures":
+        return architectures_headline([(td.name, td) for td in run.targets])
+    if kind == "steady":
+        return steady_headline(next(td for td in run.targets if td.summary))
+    return None
+
+
+# -- cold start ------------------------------------------------------------------------------------
+
+def cold_start_headline(cs: dict) -> dict:
+    """One line per architecture: time to ready, first request and its penalty over steady state, TTFT,
+    when latency is warm, the server's model load; then which starts were cold and how latbench knows."""
+    sentences = []
+    for group in cs:
+        o = f"{group}/over_starts"
+        s = [Cell(group), " (", _cell(cs, COLD, f"{group}/starts", "count"), " fresh starts"]
+        if get(cs, f"{group}/cold_unknown") == get(cs, f"{group}/starts"):
+            s.append(", cold or not unknown")
+        else:
+            s += [", ", _cell(cs, COLD, f"{group}/cold_starts", "count"), " cold"]
+        s += ["): ready after ", *_spread(cs, COLD, f"{o}/ready_s"),
+             "; first request ", *_spread(cs, COLD, f"{o}/first_latency_s")]
+        if get(cs, f"{o}/penalty_s/n"):
+            s += [", ", *_spread(cs, COLD, f"{o}/penalty_s"), " over its steady ",
+                  _cell(cs, COLD, f"{o}/steady_latency_s/median", "ms"), " ms"]
+        else:
+            s.append(" (no later request to measure a steady latency against)")
+        if get(cs, f"{o}/first_ttft_s/n"):
+            s += ["; first TTFT ", *_spread(cs, COLD, f"{o}/first_ttft_s")]
+        if get(cs, f"{o}/first_steady_request/n"):
+            s += [f"; within {get(cs, f'{group}/rules/steady_within') * 100:.0f}% of steady from request ",
+                  _cell(cs, COLD, f"{o}/first_steady_request/median", "num")]
+        if get(cs, f"{o}/model_load_s/n"):
+            s += ["; model load ", *_spread(cs, COLD, f"{o}/model_load_s")]
+        sentences.append(s + ["."])
+    notes = list(dict.fromkeys(cold_note(cs, group) for group in cs))  # the same words once
+    notes.append("Medians over the starts, range in brackets (with five starts the range is a 94% interval of the "
+                 "median). Steady: the median latency of a start's second half of requests (sent one at a time); "
+                 "the penalty is the first request's latency minus it. Model load: the server's own gauge.")
+    return {"kind": "cold_start", "title": "Cold start: what the first request after a deploy costs",
+            "sentences": sentences, "notes": notes, "list": True}
+
+
+def cold_note(cs: dict, group: str) -> str:
+    """Which starts of ``group`` were cold, and how latbench knows (from the per-start page-cache checks)."""
+    g = cs[group]
+    rows = g.get("per_start") or []
+    w = g.get("weights") or {}
+    prepared = g.get("weights_prepared") or {}
+    cold = [r["start"] for r in rows if r.get("cold") is True]
+    warm = [r for r in rows if r.get("cold") is False]
+    unknown = [r for r in rows if r.get("cold") is None]
+    if not w:
+        reason = next(((r.get("page_cache") or {}).get("reason") for r in rows if r.get("page_cache")), None)
+        return (f"{group}: whether its starts were cold is unknown: latbench knows no weights file of this target "
+                f"({reason or 'not the bundled reference server'}), so it could not drop one from the page cache.")
+    limit = (g.get("rules") or {}).get("cold_resident_max", 0.01)
+    cached = [(r.get("page_cache") or {}).get("resident_after") for r in rows]
+    cached = [c for c in cached if c is not None]
+    text = ("How latbench knows a start was cold: before each start it dropped the "
+            f"{fmt.mb(w.get('bytes'))} weights file from the OS page cache (posix_fadvise DONTNEED) and checked with "
+            f"mincore how much of it was still cached (cold: at most {limit:.0%}"
+            + (f"; found: {fmt.share(max(cached))} at most" if cached else "") + ").")
+    if len(cold) < len(rows):
+        text = f"{group}: {len(cold)} of {len(rows)} starts were cold. " + text
+    for r in warm:
+        res = (r.get("page_cache") or {}).get("resident_after")
+        text += f" {group} start {r['start']} was not cold: {fmt.share(res)} of the file was still cached."
+    if unknown:
+        text += (f" {group} starts {', '.join(str(r['start']) for r in unknown)}: unknown (the platform could not "
+                 "tell).")
+    if prepared.get("generated_s") is not None:
+        text += (" The weights were generated once before the first start "
+                 f"({fmt.seconds(prepared['generated_s'])}, no part of any start).")
+    elif prepared.get("path"):
+        text += " The weights file existed before the first start (generation is no part of any start)."
+    return text
+
+
+# -- burst -----------------------------------------------------------------------------------------
+
+def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
+    sentences, notes = [], []
+    for td, i in spikes:
+        s, name, b = td.summary, td.name, f"burst/{i}"
+        e = get(s, b)
+        who = f"{name}: " if len(spikes) > 1 else ""
+        first = [who + f"After the {e['spike']} phase (", _cell(s, name, f"{b}/spike_qps", "rate"), " req/s for ",
+                 _cell(s, name, f"phases/{e['spike']}/duration_s", "s")]
+        if e.get("baseline"):
+            first += [", against ", _cell(s, name, f"{b}/baseline_qps", "rate"), f" req/s in {e['baseline']}"]
+        first.append("), ")
+        rec = e.get("recovery")
+        if rec is None:
+            first.append("no recovery time: there is no latency.p99 objective for the phase after it to recover to.")
+        elif rec.get("recovered"):
+            first += ["latency p99 was back under ", _cell(s, name, f"{b}/recovery/threshold", "ms"), " ms ",
+                      _cell(s, name, f"{b}/recovery/seconds", "s"), f" into {rec['phase']}."]
+        else:
+            first += ["latency p99 did not get back under ", _cell(s, name, f"{b}/recovery/threshold", "ms"),
+                      f" ms during {rec['phase']}."]
+        sentences.append(first)
+        second = []
+        if e.get("baseline"):
+            sp, ba, r, note = _compared(s, name, f"{b}/tail/spike", f"{b}/tail/baseline", f"{b}/tail/ratio",
+                                        e["tail"].get("interval_needs"))
+            second += [f"Latency p99 during {e['spike']} was ", *sp, ", ", *r, " the ", *ba, f" of {e['baseline']}",
+                       *note, ". "]
+        second += ["Requests in flight peaked at ", _cell(s, name, f"{b}/in_flight/peak", "count")]
+        if e["in_flight"].get("baseline_peak") is not None:
+            second += [" (baseline peak ", _cell(s, name, f"{b}/in_flight/baseline_peak", "count"), ")"]
+            if e["in_flight"].get("drain_s") is not None:
+                second += [" and were back at the baseline's peak ", _cell(s, name, f"{b}/in_flight/drain_s", "s"),
+                           f" after the {e['spike']} phase ended."]
+            else:
+                second.append(f", and were not back at the baseline's peak by the end of {e['after']}.")
+        else:
+            second.append(".")
+        sentences.append(second)
+        if rec is not None:
+            notes.append(f"Recovery rule: the p99 latency of every {rec['window_s']:g} s window of requests scheduled "
+                         f"in {rec['phase']} (failed ones as infinitely slow), sliding by {rec['step_s']:g} s, stays "
+                         f"under the phase's latency.p99 objective from then on; the time is the start of the first "
+                         f"such window, known to {rec['step_s']:g} s. A window held about {rec['window_requests']:.0f} "
+                         "requests" + (", so its p99 is its slowest request." if rec["window_requests"] < 100 else ".")
+                         + " It has no confidence interval.")
+    notes.append("Ratio intervals come from the ends of the two 95% intervals (they hold with at least 90% "
+                 "confidence). Drain: from the spike's end until requests in flight were back at the baseline "
+                 "phase's peak, from exact send and completion times.")
+    return {"kind": "burst", "title": "Burst and recovery", "sentences": sentences, "notes": notes}
+
+
+# -- headroom (120%) -------------------------------------------------------------------------------
+
+def headroom_headline(targets: list[TargetData]) -> dict:
+    sentences, notes = [], []
+    for td in targets:
+        s, name, h = td.summary, td.name, "headroom"
+        d = s["headroom"]
+        who = f"{name}: " if len(targets) > 1 else ""
+
+        def at(key: str) -> list:
+            part = [_cell(s, name, f"{h}/{key}/qps", "rate"), " req/s"]
+            if d[key].get("share") is not None:
+                part = [_cell(s, name, f"{h}/{key}/share", "share"), " of the expected rate (", *part, ")"]
+            return part
+
+        hi, lo, r, note = _compared(s, name, f"{h}/high/p99", f"{h}/base/p99", f"{h}/ratio", d.get("interval_needs"))
+        first = [who + "At ", *at("high"), " latency p99 was ", *hi, ", ", *r, " the ", *lo, " at ", *at("base"),
+                 *note, "."]
+        sentences.append(first)
+        second = []
+        if d.get("objectives"):
+            base, high = d["base"]["phase"], d["high"]["phase"]
+            if d.get("holds") and d.get("holds_at_base", True):
+                second = ["The headroom holds: "]
+            elif d.get("holds_at_base") is False:
+                second = [f"No headroom: the objective fails already at the expected rate ({base}): "]
+            else:
+                second = [f"The headroom does not hold: the objective passes at {base} but fails at {high}: "]
+            first = base if d.get("holds_at_base") is False else high  # the phase that decides first
+            ordered = sorted(d["objectives"], key=lambda o: o["phase"] != first)
+            for j, o in enumerate(ordered):
+                r = s["slo"][o["slo"]]
+                kind = fmt.slo_kind(r)
+                second += ["; " if j else "", f"{o['expr']} measured ", _cell(s, name, f"slo/{o['slo']}/value", kind),
+                           " ms" if kind == "ms" else "", " (pass)" if o["passed"] else " (FAIL)"]
+            second.append(".")
+        else:
+            second = ["No objective is scoped to these phases, so there is no verdict on the headroom."]
+        cap = d.get("capacity")
+        if cap:
+            second += [f" The capacity search {cap.get('rundir')} found the knee near ",
+                       _cell(s, name, f"{h}/capacity/knee_qps", "rate"), " req/s and held ",
+                       _cell(s, name, f"{h}/capacity/max_sustainable_qps", "rate"), " req/s under its objectives: ",
+                       f"{d['high']['phase']} runs at ", _cell(s, name, f"{h}/capacity/share_of_knee", "share"),
+                       " of the knee and ", _cell(s, name, f"{h}/capacity/share_of_sustainable", "share"),
+                       " of the rate it held."]
+        sentences.append(second)
+    notes.append("Ratio interval from the ends of the two 95% intervals (holds with at least 90% confidence).")
+    if not any((td.summary["headroom"] or {}).get("capacity") for td in targets):
+        notes.append("Pass `--capacity RUNDIR` (a `latbench capacity` search of the same target) to place the load "
+                     "on the capacity curve.")
+    share = targets[0].summary["headroom"]["high"].get("share")
+    title = f"Headroom at {fmt.share(share)} of the expected rate" if share else "Headroom"
+    return {"kind": "headroom", "title": title, "sentences": sentences, "notes": notes}
+
+
+# -- architectures ---------------------------------------------------------------------------------
+
+KNOB_LABELS = {"preload": "preload", "warmup": "warm-up", "max_batch_size": "max batch size",
+               "max_queue_delay_s": "max queue delay", "cache_size": "result cache entries", "precision": "precision",
+               "step_threads": "compute threads", "threads": "torch threads", "max_step_tokens": "tokens per step",
+               "model": "model", "backend": "backend"}
+
+
+def knob_value(key: str, v) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if v is None:
+        return fmt.DASH
+    if key.endswith("_s"):
+        return f"{v * 1e3:g} ms"
+    return str(v)
+
+
+def architectures_data(entries: list[tuple[str, TargetData]]) -> dict | None:
+    """:func:`loadgen.headline.architectures` of labelled targets (their summaries and server configs)."""
+    return architectures([(label, td.summary, td.meta.get("server") or {}) for label, td in entries])
+
+
+def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None:
+    """The article's form: "naive: mean X ms, p99 Y ms; optimized: mean A ms, p99 B ms (p99 Z times lower)",
+    one line per architecture when there are more than two, each followed by the knobs that set it apart
+    from the first."""
+    a = architectures_data(entries)
+    if a is None:
+        return None
+    lines = []
+    for i, r in enumerate(a["rows"]):
+        own = [f"{KNOB_LABELS.get(k, k)} {knob_value(k, v[i])}" for k, v in a["knobs"].items() if v[i] != v[0]]
+        s = [Cell(r["label"])]
+        s += [": mean ", _cell(a, ARCH, f"rows/{i}/mean", "ms"), " ms, p99 ",
+              _cell(a, ARCH, f"rows/{i}/p99/value", "ms"), " ms"]
+        vs = r.get("p99_vs_first")
+        if vs and vs.get("value") is not None:
+            s += [" (p99 ", _cell(a, ARCH, f"rows/{i}/p99_vs_first/value", "x"),
+                  f" {'lower' if vs['lower'] else 'higher'} than {a['base']}"]
+            ci = _ci(a, ARCH, f"rows/{i}/p99_vs_first/ci", "x")
+            s += [", interval ", ci, ")"] if ci is not None else [")"]
+        if own:
+            s += [" — ", Cell("; ".join(own), css="rng")]
+        lines.append(s)
+    many = len(lines) > 2
+    sentences = lines if many else [[p for j, line in enumerate(lines) for p in (["; "] if j else []) + line] + ["."]]
+    notes = ["Overall scope (recorded phases), successful requests. After each: the server settings that differ "
+             f"from {a['base']}'s." if a["knobs"] else "Overall scope (recorded phases), successful requests."]
+    return {"kind": "architectures", "title": "Architectures side by side", "sentences": sentences, "notes": notes,
+            "list": many}
+
+
+# -- steady ----------------------------------------------------------------------------------------
+
+def steady_headline(td: TargetData) -> dict:
+    s, name = td.summary, td.name
+    lat = "overall/metrics/latency/percentiles"
+    sent = ["Latency mean ", _cell(s, name, "overall/metrics/latency/mean", "ms"), " ms, p50 ",
+            *_with_ci(s, name, f"{lat}/p50"), ", p99 ", *_with_ci(s, name, f"{lat}/p99"), " at ",
+            _cell(s, name, "overall/achieved_qps", "rate"), " req/s achieved (target ",
+            _cell(s, name, "overall/target_qps", "rate"), " req/s); ", _cell(s, name, "overall/count", "count"),
+            " requests, error rate ", _cell(s, name, "overall/error_rate", "pct"), "."]
+    return {"kind": "steady", "title": "Result", "sentences": [sent], "notes": []}
+
+
+def text(sentence: list) -> str:
+    """A sentence as plain text."""
+    return "".join(p if isinstance(p, str) else p.text for p in sentence)

@@ -1,0 +1,115 @@
+"""Token timestamps against the server's own clock: a real aiohttp server on 127.0.0.1 stamps every token
+event with ``time.monotonic()`` as it writes it; latbench's records (``meta.json``'s ``t0_monotonic`` plus each
+record's times) must land just after those stamps, and the recorded inter-token gaps must be the server's."""
+
+import asyncio
+import json
+import re
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from loadgen.records.schema import read_records
+from tests.helpers import run
+
+TOKENS, TTFT, GAP = 8, 0.03, 0.02
+_ID = re.compile(r"req-(\d+)")
+
+
+class StampingServer:
+    """Streams ``TOKENS`` chat chunks (first after ``TTFT``, then every ``GAP``), each holding the
+    ``time.monotonic()`` at which it was written; ``stamps[N]`` keeps them for the prompt ``req-N``."""
+
+    def __init__(self):
+        self.stamps: dict[int, list[float]] = {}
+        self._ready = threading.Event()
+
+    async def chat(self, request: web.Request):
+        body = await request.json()
+        n = int(_ID.search(body["messages"][0]["content"]).group(1))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        start, mine = time.monotonic(), []
+        for i in range(TOKENS):
+            await asyncio.sleep(max(0.0, start + TTFT + i * GAP - time.monotonic()))
+            t = time.monotonic()
+            chunk = {"choices": [{"index": 0, "delta": {"content": "x"}}], "server_t": t}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            mine.append(t)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        self.stamps[n] = mine
+        return resp
+
+    def _serve(self):
+        self.loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        self.runner = web.AppRunner(app, access_log=None)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(self.runner.cleanup())
+        self.loop.close()
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def stamping_server():
+    with StampingServer() as s:
+        yield s
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="perf_counter is CLOCK_MONOTONIC on Linux")
+def test_perf_counter_is_the_monotonic_clock():
+    assert time.get_clock_info("perf_counter").implementation == time.get_clock_info("monotonic").implementation
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="perf_counter is CLOCK_MONOTONIC on Linux")
+@pytest.mark.parametrize("transport", ["lean", "aiohttp"])
+def test_token_times_match_the_servers_stamps(tmp_path, stamping_server, transport):
+    requests = 12
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": f"req-{i}"}) + "\n" for i in range(requests)))
+    result, summary, _ = run(tmp_path, f"""
+        name: stamps
+        target: {{url: "http://127.0.0.1:{stamping_server.port}/v1", stream: true, model: m, transport: {transport}}}
+        workload: {{dataset: prompts.jsonl, max_tokens: {TOKENS}}}
+        load:
+          mode: closed
+          phases: [{{name: main, duration: 2s, concurrency: 3, max_requests: {requests}}}]
+        """)
+    meta = json.loads((result.rundir.path / "meta.json").read_text())
+    (entry,) = meta["targets"]
+    t0 = entry["t0_monotonic"]
+    table = read_records(result.rundir.path / entry["dir"] / "requests.parquet").to_pylist()
+    assert len(table) == requests and all(r["error"] == "" for r in table)
+    errors, itl_errors = [], []
+    for r in table:
+        stamps = np.array(stamping_server.stamps[r["seq"]])  # dataset line seq is prompt req-<seq>
+        got = t0 + r["first_token"] + np.array(r["token_times"], dtype=np.float64)
+        assert len(got) == TOKENS
+        errors.extend(got - stamps)
+        itl_errors.extend(np.diff(got) - np.diff(stamps))
+    errors = np.array(errors)
+    # a token is read after it was written (float32 offsets: a few microseconds of rounding), and soon after
+    assert errors.min() > -1e-4, errors.min()
+    assert np.median(errors) < 0.005 and errors.max() < 0.1, (np.median(errors), errors.max())
+    assert np.median(np.abs(itl_errors)) < 0.005
+    itl = summary["overall"]["metrics"]["itl"]["percentiles"]["p50"]["value"]
+    assert GAP * 0.9 < itl < GAP + 0.01, itl

@@ -1,0 +1,66 @@
+"""The headline numbers' pure functions (loadgen.analysis.headline) on tables of known answers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from loadgen.analysis.headline import (
+    architectures,
+    burst_effects,
+    headroom,
+    in_flight_events,
+    ratio,
+    samples_for_interval,
+)
+from loadgen.schedule.arrivals import PhasePlan
+
+
+def test_burst_effects_on_a_known_timeline():
+    """Ten requests in flight at once during a spike, back to one 0.4 s after it."""
+    plans = [PhasePlan(0, "base", 0.0, 1.0, 5.0, 5.0), PhasePlan(1, "spike", 1.0, 2.0, 50.0, 50.0),
+             PhasePlan(2, "after", 2.0, 4.0, 5.0, 5.0)]
+    rows = [(0.1, 0.2), (0.5, 0.6)]  # base: one at a time
+    rows += [(1.5 + i * 0.01, 2.1 + i * 0.03) for i in range(10)]  # overlapping: 10 in flight at 1.59
+    rows += [(2.5, 2.6)]
+    df = pd.DataFrame(rows, columns=["sent", "done"])
+    t, n = in_flight_events(df)
+    assert n.max() == 10 and n[-1] == 0
+    phases = {p.name: {"metrics": {}} for p in plans}
+    (b,) = burst_effects(df, plans, phases, [])
+    assert b["in_flight"] == {"baseline_peak": 1, "peak": 10, "drain_s": pytest.approx(2.1 + 8 * 0.03 - 2.0)}
+    assert b["recovery"] is None and b["tail"]["ratio"] == {"value": None, "ci": None}
+
+
+def test_headroom_picks_the_expected_rate_and_the_step_above_it_never_a_spike():
+    p = lambda i, name, a, b, rate: PhasePlan(i, name, a, b, rate, rate)  # noqa: E731
+    step = [p(0, "warm", 0, 1, 5), p(1, "at_100", 1, 2, 10), p(2, "at_120", 2, 3, 12)]
+    step[0] = PhasePlan(0, "warm", 0, 1, 5, 5, recorded=False)
+    hr = headroom(step, {}, [], 10.0)
+    assert (hr["base"]["phase"], hr["high"]["phase"]) == ("at_100", "at_120")
+    spike = [p(0, "baseline", 0, 1, 10), p(1, "burst", 1, 2, 50), p(2, "recovery", 2, 3, 10)]
+    assert headroom(spike, {}, [], 10.0) is None  # a spike is a burst, not a headroom step
+    assert headroom([p(0, "only", 0, 1, 10)], {}, [], 10.0) is None
+    sweep = [p(0, "qps-5", 0, 1, 5), p(1, "qps-10", 1, 2, 10), p(2, "qps-20", 2, 3, 20)]
+    assert headroom(sweep, {}, [], None) is None  # no expected rate: a curve, not a headroom
+
+
+def test_ratio_interval_comes_from_the_ends_of_both_intervals():
+    a = {"value": 0.3, "ci": [0.25, 0.4]}
+    b = {"value": 0.1, "ci": [0.08, 0.125]}
+    r = ratio(a, b)
+    assert r["value"] == pytest.approx(3.0) and r["ci"] == pytest.approx([0.25 / 0.125, 0.4 / 0.08])
+    assert ratio(a, {"value": 0.1, "ci": None})["ci"] is None
+    assert samples_for_interval(99.0) == 368 and samples_for_interval(50.0) == 6
+
+
+def test_architectures_names_the_knobs_that_differ():
+    s = {"overall": {"metrics": {"latency": {"n": 10, "mean": 0.1, "percentiles": {"p99": {"value": 0.2}}}}}}
+    naive = {"arch": "naive", "preload": False, "warmup": False, "max_batch_size": 1, "cache_size": 0,
+             "model": "tiny"}
+    opt = {"arch": "optimized", "preload": True, "warmup": True, "max_batch_size": 32, "cache_size": 1024,
+           "model": "tiny"}
+    a = architectures([("naive", s, naive), ("optimized", s, opt)])
+    assert a["knobs"] == {"preload": [False, True], "warmup": [False, True], "max_batch_size": [1, 32],
+                          "cache_size": [0, 1024]}
+    assert architectures([("naive", s, naive)]) is None
