@@ -91,10 +91,11 @@ def synthetic_rundir(path, rows: int = 10_000, *, name: str = "synthetic", targe
     rd.write_scenario(scenario)
     rd.write_metric_definitions()
     meta = {"latbench_version": "synthetic", "engine": "native", "host": "bench", "started": "2026-12-02T10:00:00+0000",
-            "scenario": name, "targets": [{"name": t, "dir": t} for t, _ in targets], "complete": complete}
+            "scenario": name, "targets": [], "complete": complete}
     writers = []
     for i, (tname, base) in enumerate(targets):
-        tdir = rd.target_dir(tname)
+        tdir = rd.new_target_dir(tname)
+        meta["targets"].append({"name": tname, "dir": tdir.name})
         w = RecordWriter(tdir / REQUESTS)
         scheduled = np.sort(rng.uniform(0.0, total_s, rows))
         phase = np.searchsorted(np.cumsum([p[1] for p in phases]), scheduled, side="right").clip(0, len(phases) - 1)

@@ -12,13 +12,16 @@ import os
 import sys
 
 from .config import ARCHS, PRECISIONS, ServerConfig
+from .lifeline import watch_parent
+from .modelspec import get_spec
 
 _MS_FLAGS = {"max_queue_delay_ms": "max_queue_delay_s", "slow_ms": "slow_s", "stall_ms": "stall_s"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     """The argument parser of the server (also used by ``latbench serve``)."""
-    p = argparse.ArgumentParser(prog="reference_server", description="latbench reference inference server")
+    p = argparse.ArgumentParser(prog="reference_server", description="latbench reference inference server",
+                                exit_on_error=exit_on_error)
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="TCP port; 0 picks a free one (default 0)")
     p.add_argument("--grpc-port", type=int, default=None,
@@ -35,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None,
                    help="count usage (and serve /tokenize) with this tokenizer.json or model folder, as a server of "
                         "that model would; the model itself still works on bytes (default: one token per byte)")
+    p.add_argument("--parent-fd", type=int, default=None,
+                   help="the read end of a pipe held by the program that started the server: at its EOF the "
+                        "server ends (it dies with its parent, however the parent ended)")
     p.add_argument("--prepare-weights", action="store_true",
                    help="write the weights file if it is missing, print LATBENCH_WEIGHTS={path, bytes, "
                         "generated_s} and exit (no server)")
@@ -69,12 +75,47 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(argv: list[str] | None = None) -> ServerConfig:
     """Parse ``argv`` into a validated ServerConfig (argparse exits with status 2 on a bad flag)."""
-    args = vars(build_parser().parse_args(argv))
-    args.pop("prepare_weights")
-    return _config(args)
+    return _config(vars(build_parser().parse_args(argv)))
+
+
+def check_config(argv: list[str]) -> list[str]:
+    """What is wrong with a server command line, found without starting a server: an unknown or malformed flag,
+    a setting out of range, an unknown model or backend. Empty when the server would start with it. Flags are
+    named as a scenario's ``reference.options`` keys name them (``max_batch_size``). latbench's CLI asks this
+    when it validates a scenario (this package imports nothing of loadgen; the CLI is where the two meet)."""
+    try:
+        args, unknown = build_parser(exit_on_error=False).parse_known_args(argv)
+    except argparse.ArgumentError as exc:
+        name = (exc.argument_name or "").split("/")[0].lstrip("-").replace("-", "_")
+        return [f"{name}: {exc.message}" if name else exc.message]
+    problems = [f"{u.lstrip('-').replace('-', '_')}: not a setting of the reference server"
+                for u in unknown if u.startswith("--")]
+    if problems:
+        return problems
+    try:
+        config = _config(vars(args))
+    except (ValueError, TypeError) as exc:
+        return [str(exc)]
+    from . import backends  # here, not at the top: numpy must load after main() has set BLAS to one thread
+
+    if config.backend in ("auto", "torch") and backends.torch_available():  # resolving imports torch: check less
+        try:
+            if config.model:
+                get_spec(config.model)
+        except ValueError as exc:
+            return [f"model: {exc}"]
+        return []
+    try:
+        backends.resolve_backend(config)
+    except ValueError as exc:
+        msg = str(exc)
+        return [f"model: {msg}" if msg.startswith("unknown model") else msg]
+    return []
 
 
 def _config(args: dict) -> ServerConfig:
+    for process_option in ("parent_fd", "prepare_weights"):  # how the process runs, not server knobs
+        args.pop(process_option, None)
     arch = args.pop("arch")
     overrides = {}
     for name, value in args.items():
@@ -89,6 +130,8 @@ def _config(args: dict) -> ServerConfig:
 def main(argv: list[str] | None = None) -> int:
     """Run the server until SIGINT/SIGTERM; return the exit status (2 for an invalid configuration)."""
     args = vars(build_parser().parse_args(argv))
+    if args["parent_fd"] is not None:  # first: a parent killed while the model loads takes the server with it
+        watch_parent(args["parent_fd"])
     prepare = args.pop("prepare_weights")
     try:
         config = _config(args)

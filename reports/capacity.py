@@ -10,6 +10,7 @@ from pathlib import Path
 
 from loadgen.analysis.capacity import headline
 from loadgen.analysis.repeats import spread_headline
+from loadgen.records.rundir import write_text
 from loadgen.scenario.slo import parse_slo
 from reports.html import render
 from reports.plots import figure, ms_log_axis, plot_style, to_uri
@@ -98,6 +99,4 @@ def write_capacity_report(rundir_path) -> Path:
         return out
     html = render("capacity.html", title=f"capacity: {result['scenario']}", r=result, headline=headline(result),
                   curve=_curve(result) if result["steps"] else None)
-    out = root / "report.html"
-    out.write_text(html, encoding="utf-8")
-    return out
+    return write_text(root / "report.html", html)

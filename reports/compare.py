@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.errors import RunDirError
+from loadgen.records.rundir import write_text
 from reports import model
 from reports.figures import overview_figures, warmup_figure
 from reports.headline import architectures_headline, cold_start_headline
@@ -111,13 +113,9 @@ def compare_context(entries: list[Entry]) -> dict:
 def render_compare(specs: list[str]) -> str:
     entries = entries_of(specs)
     if not entries:
-        raise ValueError("nothing to compare: the RunDirs hold no targets")
+        raise RunDirError("nothing to compare: the RunDirs hold no targets")
     return render("compare.html", **compare_context(entries))
 
 
 def write_compare(specs: list[str], out) -> Path:
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render_compare(specs), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_text(out, render_compare(specs))

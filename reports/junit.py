@@ -8,6 +8,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from loadgen.records.rundir import write_text
 from reports import fmt, model
 from reports.loader import RunData
 
@@ -61,6 +62,4 @@ def render_junit(run: RunData) -> str:
 
 
 def write_junit(run: RunData, out: Path) -> Path:
-    out = Path(out)
-    out.write_text(render_junit(run), encoding="utf-8")
-    return out
+    return write_text(out, render_junit(run))

@@ -20,8 +20,8 @@ import yaml
 from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
-from loadgen.records.rundir import COLD_START, META, REPEATS, REQUESTS, SERVER_METRICS, SUMMARY, jsonable
-from loadgen.records.schema import read_records, records_exist
+from loadgen.records.rundir import COLD_START, META, REPEATS, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, jsonable
+from loadgen.records.schema import SCHEMA, read_records, records_exist
 from loadgen.scenario.model import GoodputObjectives, Load, slo_line
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
@@ -37,18 +37,29 @@ class TargetData:
     meta: dict
     summary: dict | None
     recomputed: bool = False
+    unreadable: str | None = None  # why requests.parquet could not be read (the report then shows summary.json's)
     _table: pa.Table | None = None
     _frame: pd.DataFrame | None = None
     _server: pd.DataFrame | None = None
 
     @property
     def has_records(self) -> bool:
-        return records_exist(self.dir / REQUESTS)
+        """Records were written and can be read (reading them once, to know)."""
+        if not records_exist(self.dir / REQUESTS):
+            return False
+        self.table()
+        return self.unreadable is None
 
     def table(self) -> pa.Table:
-        """All records (read once)."""
+        """All records (read once); none, with :attr:`unreadable` saying why, when the file cannot be read (a
+        truncated parquet): the report still renders, from summary.json, without the figures drawn from records."""
         if self._table is None:
-            self._table = read_records(self.dir / REQUESTS)
+            try:
+                self._table = read_records(self.dir / REQUESTS)
+            except (OSError, ValueError, TypeError, pa.ArrowException) as exc:
+                self.unreadable = (f"{REQUESTS} cannot be read ({type(exc).__name__}): the numbers are summary.json's, "
+                                   "the figures drawn from the records are left out")
+                self._table = SCHEMA.empty_table()
         return self._table
 
     def frame(self) -> pd.DataFrame:
@@ -119,7 +130,7 @@ def load_rundir(path) -> RunData:
     path = Path(path)
     if not path.is_dir():
         raise RunDirError(f"{path}: not a directory")
-    meta = _read_json(path / META) or {}
+    meta = RunDir(path).meta() if (path / META).exists() else {}  # RunDirError (exit 2) when it is not latbench's
     try:
         scenario = yaml.safe_load((path / "scenario.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError):

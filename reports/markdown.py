@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from loadgen.records.rundir import write_text
 from reports import fmt, model, repeats
 from reports.headline import headline
 from reports.loader import RunData
@@ -131,6 +132,4 @@ def render_markdown(run: RunData) -> str:
 
 
 def write_markdown(run: RunData, out: Path) -> Path:
-    out = Path(out)
-    out.write_text(render_markdown(run), encoding="utf-8")
-    return out
+    return write_text(out, render_markdown(run))

@@ -18,8 +18,8 @@ import pandas as pd
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728", "http_429": "#9467bd",
-                "http_4xx": "#e377c2", "bad_stream": "#8c564b", "reset": "#bcbd22", "dropped": "#17becf",
-                "cancelled": "#c7c7c7"}
+                "http_4xx": "#e377c2", "http_3xx": "#aec7e8", "bad_stream": "#8c564b", "reset": "#bcbd22",
+                "dropped": "#17becf", "cancelled": "#c7c7c7"}
 BREAKDOWN = (("send lag", "#bcbd22"), ("connect", "#9467bd"), ("TLS", "#e377c2"),
              ("first byte", "#1f77b4"), ("first token", "#ff7f0e"), ("generation / transfer", "#2ca02c"))
 CDF_POINTS = 1500

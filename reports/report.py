@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadgen.records.rundir import write_text
 from reports import model, repeats
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
@@ -23,6 +24,8 @@ def target_section(td, i: int) -> dict:
     sec["throughput"] = model.throughput_rows(s, td.name)
     sec["error_scopes"], sec["errors"] = model.error_rows(s, td.name)
     sec["figures"] = target_figures(td)
+    if td.unreadable:  # found while the figures read the records
+        sec["notes"].append(td.unreadable)
     return sec
 
 
@@ -96,8 +99,5 @@ def render_run(run: RunData) -> str:
 
 
 def write_report(run: RunData, out: Path) -> Path:
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render_run(run), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    """report.html of ``run`` at ``out``: atomically, through the redaction every written byte takes."""
+    return write_text(out, render_run(run))

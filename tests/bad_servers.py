@@ -29,6 +29,7 @@ SLOW_DRIP_GAP = 0.05  # seconds between the 8-byte pieces of mode `slowdrip` (me
 SLOW_S = 1.0  # mode `slow` answers after this long
 STALL_S = 30.0  # mode `stall` sends headers, then nothing for this long
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+FLOOD_MB = 64  # megabytes sent by modes `sse_noline`, `sse_noevent` and `headers_forever`
 
 
 def self_signed_cert(folder: Path) -> tuple[Path, Path]:
@@ -70,8 +71,8 @@ def _cert_with_cryptography(cert: Path, key: Path) -> None:
 
 
 def _head(status: int, headers: dict[str, str]) -> bytes:
-    reason = {200: "OK", 401: "Unauthorized", 429: "Too Many Requests", 500: "Internal Server Error",
-              503: "Service Unavailable"}.get(status, "Status")
+    reason = {200: "OK", 301: "Moved Permanently", 401: "Unauthorized", 429: "Too Many Requests",
+              500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Status")
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers.items()] + ["Connection: close", "", ""]
     return "\r\n".join(lines).encode()
 
@@ -124,7 +125,7 @@ def _rst(writer: asyncio.StreamWriter) -> None:
 class Req:
     def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes):
         self.method, self.path, self.headers, self.body = method, path, headers, body
-        self.mode = path.strip("/").split("/", 1)[0]
+        self.mode = path.split("?", 1)[0].strip("/").split("/", 1)[0]
 
     @property
     def stream(self) -> bool:
@@ -357,6 +358,35 @@ async def slowdrip(req, w):
     await _drip(w, SLOW_DRIP_GAP)
 
 
+async def _flood(w, head: bytes, block: bytes, chunked: bool) -> None:
+    w.write(head)
+    for _ in range(FLOOD_MB * (1 << 20) // len(block)):
+        w.write(_chunk(block) if chunked else block)
+        await w.drain()  # raises once the client has closed: it stopped reading, as it should
+    if chunked:
+        w.write(CHUNKED_END)
+
+
+async def sse_noline(req, w):
+    """`data: ` and then FLOOD_MB megabytes without a line end."""
+    await _flood(w, SSE_HEAD + _chunk(_token("a") + b"data: "), b"a" * (1 << 20), True)
+
+
+async def sse_noevent(req, w):
+    """Short `data:` lines for FLOOD_MB megabytes, never a blank line: one event that never ends."""
+    await _flood(w, SSE_HEAD + _chunk(_token("a")), b"data: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n" * 25000, True)
+
+
+async def headers_forever(req, w):
+    """A status line, then header lines for FLOOD_MB megabytes: a header block that never ends."""
+    await _flood(w, b"HTTP/1.1 200 OK\r\n", (b"X-Pad: " + b"a" * 1000 + b"\r\n") * 1000, False)
+
+
+async def redirect(req, w):
+    """301 to the same path under mode `ok` (same origin): a redirect is recorded, never followed."""
+    w.write(_head(301, {"Location": req.path.replace("/redirect/", "/ok/", 1), "Content-Length": "0"}))
+
+
 async def echo(req, w):
     """A hostile server: every request header echoed back in a 401 error body."""
     w.write(_full(401, json.dumps({"error": {"message": "bad key", "echo": req.headers}}).encode()))
@@ -375,6 +405,12 @@ async def metrics(req, w):
     w.write(_full(200, b"refserver:requests_total 1\n", "text/plain"))
 
 
+async def metrics_echo(req, w):
+    """Prometheus text whose labels echo the request's path and query (a metrics URL's token, say)."""
+    path = req.path.replace("\\", "\\\\").replace('"', '\\"')
+    w.write(_full(200, f'refserver:requests_total{{path="{path}"}} 1\n'.encode(), "text/plain"))
+
+
 MODES = {
     "ok": ok, "slow": slow, "close": close, "reset": reset, "stall": stall,
     "s500body": _status(500, b'{"error": {"message": "boom", "type": "server_error"}}'),
@@ -385,7 +421,8 @@ MODES = {
     "sse_garbage": sse_garbage, "sse_nodone": sse_nodone, "sse_error": sse_error,
     "sse_event_error": sse_event_error, "sse_json": sse_json,
     "big": big, "drip": drip, "slowdrip": slowdrip, "echo": echo, "echo_ok": echo_ok,
-    "health": health, "metrics": metrics,
+    "health": health, "metrics": metrics, "metrics_echo": metrics_echo,
+    "sse_noline": sse_noline, "sse_noevent": sse_noevent, "headers_forever": headers_forever, "redirect": redirect,
 }
 
 

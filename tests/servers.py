@@ -66,6 +66,7 @@ class KnownServer:
         self.stall_at, self.stall_for, self.status = stall_at, stall_for, status
         self.requests = 0
         self._rng = random.Random(0)
+        self.queries: list[str] = []  # the query string of each request, as the server read it
         self.t0 = None
         self._loop = None
         self._runner = None
@@ -80,6 +81,7 @@ class KnownServer:
     async def chat(self, request: web.Request):
         arrived = time.perf_counter()
         self.requests += 1
+        self.queries.append(request.query_string)
         body = await request.json()
         await self._maybe_stall()
         if self.status != 200:
@@ -155,6 +157,7 @@ class KnownServer:
         return []
 
     async def models(self, request):
+        self.queries.append(request.query_string)
         return web.json_response({"object": "list", "data": [{"id": "known", "object": "model"}]})
 
     def _serve(self):

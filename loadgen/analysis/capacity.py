@@ -36,11 +36,12 @@ import pandas as pd
 
 from loadgen.analysis.metrics import metric_samples
 from loadgen.analysis.stats import sectioned_ci
+from loadgen.analysis.verdict import UNREACHABLE_CLASSES
+from loadgen.records.rundir import CAPACITY
 from loadgen.scenario.model import GoodputObjectives, Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
 from loadgen.units import json_num
 
-CAPACITY = "capacity.json"
 KEEP_UP = 0.9  # a step must complete at least this share of its offered rate
 SECTIONS = 5  # stretches of a step whose spread gives the sectioned interval of a percentile
 LONGER = 2  # an inconclusive step is run again this many times as long
@@ -62,6 +63,7 @@ class Step:
     reasons: list[str] = field(default_factory=list)
     dir: str = ""
     inconclusive: bool = False  # the objectives' intervals straddled their thresholds: run again, longer
+    unreachable: bool = False  # every request failed to connect: the step says nothing of the target's capacity
 
 
 def step_load(base: Load, qps: float, duration: float, warmup: float, index: int = 0) -> Load:
@@ -118,6 +120,12 @@ def _interval(r: dict) -> tuple[float, float] | None:
     return min(e[0] for e in ends), max(e[1] for e in ends)
 
 
+def unreachable(summary: dict) -> bool:
+    """Every request of the summary failed to reach the target (connect, dns, tls): no rate is measured."""
+    ov = summary.get("overall") or {}
+    return bool(ov.get("count")) and ov.get("ok") == 0 and set(ov.get("errors") or {}) <= UNREACHABLE_CLASSES
+
+
 def judge(summary: dict, qps: float) -> tuple[bool, list[str], bool]:
     """Whether a step held: its SLOs (with confidence), the generator, and the completed rate; and whether
     the verdict is in doubt. An objective on a percentile holds only if its whole 95% interval does (a step
@@ -125,6 +133,8 @@ def judge(summary: dict, qps: float) -> tuple[bool, list[str], bool]:
     outright only if its whole interval does. When it straddles the threshold and nothing else failed,
     the step is inconclusive: more samples, not a verdict, are what it needs."""
     hard, doubt = [], []
+    if unreachable(summary):
+        hard.append(f"target unreachable ({', '.join(sorted(summary['overall']['errors']))} on every request)")
     for r in summary["slo"]:
         if not r["applies"]:
             continue

@@ -14,12 +14,14 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from loadgen.analysis.metrics import metric_samples, records_frame
 from loadgen.analysis.stats import nearest_rank_unsorted
 from loadgen.analysis.verdict import Kind, Reason
-from loadgen.records.rundir import REQUESTS, RunDir
-from loadgen.records.schema import read_records
+from loadgen.errors import RunDirError, UsageError
+from loadgen.records.rundir import META, REQUESTS, RunDir
+from loadgen.records.schema import read_records, records_exist
 
 #: (metric, percentile) pairs compared against a baseline, when both runs have samples.
 CHECKS = (("latency", 50.0), ("latency", 90.0), ("latency", 99.0), ("ttft", 50.0), ("ttft", 99.0),
@@ -94,19 +96,45 @@ def compare_frames(cur, base, allowance: float, seed: int = 0) -> list[dict]:
     return out
 
 
+def check_baseline(path) -> RunDir:
+    """The baseline RunDir at ``path``, checked before any traffic is sent: its meta.json is what latbench
+    writes and every target's records can be read. Raises :class:`UsageError` (exit 2) saying what is wrong."""
+    rd = RunDir(path)
+    if not rd.path.is_dir():
+        raise UsageError(f"--baseline {path}: not a directory")
+    if not (rd.path / META).is_file():
+        raise UsageError(f"--baseline {path}: not a RunDir (no {META})")
+    try:
+        dirs = rd.target_dirs()
+    except RunDirError as exc:
+        raise UsageError(f"--baseline {path}: {exc}") from None
+    if not dirs:
+        raise UsageError(f"--baseline {path}: the RunDir holds no targets")
+    for name, d in dirs.items():
+        f = rd.path / d / REQUESTS
+        if not records_exist(f):
+            raise UsageError(f"--baseline {path}: target {name!r} has no records ({f} is missing)")
+        try:
+            read_records(f)
+        except (OSError, ValueError, TypeError, pa.ArrowException) as exc:
+            raise UsageError(f"--baseline {path}: target {name!r}: {f} cannot be read "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    return rd
+
+
 def compare_runs(current: RunDir, baseline: RunDir, allowance: float) -> dict:
     """Regression checks of every target of ``current`` that the baseline also has (matched by name)."""
-    base_targets = set(baseline.targets())
+    base_dirs, cur_dirs = baseline.target_dirs(), current.target_dirs()
     result = {"baseline": str(baseline.path), "max_regression": allowance, "targets": {}, "missing": []}
-    for t in current.targets():
-        if t not in base_targets:
-            result["missing"].append(t)
+    for name, d in cur_dirs.items():
+        if name not in base_dirs:
+            result["missing"].append(name)
             continue
-        result["targets"][t] = compare_target(current.path / t, baseline.path / t, allowance)
-    if not result["targets"] and len(base_targets) == 1 and len(current.targets()) == 1:
+        result["targets"][name] = compare_target(current.path / d, baseline.path / base_dirs[name], allowance)
+    if not result["targets"] and len(base_dirs) == 1 and len(cur_dirs) == 1:
         # one target each under different names (e.g. a --target URL run against a reference run)
-        (b,), (c,) = list(base_targets), current.targets()
-        result["targets"][c] = compare_target(current.path / c, baseline.path / b, allowance)
+        (b,), ((c, cd),) = list(base_dirs.values()), list(cur_dirs.items())
+        result["targets"][c] = compare_target(current.path / cd, baseline.path / b, allowance)
         result["missing"] = []
     result["passed"] = not any(r["regressed"] for rs in result["targets"].values() for r in rs)
     return result

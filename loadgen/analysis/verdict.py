@@ -113,11 +113,16 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
 
 
 def generator_limited_text(g: dict) -> str:
-    """Only what held: the send lag when it was over its threshold, the CPU when it was saturated."""
+    """Only what held: the send lag when it was over its threshold, the CPU when it was saturated (a summary that
+    predates ``lagging`` is judged by the lag and the threshold it holds)."""
     parts = []
-    lag = g.get("send_lag_p99")
-    if g.get("lagging", True) and lag is not None and not math.isnan(lag):
-        parts.append(f"send lag p99 {lag * 1e3:.1f} ms > {g['send_lag_threshold'] * 1e3:g} ms")
+    lag, threshold = g.get("send_lag_p99"), g.get("send_lag_threshold")
+    known = isinstance(lag, (int, float)) and not math.isnan(lag) and isinstance(threshold, (int, float))
+    lagging = g.get("lagging")
+    if lagging is None:
+        lagging = known and lag > threshold
+    if lagging and known:
+        parts.append(f"send lag p99 {lag * 1e3:.1f} ms > {threshold * 1e3:g} ms")
     if g.get("cpu_saturated"):
         parts.append("generator CPU saturated")
     return "generator-limited" + (f" ({', '.join(parts)})" if parts else "")

@@ -9,8 +9,9 @@ import click
 import reports  # lazy (PEP 562): loads when the report is written
 from loadgen.analysis.capacity import headline, step_objectives
 from loadgen.analysis.repeats import spread_headline
-from loadgen.cli.common import console, exits_on_errors, fraction_option, load_or_exit, scrub_logs
-from loadgen.errors import EXIT_FAILED, EXIT_OK
+from loadgen.cli.checks import load_or_exit
+from loadgen.cli.common import console, exits_on_errors, fraction_option, redact_output
+from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from loadgen.run.capacity import run_capacity
 from loadgen.run.capacity_repeat import run_capacity_repeated
 from loadgen.run.signals import install_signal_handlers
@@ -21,7 +22,8 @@ from loadgen.units import parse_duration
 
 @click.command(help="Find the highest QPS the scenario's target sustains under the SLOs (stepping, then bisecting).\n\n"
                     "Exit 0 when a rate passed (and, with expected_qps, the headroom is not negative), 1 otherwise, "
-                    "2 on usage errors, 3 when the target does not start.")
+                    "2 on usage errors, 3 when the target does not start, cannot be reached or the search was "
+                    "interrupted.")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--slo", "slos", multiple=True, metavar="EXPR",
               help="objective(s) each step must meet; default: the scenario's slo")
@@ -42,7 +44,8 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
              pause) -> None:
     out_console = console()
     loaded = load_or_exit(scenario)
-    scrub_logs(loaded.secrets)
+    loaded.redactor.add_url(target_url)
+    redact_output(loaded.redactor)
     try:
         objectives = step_objectives([parse_slo(s) for s in slos] if slos else list(loaded.scenario.slo))
         durations = parse_duration(step_duration), parse_duration(warmup)
@@ -94,5 +97,9 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     report(rd.path)
     out_console.print(f"capacity: {text}", style="bold")
     out_console.print(f"RunDir: {rd.path}   report: {rd.path / 'report.html'}", highlight=False)
+    if result["unreachable"] or not result["complete"]:
+        out_console.print("the search is invalid: " + ("the target could not be reached" if result["unreachable"]
+                                                        else "it was interrupted"), style="bold yellow")
+        sys.exit(EXIT_INVALID)
     ok = result["max_sustainable_qps"] is not None and (result["headroom"] is None or result["headroom"] >= 0)
-    sys.exit(EXIT_OK if ok and result["complete"] else EXIT_FAILED)
+    sys.exit(EXIT_OK if ok else EXIT_FAILED)

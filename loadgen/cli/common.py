@@ -1,4 +1,4 @@
-"""What the commands share: the console, exit codes, option parsing, and the scrubbed log."""
+"""What the commands share: the console, exit codes, option parsing, and the one redacted way out."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import sys
 import click
 from rich.console import Console
 
-from loadgen.errors import EXIT_USAGE, LatbenchError, ScenarioError
-from loadgen.redact import scrub
-from loadgen.scenario.loader import LoadedScenario, load_scenario
+from loadgen.errors import LatbenchError, ScenarioError, exit_code_of
+from loadgen.redact import RedactingStream, Redactor
 from loadgen.units import parse_percent
 
 EXIT_CODES = """\b
@@ -30,29 +29,37 @@ def console() -> Console:
     return out
 
 
-def load_or_exit(path: str) -> LoadedScenario:
-    """The scenario, or every mistake in it on stderr and exit 2 (nothing was sent)."""
-    try:
-        return load_scenario(path)
-    except ScenarioError as exc:
-        for line in exc.errors:
-            click.echo(line, err=True)
-        sys.exit(EXIT_USAGE)
+class RedactingFilter(logging.Filter):
+    """Renders each log record through the redactor (a URL or a server message may hold a secret)."""
+
+    def __init__(self, redactor: Redactor):
+        super().__init__()
+        self.redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = self.redactor.text(record.getMessage()), None
+        if record.exc_info:  # a traceback may quote a URL: render it now, redacted
+            record.exc_text = self.redactor.text(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
 
 
-def scrub_logs(secrets: list[str]) -> None:
-    """Every log line goes through the scenario's secrets scrubber (a URL or a server message may hold one)."""
+def redact_output(redactor: Redactor) -> None:
+    """From now on everything this process prints or logs goes through ``redactor``: stdout and stderr are
+    wrapped (console output, ``click.echo``, tracebacks), and every log handler filters its records.
 
-    class _Scrub(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            record.msg, record.args = scrub(record.getMessage(), secrets), None
-            if record.exc_info:  # a traceback may quote a URL: render it now, scrubbed
-                record.exc_text = scrub(logging.Formatter().formatException(record.exc_info), secrets)
-                record.exc_info = None
-            return True
-
+    Called once at start with a redactor that knows no secret (URL credentials are still redacted), and again
+    by each command once its scenario (and ``--target``) tell what is secret."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, RedactingStream):
+            stream.redactor = redactor
+        elif stream is not None:
+            setattr(sys, name, RedactingStream(stream, redactor))
     for handler in logging.getLogger().handlers:
-        handler.addFilter(_Scrub())
+        for f in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
+            handler.removeFilter(f)
+        handler.addFilter(RedactingFilter(redactor))
 
 
 def fraction_option(text: str, name: str) -> float:
@@ -74,7 +81,10 @@ def print_reasons(out: Console, verdict: str, reasons: list[str]) -> None:
 
 
 def exits_on_errors(fn):
-    """Map latbench's exceptions to the documented exit codes, in this one place (a message, no traceback)."""
+    """Map latbench's exceptions to the documented exit codes, in this one place (a message, no traceback):
+    a :class:`LatbenchError` exits with its ``exit_code``; Ctrl-C before a run could take over the signal (a
+    managed server still starting, say) exits 3, as an interrupted run does (click would say "Aborted!" and
+    exit 1, the code of a failed SLO)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -87,5 +97,8 @@ def exits_on_errors(fn):
         except LatbenchError as exc:
             click.echo(f"latbench: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("latbench: interrupted", err=True)
+            sys.exit(exit_code_of(KeyboardInterrupt()))
 
     return wrapper

@@ -15,11 +15,14 @@ from loadgen.units import fmt_ms
 
 
 def status_line(engine) -> str:
+    """Elapsed, the phase, the achieved rate against what the phase asks (an arrival rate in an open loop, its
+    workers in a closed one), requests in flight, errors, and the recent p50/p99."""
     live = engine.live
     now = engine.now() if engine.t0 else 0.0
     w = live.window(now)
+    asked = f"concurrency {live.concurrency}" if live.concurrency else f"target {live.target_rate:.0f}"
     return (f"{now:6.1f}/{live.total_duration:.0f}s  phase {live.phase or '-':<10} "
-            f"qps {w['qps']:7.1f} (target {live.target_rate:.0f})  in-flight {live.in_flight:5d}  "
+            f"qps {w['qps']:7.1f} ({asked})  in-flight {live.in_flight:5d}  "
             f"errors {live.errors:5d}  p50 {fmt_ms(w['p50'])}  p99 {fmt_ms(w['p99'])}")
 
 
@@ -98,7 +101,8 @@ def summary_table(name: str, summary: dict) -> Table:
         extra = ([f"{s['goodput'] * 100:.1f}%" if s.get("goodput") is not None else "-"] if goodput else [])
         name_cell = label + ("" if s.get("recorded", True) else " (not recorded)")
         t.add_row(name_cell, str(s["count"]), err,
-                  (f"{s['achieved_qps']:.1f} ({tq:.0f})" if tq is not None and not math.isnan(tq)
+                  (f"{s['achieved_qps']:.1f} (c {s['concurrency']})" if s.get("concurrency")
+                   else f"{s['achieved_qps']:.1f} ({tq:.0f})" if tq is not None and not math.isnan(tq)
                    else f"{s['achieved_qps']:.1f}"),
                   fmt_ms(stat_value(lat, "p50")), fmt_ms(stat_value(lat, "p99")), fmt_ms(stat_value(lat, "max")),
                   fmt_ms(stat_value(ttft, "p50")), fmt_ms(stat_value(ttft, "p99")), fmt_ms(stat_value(itl, "p50"), 2),

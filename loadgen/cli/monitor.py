@@ -12,7 +12,8 @@ import yaml
 from loadgen.analysis.alerts import alert_rules, duration, prometheus_rule
 from loadgen.analysis.dashboard import dashboard
 from loadgen.analysis.window import watchable
-from loadgen.cli.common import console, exits_on_errors, load_or_exit
+from loadgen.cli.checks import load_or_exit
+from loadgen.cli.common import console, exits_on_errors
 from loadgen.engine.scrape import parse_samples
 from loadgen.records.rundir import safe_name
 from loadgen.scenario.loader import LoadedScenario

@@ -12,14 +12,14 @@ from rich.console import Console
 
 import reports  # lazy (PEP 562): matplotlib and jinja2 load when the report is written, after the run
 from loadgen.cli.between import between_table
+from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import (
     EXIT_CODES,
     console,
     exits_on_errors,
     fraction_option,
-    load_or_exit,
     print_reasons,
-    scrub_logs,
+    redact_output,
 )
 from loadgen.cli.display import StatusDisplay, summary_table, tokens_line
 from loadgen.engine.options import EngineOptions
@@ -64,8 +64,6 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
         expect_workers: int, master_bind: str, processes: int, repeat_runs: int | None, pause: str | None) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
-    if baseline is not None and not (Path(baseline) / "meta.json").is_file():
-        raise click.BadParameter(f"{baseline} is not a RunDir (no meta.json)", param_hint="--baseline")
     try:
         pause_s = None if pause is None else parse_duration(pause)
     except ValueError as exc:
@@ -75,7 +73,8 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     loaded = load_or_exit(scenario)
     repeat = loaded.scenario.repeat.model_copy(update={k: v for k, v in (("runs", repeat_runs), ("pause", pause_s))
                                                        if v is not None})
-    scrub_logs(loaded.secrets)
+    loaded.redactor.add_url(target_url)
+    redact_output(loaded.redactor)
     display = StatusDisplay(out_console)
     current = {}
     if engine == "locust" and fail_fast:

@@ -7,8 +7,9 @@ import sys
 
 import click
 
+from loadgen.cli.checks import load_checked
 from loadgen.errors import EXIT_OK, EXIT_USAGE, ScenarioError
-from loadgen.scenario.loader import load_scenario, scenario_schema
+from loadgen.scenario.loader import scenario_schema
 
 
 @click.command(help="Check scenario files; sends nothing. Exit 0 when all are valid, 2 otherwise.")
@@ -17,7 +18,7 @@ def validate(files) -> None:
     bad = 0
     for f in files:
         try:
-            load_scenario(f)  # ${ENV} references are checked against the real environment
+            load_checked(f)  # ${ENV} references are checked against the real environment
             click.echo(f"{f}: ok")
         except ScenarioError as exc:
             bad += 1

@@ -8,7 +8,8 @@ import time
 
 import click
 
-from loadgen.cli.common import console, exits_on_errors, load_or_exit, scrub_logs
+from loadgen.cli.checks import load_or_exit
+from loadgen.cli.common import console, exits_on_errors, redact_output
 from loadgen.errors import EXIT_OK, RunDirWriteError
 from loadgen.run.signals import install_signal_handlers
 from loadgen.run.watch import TargetStatus, WatchSettings, watch_scenario
@@ -75,7 +76,8 @@ def watch(scenario, qps, metrics_port, metrics_host, window, duration, rotate_ev
           linger, status_every, force_rate) -> None:
     out_console = console()
     loaded = load_or_exit(scenario)
-    scrub_logs(loaded.secrets)
+    loaded.redactor.add_url(target_url)
+    redact_output(loaded.redactor)
     settings = WatchSettings(qps=qps, duration=_seconds(duration, "--duration") if duration else None,
                              window_s=_seconds(window, "--window"), rotate_every_s=_seconds(rotate_every,
                                                                                             "--rotate-every"),

@@ -77,6 +77,7 @@ class EngineSettings:
     worker: int = 0
     failfast: FailFast | None = None  # stop as soon as an objective can no longer be met
     cancel: Cancel | None = None  # workload.cancel: requests the client aborts on purpose
+    label: str = ""  # the target's name, for the log of failed requests
 
 
 @dataclass

@@ -73,7 +73,7 @@ class InFlight:
         """Time out every request past its deadline, and feed the live stats. Deadlines are in send order
         (one timeout for all), so only the oldest requests are looked at; a timeout fires at most ``tick`` late."""
         timeout = self.s.timeout
-        tick = min(0.01, timeout / 20)
+        tick = max(0.001, min(0.01, timeout / 20))  # a tick of 0 would spin the CPU
         pending = self._deadlines
         last_live = 0.0
         while True:

@@ -24,6 +24,7 @@ import dataclasses
 import math
 import multiprocessing as mp
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -34,10 +35,12 @@ import pyarrow.parquet as pq
 
 from loadgen.engine.base import EngineResult, EngineSettings, MeasuredTarget, OnEngine, call_on_loop, run_async
 from loadgen.engine.live import GroupLive
+from loadgen.engine.logs import configure_logging
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import TransportFactory, build_sender
 from loadgen.records.rundir import REQUESTS
 from loadgen.records.schema import SCHEMA, RecordWriter, partial_path, read_records, records_exist
+from loadgen.redact import RedactingStream
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 from loadgen.schedule.sharding import open_counts, seq_bases, shard_arrivals, share
 from loadgen.transports.factory import make_transport
@@ -161,6 +164,9 @@ async def _child_main(k: int, p: int, mt: MeasuredTarget, part: str, conn, facto
 
 def _child(k, p, mt, part, conn, factory, fail_fast) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides, and tells every process
+    for name in ("stdout", "stderr"):  # what this process prints (a traceback) is redacted as the parent's output is
+        setattr(sys, name, RedactingStream(getattr(sys, name), mt.loaded.redactor))
+    configure_logging()  # as the parent logs (-v: failed requests), through the wrapped stderr
     try:
         run_async(_child_main(k, p, mt, part, conn, factory, fail_fast))
     except BaseException as exc:

@@ -16,6 +16,7 @@ import time
 from loadgen.engine.base import EngineResult, EngineSettings, call_on_loop
 from loadgen.engine.inflight import ClosedPhase, InFlight
 from loadgen.engine.live import LiveStats
+from loadgen.engine.logs import log_failure, logging_failures
 from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.reqcache import RequestCache
 from loadgen.records.schema import ABORTED, ABORTED_CODE, Outcome, RecordBuffer, RecordSink
@@ -55,6 +56,7 @@ class NativeEngine(InFlight):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._requests = RequestCache(protocol, prompts)
         self._live_mark = 0  # buffer rows already counted in self.live
+        self._log_failures = logging_failures()  # latbench -v: one log line per failed request
         self._init_in_flight(transport)
 
     # -- control -------------------------------------------------------------------------------
@@ -85,6 +87,8 @@ class NativeEngine(InFlight):
     def _record(self, seq: int, plan: PhasePlan, sched: float, out: Outcome) -> None:
         buffer = self.buffer
         buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
+        if out.error and self._log_failures:
+            log_failure(self.s.label, plan.name, seq, out)
         ff = self.s.failfast
         if ff is not None and not self._stopping and out.error != ABORTED:  # aborted on purpose: no verdict
             t0 = self.t0
@@ -258,10 +262,11 @@ class NativeEngine(InFlight):
                 if self._stopping:
                     break
                 self.live.phase = plan.name
-                if plan.closed:
+                if plan.closed:  # the display shows the achieved rate and the workers, no rate asked for
+                    self.live.target_rate, self.live.concurrency = 0.0, self._closed_share(plan)[0]
                     await self._closed_phase(plan)
                 else:
-                    self.live.target_rate = plan.rate_start
+                    self.live.target_rate, self.live.concurrency = plan.rate_start, 0
                     await self._open_phase(plan)
             await self._finish_in_flight(notes)
         except asyncio.CancelledError:

@@ -6,6 +6,9 @@ Columns: ``time`` (seconds since the run's t0 on ``time.perf_counter``, the reco
 ``_count`` / ``_sum`` / ``_bucket`` cumulative as the server reports them; the report turns them into
 per-interval rates and means. ``_created`` timestamps are left out.
 
+Every sample's name and labels go through the run's :class:`~loadgen.redact.Redactor` before they are
+written (a label may echo a URL and its token, a header, a user), as every byte of a RunDir does.
+
 The scraper must never disturb the run: every failure is caught. A target without /metrics (404,
 refused connection, not Prometheus text) is noted once and no longer scraped; a target that served
 metrics and then stops answering is retried, and given up after a few failures in a row.
@@ -19,9 +22,12 @@ import logging
 import time
 from pathlib import Path
 
+from loadgen.redact import Redactor
+
 log = logging.getLogger("latbench.scrape")
 
 INTERVAL = 1.0
+MAX_BODY = 16 << 20  # bytes of one /metrics answer, at most (a server that never stops would grow memory)
 GIVE_UP_AFTER = 5  # consecutive failures, once the target has answered at least once
 HEADER = ("time", "metric", "labels", "value")
 
@@ -59,7 +65,8 @@ class MetricsScraper:
     returns 0 or None, scrapes are not stored.
     """
 
-    def __init__(self, interval: float = INTERVAL, timeout: float = 2.0):
+    def __init__(self, interval: float = INTERVAL, timeout: float = 2.0, redactor: Redactor | None = None):
+        self.redactor = redactor or Redactor()
         self.interval = interval
         self.timeout = timeout
         self.note: str | None = None
@@ -130,7 +137,12 @@ class MetricsScraper:
         async with self._session.get(self.url) as resp:
             if resp.status != 200:
                 return f"HTTP {resp.status}"
-            text = await resp.text()
+            body = bytearray()
+            async for chunk in resp.content.iter_any():
+                body += chunk
+                if len(body) > MAX_BODY:
+                    return f"an answer over {MAX_BODY >> 20} MB"
+            text = body.decode("utf-8", "replace")  # the Prometheus text format is UTF-8
         t0 = self.t0() if callable(self.t0) else self.t0
         if not t0:
             return True  # the run has not started its clock yet
@@ -152,5 +164,6 @@ class MetricsScraper:
             self._writer = csv.writer(self._file)
             self._writer.writerow(HEADER)
         tt = f"{t:.4f}"
-        self._writer.writerows((tt, name, labels, repr(value)) for name, labels, value in samples)
+        text = self.redactor.text
+        self._writer.writerows((tt, text(name), text(labels), repr(value)) for name, labels, value in samples)
         self._file.flush()

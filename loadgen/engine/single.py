@@ -35,7 +35,8 @@ def build_sender(mt: MeasuredTarget, fail_fast: float | None, k: int = 0, p: int
     settings = EngineSettings(plans, timeout=mt.target.timeout,
                               max_in_flight=max(1, share(sc.load.max_in_flight, k, p)),
                               seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace, worker=k,
-                              failfast=failfast, cancel=sc.workload.cancel)
+                              failfast=failfast, cancel=sc.workload.cancel,
+                              label=mt.name)
     protocol, prompts = make_workload(mt.target, sc.workload, mt.model, mt.url, sc.load.seed, mt.loaded.path.parent)
     return settings, protocol, prompts, transport_factory(mt.target)
 
@@ -50,7 +51,7 @@ async def run_single(mt: MeasuredTarget, on_engine: OnEngine | None = None,
         on_engine(engine)
     scraper = None
     if mt.metrics_url:
-        scraper = MetricsScraper()
+        scraper = MetricsScraper(redactor=mt.loaded.redactor)
         await scraper.start(mt.metrics_url, mt.tdir / SERVER_METRICS, lambda: engine.t0)
     try:
         result = await engine.run()

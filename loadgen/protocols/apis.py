@@ -16,7 +16,8 @@ what it means into the :class:`~loadgen.records.schema.Outcome`:
   token chunks ("chunks"). A token chunk that carries its own ``usage`` (vLLM's ``continuous_usage_stats``,
   asked for with ``target.continuous_usage_stats``) says how many tokens it carried: ``chunk_tokens``.
   ``bad_stream``: no ``[DONE]`` before the body ended, an error object or
-  ``event: error`` in the stream, or a data line that is not JSON.
+  ``event: error`` in the stream, a data line that is not JSON, or a line or event over
+  ``target.max_event_bytes`` (the stream is then not read further: its connection is closed).
 - **JSON bodies**: parsed once at the end; tokens from ``usage``, else the answer's text counted with the
   tokenizer when there is one. ``bad_response``: invalid JSON, an ``error`` object, no ``choices`` (chat,
   completions) or no ``data`` list (embeddings).
@@ -27,21 +28,23 @@ fields: the scenario model refuses them). Each Request carries its prompt's own 
 (:class:`~loadgen.records.schema.PromptCounts`), which the record keeps beside the server's.
 - **http**: success by status alone.
 
-An HTTP error status (>= 400) keeps the status's error class; its body is counted, not parsed.
+An HTTP error status (>= 400) or a redirect (3xx, never followed) keeps the status's error class; its body is
+counted, not parsed.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
-from loadgen.protocols.sse import SSEParser
+from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome, PromptCounts
 from loadgen.scenario.model import HttpRequest, Target, Workload
 from loadgen.scenario.prompts import Prompt
 from loadgen.scenario.tokenizer import Tokenizer
+from loadgen.scenario.urls import join_url
 
 __all__ = [
     "ChatProtocol",
@@ -88,14 +91,13 @@ def _base_url(target: Target, base_url: str | None) -> str:
     url = base_url if base_url is not None else target.url
     if not url:
         raise ValueError("the target has no URL yet: start it and pass base_url")
-    return url.rstrip("/")
+    return url
 
 
 def _path_of(url: str) -> str:
-    """Path and query of an absolute URL ('/' when it has none)."""
-    rest = url.split("://", 1)[-1]
-    i = rest.find("/")
-    return rest[i:] if i >= 0 else "/"
+    """Path and query of an absolute URL (the path '/' when it has none)."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _usage(out: Outcome, usage: dict, output: bool = True) -> bool:
@@ -142,8 +144,8 @@ class StreamHandler(ResponseHandler):
     __slots__ = ("_sse", "_live", "_done", "_count", "_chat", "_cum", "_answered", "_reasoning", "_reasoning_usage",
                  "_counter", "_text")
 
-    def __init__(self, chat: bool, counter=None):
-        self._sse = SSEParser()
+    def __init__(self, chat: bool, counter=None, max_event_bytes: int = MAX_EVENT_BYTES):
+        self._sse = SSEParser(max_event_bytes)
         self._live = True  # parsing: a success status and no protocol error yet
         self._done = False
         self._count = 0
@@ -157,7 +159,7 @@ class StreamHandler(ResponseHandler):
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
-        self._live = not out.error and status < 400
+        self._live = not out.error and status < 300
 
     def _fail(self, out: Outcome, detail: str) -> None:
         out.error = "bad_stream"
@@ -167,8 +169,14 @@ class StreamHandler(ResponseHandler):
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
         if not self._live:
+            if out.status >= 300:
+                keep_error_body(data, out)
             return
         events = self._sse.feed(data)
+        if self._sse.overflow:
+            detail = f"an SSE line or event over {self._sse.max_bytes} bytes (target.max_event_bytes)"
+            self._fail(out, detail)
+            raise StopResponse(detail)
         if self._sse.error is not None:
             return self._fail(out, "event: error: " + self._sse.error.decode("utf-8", "replace"))
         for ev in events:
@@ -261,11 +269,13 @@ class JsonHandler(ResponseHandler):
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
-        self._live = not out.error and status < 400
+        self._live = not out.error and status < 300
 
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
         if not self._live:
+            if out.status >= 300:
+                keep_error_body(data, out)
             return
         if self._size < MAX_PARSED_BODY:
             self._parts.append(data)
@@ -335,9 +345,10 @@ class _OpenAI(ApiProtocol):
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
                  tokenizer: Tokenizer | None = None):
-        self.url = _base_url(target, base_url) + self.endpoint
+        self.url = join_url(_base_url(target, base_url), self.endpoint)
         self.path = _path_of(self.url)
         self.stream = target.stream
+        self.max_event_bytes = target.max_event_bytes
         self.headers = _headers(
             {"Content-Type": "application/json", "Accept": "text/event-stream" if self.stream else "application/json"},
             target,
@@ -394,7 +405,7 @@ class ChatProtocol(_OpenAI):
 
     def handler(self) -> ResponseHandler:
         if self.stream:
-            return StreamHandler(True, self.counter)
+            return StreamHandler(True, self.counter, self.max_event_bytes)
         return JsonHandler("choices", True, self.counter)
 
 
@@ -409,7 +420,7 @@ class CompletionsProtocol(_OpenAI):
 
     def handler(self) -> ResponseHandler:
         if self.stream:
-            return StreamHandler(False, self.counter)
+            return StreamHandler(False, self.counter, self.max_event_bytes)
         return JsonHandler("choices", True, self.counter)
 
 
@@ -451,10 +462,7 @@ class HttpProtocol(ApiProtocol):
         req = target.request
         base = _base_url(target, base_url)
         self.method = req.method if req else "GET"
-        path = req.path if req else ""
-        if path and not path.startswith("/"):
-            path = "/" + path
-        self._url = _FIELD.split(base + path)
+        self._url = _FIELD.split(join_url(base, req.path if req else ""))
         body_text, self._json = self._body_text(req)
         self._body = _FIELD.split(body_text) if body_text is not None else None
         base_headers = {"Content-Type": req.content_type} if self._body is not None else {}

@@ -16,6 +16,11 @@ Call order a transport guarantees for one request::
 
 On a transport error (connect, reset, timeout) the transport or engine sets ``out.error`` and
 ``out.done`` and does not call ``on_end``.
+
+A handler that must not read further (the response broke one of its caps: an SSE line or event larger than
+``max_event_bytes``) sets ``out.error`` and raises :class:`StopResponse` from ``on_body``: the transport
+closes the connection, takes the exception's message as ``out.error_detail``, sets ``out.done`` and does not
+call ``on_end``.
 """
 
 from __future__ import annotations
@@ -38,14 +43,33 @@ class Request:
     counts: PromptCounts | None = None  # the prompt's length as latbench counted it (engines copy it to the Outcome)
 
 
+class StopResponse(Exception):
+    """Raised by :meth:`ResponseHandler.on_body` when the rest of the response must not be read; ``out.error``
+    is already set. The transport closes the connection and ends the request (the message is its detail)."""
+
+
+ERROR_BODY_CHARS = 200  # characters of an HTTP error's (or redirect's) body kept in ``out.error_detail`` (for -v)
+
+
+def keep_error_body(data: bytes, out: Outcome) -> None:
+    """Keep the start of an HTTP error's body in ``out.error_detail``: what the server said, for ``-v``'s log
+    (which is redacted, as every log line is; the detail is never written to the RunDir)."""
+    room = ERROR_BODY_CHARS - len(out.error_detail)
+    if room > 0:
+        out.error_detail += data[:room].decode("utf-8", "replace")
+
+
 def status_error(status: int) -> str:
-    """The error class of an HTTP status, '' for success (2xx and 3xx)."""
+    """The error class of an HTTP status, '' for success (2xx). A redirect is ``http_3xx``: no transport follows
+    one (the target's URL should be the endpoint itself: following would make every request two)."""
     if status == 429:
         return "http_429"
     if status >= 500:
         return "http_5xx"
     if status >= 400:
         return "http_4xx"
+    if status >= 300:
+        return "http_3xx"
     return ""
 
 
@@ -62,6 +86,8 @@ class ResponseHandler:
 
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
+        if out.status >= 300:
+            keep_error_body(data, out)
 
     def on_end(self, out: Outcome) -> None:
         pass

@@ -8,11 +8,13 @@
       <target>/summary.json         per phase and overall
       <target>/server_metrics.csv   scraped Prometheus metrics, when the target has them
 
-Nothing here ever holds a secret: values are scrubbed with :func:`scrub` before they are written.
+Nothing here ever holds a secret: every file goes through the run's :class:`~loadgen.redact.Redactor` (one that
+knows no secret still redacts the userinfo and credential parameters of every URL).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,10 +24,10 @@ from typing import Any
 
 import yaml
 
-from loadgen.errors import RunDirWriteError
+from loadgen.errors import RunDirError, RunDirWriteError, UsageError
 from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
 from loadgen.records.schema import records_exist
-from loadgen.redact import scrub
+from loadgen.redact import Redactor
 from loadgen.units import json_num
 
 REQUESTS = "requests.parquet"
@@ -35,12 +37,44 @@ META = "meta.json"
 REGRESSION = "regression.json"
 COLD_START = "cold_start.json"
 REPEATS = "repeats.json"  # between-run statistics of a repeated run (loadgen.analysis.repeats)
+CAPACITY = "capacity.json"
+#: What a RunDir holds at its top level besides target folders: no target folder may take one of these names.
+RESERVED = frozenset({"scenario.yaml", META, "metrics.json", REGRESSION, COLD_START, CAPACITY, "report.html",
+                      "summary.md", "junit.xml", "compare.html"})
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
+_SAFE_LEN = 100  # characters of a name kept in a file name (a file system allows 255 bytes)
+
+
 def safe_name(name: str) -> str:
-    """A file-system-safe folder name for a scenario or target."""
-    return _SAFE.sub("_", name).strip("._") or "target"
+    """A file-system-safe name for a scenario or target (lossy: ``fast/v1`` and ``fast v1`` both give ``fast_v1``;
+    long names are cut to 100 characters)."""
+    return _SAFE.sub("_", name)[:_SAFE_LEN].strip("._") or "target"
+
+
+def folder_name(name: str, taken: set[str] = frozenset()) -> str:
+    """The folder of target ``name`` in a RunDir: unique among ``taken`` (folder names, compared casefolded, as a
+    case-insensitive file system would) and stable from run to run.
+
+    A name that is already safe is its own folder. A name that :func:`safe_name` changes (``fast/v1``, ``快速``)
+    gets a short hash of the name appended (``fast_v1-1f0e3c2a``), so two names that map to the same safe text
+    still get two folders, whatever else the run holds. Only an exact clash left after that gets ``-2``, ``-3``...
+    """
+    base = safe_name(name)
+    if base != name or base.casefold() in {r.casefold() for r in RESERVED}:
+        base = f"{base}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    folded = {t.casefold() for t in taken}
+    out, i = base, 1
+    while out.casefold() in folded:
+        i += 1
+        out = f"{base}-{i}"
+    return out
+
+
+def _is_folder_name(d) -> bool:
+    """A plain folder name (no path separator, not '.' or '..'): meta.json may not point outside its RunDir."""
+    return isinstance(d, str) and d not in ("", ".", "..") and "/" not in d and "\\" not in d and "\0" not in d
 
 
 def jsonable(obj: Any) -> Any:
@@ -56,17 +90,30 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def write_json(path: str | os.PathLike, obj: Any, secrets: list[str] | None = None) -> None:
-    """Write JSON atomically (a temp file renamed over the target), NaN as null."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    text = json.dumps(jsonable(scrub(obj, secrets or [])), indent=1, allow_nan=False)
+def write_text(path: str | os.PathLike, text: str, redactor: Redactor | None = None) -> Path:
+    """Write a text file atomically (a temp file renamed over the target), through ``redactor`` (default: one
+    that knows no secret, which still redacts URL credentials). Raises RunDirWriteError; no temp file is left."""
+    return _write_atomic(Path(path), (redactor or Redactor()).text(text))
+
+
+def write_json(path: str | os.PathLike, obj: Any, redactor: Redactor | None = None) -> Path:
+    """Write JSON atomically, NaN as null, every string value through ``redactor`` (keys and numbers never)."""
+    return _write_atomic(Path(path), json.dumps(jsonable((redactor or Redactor()).data(obj)), indent=1,
+                                                allow_nan=False))
+
+
+def _write_atomic(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)  # the old file stays whole until the new one is
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         raise RunDirWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+    return path
 
 
 class RunDir:
@@ -78,42 +125,76 @@ class RunDir:
     @classmethod
     def create(cls, out: str | os.PathLike | None, scenario_name: str, exact: bool = False) -> "RunDir":
         """A new folder under ``out`` (default ``runs/``), named by time and scenario; ``exact`` uses ``out`` itself."""
+        parent = Path(out or "runs")
+        for p in (parent, *parent.parents):  # --out naming a file (or a path through one) is a usage error
+            if p.exists() and not p.is_dir():
+                raise UsageError(f"--out {out}: {p} is a file, not a folder")
         if exact:
-            path = Path(out)
+            path = parent
         else:
             stamp = time.strftime("%Y-%m-%dT%H-%M-%S")
-            base = Path(out or "runs") / f"{stamp}_{safe_name(scenario_name)}"
+            base = parent / f"{stamp}_{safe_name(scenario_name)}"
             path, i = base, 1
             while path.exists():
                 i += 1
                 path = base.with_name(f"{base.name}-{i}")
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirWriteError(exc.errno, f"cannot create {path}: {exc.strerror or exc}") from exc
         return cls(path)
 
-    def target_dir(self, target: str) -> Path:
-        d = self.path / safe_name(target)
-        d.mkdir(parents=True, exist_ok=True)
+    def new_target_dir(self, target: str) -> Path:
+        """A new folder for target ``target``, which no folder already in this RunDir shares (its name is the
+        folder's ``name``: store it in meta.json, which maps each target to its folder)."""
+        taken = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
+        d = self.path / folder_name(target, taken)
+        try:
+            d.mkdir(parents=True)
+        except OSError as exc:
+            raise RunDirWriteError(exc.errno, f"cannot create {d}: {exc.strerror or exc}") from exc
         return d
 
-    def write_scenario(self, data: dict) -> None:
-        path = self.path / "scenario.yaml"
-        try:
-            path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-        except OSError as exc:
-            raise RunDirWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+    def write_scenario(self, data: dict, redactor: Redactor | None = None) -> None:
+        """The scenario as written (placements already redacted: ``LoadedScenario.redacted``), every string value
+        through ``redactor`` once more."""
+        data = (redactor or Redactor()).data(data)
+        _write_atomic(self.path / "scenario.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
-    def write_meta(self, meta: dict, secrets: list[str]) -> None:
-        write_json(self.path / META, meta, secrets)
+    def write_meta(self, meta: dict, redactor: Redactor | None = None) -> None:
+        write_json(self.path / META, meta, redactor)
 
     def write_metric_definitions(self) -> None:
         write_json(self.path / "metrics.json", {"schema_version": SCHEMA_VERSION, "metrics": METRIC_DEFINITIONS})
 
     def meta(self) -> dict:
-        return json.loads((self.path / META).read_text())
+        """meta.json, checked to be what latbench writes: a JSON object whose ``targets`` is a list of objects each
+        with a ``name`` and a ``dir`` (a folder of this RunDir). Raises :class:`RunDirError` (exit 2) otherwise."""
+        path = self.path / META
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RunDirError(f"{self.path}: not a RunDir (no {META})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RunDirError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        except ValueError as exc:
+            raise RunDirError(f"{path}: not JSON ({exc})") from None
+        if not isinstance(meta, dict):
+            raise RunDirError(f"{path}: expected a JSON object, got a JSON {type(meta).__name__}")
+        targets = meta.get("targets", [])
+        if not isinstance(targets, list) or not all(
+                isinstance(t, dict) and isinstance(t.get("name"), str) and _is_folder_name(t.get("dir"))
+                for t in targets):
+            raise RunDirError(f"{path}: 'targets' must be a list of {{name, dir}} objects")
+        return meta
+
+    def target_dirs(self) -> dict[str, str]:
+        """Target name -> folder name, in run order (meta.json's map; without meta.json, the folders holding
+        records, each named by itself)."""
+        if (self.path / META).exists():
+            return {t["name"]: t["dir"] for t in self.meta().get("targets", [])}
+        return {p.name: p.name for p in sorted(self.path.iterdir()) if records_exist(p / REQUESTS)}
 
     def targets(self) -> list[str]:
         """Target folder names in run order (from meta.json when present)."""
-        try:
-            return [t["dir"] for t in self.meta().get("targets", [])]
-        except (OSError, ValueError, KeyError):
-            return sorted(p.name for p in self.path.iterdir() if records_exist(p / REQUESTS))
+        return list(self.target_dirs().values())

@@ -85,6 +85,7 @@ ERROR_CLASSES = (
     "tls",  # TLS handshake or certificate failure
     "timeout",  # the per-request timeout fired
     "reset",  # the peer closed or reset the connection before the response was complete
+    "http_3xx",  # a redirect: never followed (the target's URL is not the endpoint; each request would pay twice)
     "http_429",  # rate limited / queue full
     "http_4xx",  # other client errors
     "http_5xx",  # server errors

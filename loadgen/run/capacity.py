@@ -21,6 +21,7 @@ from loadgen.analysis.capacity import (
     step_goodput,
     step_load,
     step_objectives,
+    unreachable,
 )
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.analysis.stats import stat_value
@@ -28,7 +29,7 @@ from loadgen.engine.base import MeasuredTarget, OnEngine
 from loadgen.engine.single import SingleProcess
 from loadgen.records.rundir import REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
-from loadgen.run.runner import host_meta, resolve_model
+from loadgen.run.runner import check_target_url, host_meta, resolve_model
 from loadgen.run.targets import start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.slo import SLO
@@ -48,8 +49,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         load = step_load(sc.load, qps, step_duration * (LONGER if longer else 1), warmup, len(steps))
         step_sc = sc.model_copy(update={"load": load, "slo": slos})
         name = f"qps-{qps:.4g}" + (f"-x{LONGER}" if longer else "")
-        tdir = rd.target_dir(name)
-        res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.secrets), tdir)
+        tdir = rd.new_target_dir(name)
+        res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.redactor), tdir)
         table = read_records(tdir / REQUESTS)
         summary = summarize(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,
                             complete=not res.interrupted, notes=res.notes,
@@ -57,13 +58,13 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                             cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast,
                             goodput=step_goodput(sc.goodput))
         sectioned_intervals(records_frame(table), summary["slo"])
-        write_json(tdir / SUMMARY, summary, loaded.secrets)
+        write_json(tdir / SUMMARY, summary, loaded.redactor)
         ok, reasons, unsure = judge(summary, qps)
         m = summary["phases"]["step"]["metrics"]
         st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
                   stat_value(m["latency"], "p50"), stat_value(m["latency"], "p99"), stat_value(m["ttft"], "p99"),
                   summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name,
-                  inconclusive=unsure and not longer)
+                  inconclusive=unsure and not longer, unreachable=unreachable(summary))
         steps.append(st)
         if on_step:
             on_step(st)
@@ -117,6 +118,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         "expected_qps": expected,
         "headroom": (lo / expected - 1.0) if (lo is not None and expected) else None,
         "complete": not interrupted,
+        "unreachable": lo is None and bool(steps) and steps[0].unreachable,  # an invalid search: exit 3
         "steps": [s.__dict__ for s in steps],
     }
 
@@ -128,15 +130,18 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
 
     Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step. ``exact_out``:
     ``out`` is the RunDir itself (one search of a repeated one, :mod:`loadgen.run.capacity_repeat`)."""
+    check_target_url(target_url)
     sc = loaded.scenario
     target = sc.target_list()[0]
     if target_url:
         target = target.model_copy(update={"url": target_url, "reference": None, "command": None})
+    redactor = loaded.redactor
+    redactor.add_url(target_url)
     rd = RunDir.create(out, f"capacity_{sc.name}", exact=exact_out)
-    rd.write_scenario(loaded.redacted())
+    rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
     meta = host_meta(sc.name, "native", kind="capacity")
-    rd.write_meta(meta, loaded.secrets)
+    rd.write_meta(meta, redactor)
     server = start_managed(target)
     engine = SingleProcess()
     try:
@@ -151,7 +156,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
         def step_done(st: Step) -> None:
             meta["targets"].append({"name": st.dir, "dir": st.dir, "url": url, "model": model, "qps": st.qps,
                                     "server": dict(server.config) if server else {}})
-            rd.write_meta(meta, loaded.secrets)
+            rd.write_meta(meta, redactor)
             if on_step:
                 on_step(st)
 
@@ -162,7 +167,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
             server.stop()
     result["target"] = {"name": target.name, "url": url, "model": model,
                         "server": dict(server.config) if server else {}}
-    write_json(rd.path / CAPACITY, result, loaded.secrets)
+    write_json(rd.path / CAPACITY, result, redactor)
     meta.update(complete=result["complete"], capacity=result["bracket"])
-    rd.write_meta(meta, loaded.secrets)
+    rd.write_meta(meta, redactor)
     return rd, result

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from loadgen.analysis.between import baseline_reasons, compare_baseline
+from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeats import group_outcomes
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.records.rundir import REGRESSION, REPEATS, SUMMARY, RunDir, write_json
-from loadgen.run.runner import check_baseline
 
 
 def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 0.10) -> Verdict:
@@ -17,7 +17,8 @@ def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 
     A repeated run is judged as it was: each target's objectives over its runs (repeats.json), the
     runs alone only for what makes them invalid. ``max_regression`` is the allowed worsening of a
     percentile, as a fraction."""
-    check_baseline(baseline)
+    if baseline is not None:
+        check_baseline(baseline)
     rd = RunDir(path)
     meta = rd.meta()
     targets = []

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen.analysis.between import baseline_reasons, compare_baseline
-from loadgen.analysis.capacity import CAPACITY
 from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.metrics import summarize
+from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeats import RepeatRun, group_outcomes, repeats_summary
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
@@ -29,24 +29,14 @@ from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
 from loadgen.protocols.workload import describe_tokens
-from loadgen.records.rundir import (
-    COLD_START,
-    META,
-    REGRESSION,
-    REPEATS,
-    REQUESTS,
-    SUMMARY,
-    RunDir,
-    safe_name,
-    write_json,
-)
+from loadgen.records.rundir import CAPACITY, COLD_START, REGRESSION, REPEATS, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
-from loadgen.redact import scrub
 from loadgen.run.coldstart import make_cold, prepare_weights
 from loadgen.run.repetitions import plan_runs
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Repeat, Target
+from loadgen.scenario.urls import join_url, url_problem
 from loadgen.schedule.arrivals import plan_phases
 from loadgen.version import __version__
 
@@ -103,8 +93,9 @@ def resolve_model(target: Target, url: str, server: ManagedServer | None) -> str
     if target.api == "http":
         return ""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5) as resp:
-            data = json.loads(resp.read())
+        req = urllib.request.Request(join_url(url, "/models"), headers=target.headers)  # its credentials too
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            data = json.loads(resp.read(1 << 20))
         return data["data"][0]["id"]
     except Exception:  # no /models: send a neutral name; the server's answer will say if it matters
         return "default"
@@ -128,9 +119,11 @@ def capacity_fields(path: str) -> dict:
             **{k: result.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps")}}
 
 
-def check_baseline(baseline: str | None) -> None:
-    if baseline is not None and not (Path(baseline) / META).is_file():
-        raise UsageError(f"--baseline {baseline}: not a RunDir (no {META})")
+def check_target_url(url: str | None) -> None:
+    """A ``--target`` URL latbench can send to, or a UsageError (exit 2) saying why not (never quoting it)."""
+    problem = url_problem(url) if url is not None else None
+    if problem:
+        raise UsageError(f"--target: {problem}")
 
 
 def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str | None = None,
@@ -149,7 +142,9 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     interleaved (:mod:`loadgen.run.repetitions`), and judges the objectives over the runs
     (:mod:`loadgen.analysis.repeats`).
     """
-    check_baseline(baseline)
+    check_target_url(target_url)
+    if baseline is not None:
+        check_baseline(baseline)  # before any traffic: a baseline that cannot be read is a usage error (exit 2)
     cap = capacity_fields(capacity) if capacity is not None else None
     opts = opts or EngineOptions()
     sc = loaded.scenario
@@ -158,19 +153,20 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
         raise UsageError("repeated runs and load.starts both repeat the run from fresh servers: give one of them")
     if repeat.runs > 1 and fail_fast:
         raise UsageError("--fail-fast judges one run; repeated runs are judged together: drop one of them")
+    redactor = loaded.redactor
+    redactor.add_url(target_url)  # its password and keys are secret too, wherever they resurface
     rd = RunDir.create(out, sc.name, exact=exact_out)
-    rd.write_scenario(loaded.redacted())
+    rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
     targets = sc.target_list()
     if target_url:
         targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
-    secrets = loaded.secrets
     meta = host_meta(sc.name, opts.engine)
     if cap is not None:
         meta["capacity"] = cap
     if repeat.runs > 1:
         meta["repeat"] = repeat.model_dump()
-    rd.write_meta(meta, secrets)
+    rd.write_meta(meta, redactor)
     runs: list[TargetRun] = []
     slack = FAIL_FAST_SLACK if fail_fast else None
     plan = plan_runs(targets, sc.load.starts, repeat.runs)
@@ -187,23 +183,23 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
             meta["targets"][-1].update(slot.meta_fields())
             if slot.start is not None:
                 meta["targets"][-1].update(cold=cold, weights_prepared=weights[slot.index])
-            rd.write_meta(meta, secrets)
+            rd.write_meta(meta, redactor)
         runs.append(tr)
         if tr.stops_run:
             break
     interrupted = bool(runs) and runs[-1].interrupted
     if sc.load.starts > 1:
-        write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), secrets)
+        write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), redactor)
     groups = []
     if repeat.runs > 1:
         repeats = repeats_summary([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
                                   sc.slo, repeat.judge, order=[tr.dir for tr in runs])
-        write_json(rd.path / REPEATS, repeats, secrets)
+        write_json(rd.path / REPEATS, repeats, redactor)
         groups = group_outcomes(repeats)
     regressions = []
     if baseline is not None and not interrupted:
         regression = compare_baseline(rd, RunDir(baseline), max_regression)
-        write_json(rd.path / REGRESSION, regression)
+        write_json(rd.path / REGRESSION, regression, redactor)
         regressions = baseline_reasons(regression)
         for note in regression["notes"]:
             log.warning("baseline: %s", note)
@@ -211,24 +207,27 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
                     regressions=regressions, groups=groups)
     meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
                 exit_code=verdict.exit_code, verdict=verdict.to_json())
-    rd.write_meta(meta, secrets)
+    rd.write_meta(meta, redactor)
     return RunResult(rd, runs, interrupted, verdict)
 
 
 def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: dict,
              on_engine: OnEngine | None, fail_fast: float | None, index: int, opts: EngineOptions) -> TargetRun:
     """Start the target if latbench manages it, run the phases against it, summarize, stop it."""
-    secrets = loaded.secrets
-    tr = TargetRun(name, safe_name(name), target.url or "")
+    redactor = loaded.redactor
+    tdir = rd.new_target_dir(name)
+    tr = TargetRun(name, tdir.name, target.url or "")
     entry = {"name": name, "dir": tr.dir}
     meta["targets"].append(entry)
-    rd.write_meta(meta, secrets)
-    tdir = rd.target_dir(name)
+    rd.write_meta(meta, redactor)
     try:
         server = start_managed(target)
     except TargetStartError as exc:
-        tr.error = scrub(str(exc), secrets)
+        tr.error = str(exc)  # written and printed through the redactor, as everything is
         log.error("target %s did not start: %s", name, tr.error)
+        return tr
+    except KeyboardInterrupt:  # Ctrl-C while it started (it is stopped): an interrupted run, exit 3
+        tr.interrupted = True
         return tr
     url = server.url_for(target.api, target.transport) if server else target.url
     tr.url = url
@@ -248,12 +247,12 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     tr.interrupted = res.interrupted
     tr.failed_fast = res.failed_fast
     tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens)
-    write_json(tdir / SUMMARY, tr.summary, secrets)
+    write_json(tdir / SUMMARY, tr.summary, redactor)
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
     entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start, t0_monotonic=res.t0,
                  duration_s=res.duration, requests=res.requests)
-    rd.write_meta(meta, secrets)
+    rd.write_meta(meta, redactor)
     return tr
 
 

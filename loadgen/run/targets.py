@@ -3,12 +3,17 @@
 The reference server is a separate program (``python -m reference_server``); latbench starts it on a
 free 127.0.0.1 port, reads the ``LATBENCH_SERVER_URL=`` and ``LATBENCH_SERVER_CONFIG=`` lines it
 prints, waits for ``/health``, and stops it with SIGTERM, then SIGKILL after a grace period.
+
+Each managed server runs in a process group of its own, tied to latbench by a lifeline
+(:mod:`loadgen.engine.lifeline`): when latbench ends, however (SIGKILL included), the whole group ends too
+(a command's forked children, such as vLLM's engine process, included). Stopping a server ends its group.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,10 +24,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from loadgen.engine.lifeline import Lifeline, kill_group
 from loadgen.errors import TargetStartError
 from loadgen.scenario.model import CommandTarget, ReferenceTarget, Target
 
 STOP_GRACE_S = 5.0
+MAX_LOG_LINE = 8192  # characters of one line a managed server prints, at most (the rest makes further lines)
 
 
 def free_port() -> int:
@@ -57,6 +64,7 @@ class ManagedServer:
     listen_s: float = float("nan")  # start -> the port accepts connections
     ready_s: float = float("nan")  # start -> /health answers 200
     log: list[str] = field(default_factory=list)
+    lifeline: Lifeline | None = None  # cut when latbench ends, however: the server's process group ends then
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -75,27 +83,34 @@ class ManagedServer:
         return self.root
 
     def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after a grace period. Returns the exit code."""
+        """SIGTERM, then, after a grace period, SIGKILL to whatever is left of the server's process group (a
+        command's forked children too). Returns the exit code."""
+        pgid = self.proc.pid  # started in a session of its own: its pid is its group's id
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(STOP_GRACE_S)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        if self.lifeline is not None:
+            self.lifeline.cut()
+        kill_group(pgid)
+        self.proc.wait()
         return self.proc.returncode
 
 
 def _drain(stream, sink: list[str], limit: int = 200) -> None:
-    for line in iter(stream.readline, ""):
+    for line in iter(lambda: stream.readline(MAX_LOG_LINE), ""):
         sink.append(line.rstrip())
         del sink[:-limit]
 
 
-def _wait_health(url: str, deadline: float, proc: subprocess.Popen, what: str) -> None:
+def _wait_health(url: str, deadline: float, proc: subprocess.Popen, what: str, log: list[str] | None = None) -> None:
     while True:
         if proc.poll() is not None:
-            raise TargetStartError(f"{what} exited with code {proc.returncode} before it was ready")
+            time.sleep(0.1)  # its last words, read by the log's thread
+            said = "".join(f"\n  {line}" for line in (log or [])[-10:])
+            raise TargetStartError(f"{what} exited with code {proc.returncode} before it was ready" + said)
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.status == 200:
@@ -110,15 +125,18 @@ def _wait_health(url: str, deadline: float, proc: subprocess.Popen, what: str) -
 def start_reference(ref: ReferenceTarget, env: dict | None = None) -> ManagedServer:
     """Start the reference server and wait until /health says ready."""
     t_start = time.perf_counter()
-    proc = subprocess.Popen(reference_argv(ref), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    lifeline = Lifeline()
+    proc = subprocess.Popen(reference_argv(ref) + ["--parent-fd", str(lifeline.child_fd)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, pass_fds=lifeline.pass_fds,
                             env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    lifeline.started()
     log: list[str] = []
     threading.Thread(target=_drain, args=(proc.stderr, log), daemon=True).start()
     deadline = t_start + ref.startup_timeout
     root, config = None, {}
     try:
         while root is None or not config:
-            line = proc.stdout.readline()
+            line = proc.stdout.readline(MAX_LOG_LINE)
             if not line:
                 raise TargetStartError("the reference server exited before it listened:\n" + "\n".join(log[-20:]))
             if line.startswith("LATBENCH_SERVER_URL="):
@@ -131,9 +149,9 @@ def start_reference(ref: ReferenceTarget, env: dict | None = None) -> ManagedSer
         threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
         _wait_health(root + "/health", deadline, proc, "the reference server")
     except BaseException:
-        ManagedServer(proc, "", "").stop()
+        ManagedServer(proc, "", "", lifeline=lifeline).stop()
         raise
-    return ManagedServer(proc, root + "/v1", root, config, listen, time.perf_counter() - t_start, log)
+    return ManagedServer(proc, root + "/v1", root, config, listen, time.perf_counter() - t_start, log, lifeline)
 
 
 def start_command(cmd: CommandTarget) -> ManagedServer:
@@ -141,23 +159,25 @@ def start_command(cmd: CommandTarget) -> ManagedServer:
     port = str(free_port())
     sub = lambda s: s.replace("{port}", port)  # noqa: E731
     t_start = time.perf_counter()
-    try:
-        proc = subprocess.Popen([sub(a) for a in cmd.run], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-    except OSError as exc:
-        raise TargetStartError(f"cannot start {cmd.run[0]!r}: {exc}") from None
+    argv = [sub(a) for a in cmd.run]
+    if shutil.which(argv[0]) is None:
+        raise TargetStartError(f"cannot start {cmd.run[0]!r}: no such program")
+    lifeline = Lifeline()  # the command runs under a watchdog: it and its children end with latbench
+    proc = subprocess.Popen(lifeline.wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            pass_fds=lifeline.pass_fds, start_new_session=True)
+    lifeline.started()
     log: list[str] = []
     threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
     url = sub(cmd.url)
     try:
-        _wait_health(sub(cmd.ready_url), t_start + cmd.startup_timeout, proc, f"command {cmd.run[0]!r}")
+        _wait_health(sub(cmd.ready_url), t_start + cmd.startup_timeout, proc, f"command {cmd.run[0]!r}", log)
     except BaseException:
-        ManagedServer(proc, "", "").stop()
+        ManagedServer(proc, "", "", lifeline=lifeline).stop()
         raise
     ready = time.perf_counter() - t_start
     # the port goes into the config so that the target's metrics_url may name '{port}' too
     return ManagedServer(proc, url.rstrip("/"), url, {"command": cmd.run, "port": int(port)}, float("nan"), ready,
-                         log)
+                         log, lifeline)
 
 
 def start_managed(target: Target) -> ManagedServer | None:

@@ -33,9 +33,8 @@ from loadgen.engine.live import LiveStats
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import build_sender
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
-from loadgen.records.rundir import SUMMARY, RunDir, safe_name, write_json
-from loadgen.redact import scrub
-from loadgen.run.runner import host_meta, resolve_model
+from loadgen.records.rundir import SUMMARY, RunDir, write_json
+from loadgen.run.runner import check_target_url, host_meta, resolve_model
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.schedule.arrivals import PhasePlan
@@ -155,7 +154,9 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
     :class:`EngineGroup` to stop it (the signal handler's); ``on_status`` every ``status_every_s`` seconds with
     each target's judgement (called in a worker thread)."""
     sc = loaded.scenario
-    secrets = loaded.secrets
+    check_target_url(target_url)
+    redactor = loaded.redactor
+    redactor.add_url(target_url)  # its password and keys are secret too, wherever they resurface
     targets = sc.target_list()
     if target_url:
         targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
@@ -168,7 +169,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                             "rotate_every_s": settings.rotate_every_s, "keep": settings.keep,
                             "duration_s": settings.duration})
     _write_scenario(rd, loaded, settings, settings.duration)
-    rd.write_meta(meta, secrets)
+    rd.write_meta(meta, redactor)
     servers: list[ManagedServer] = []
     watched: list[WatchedTarget] = []
     group = EngineGroup()
@@ -183,8 +184,8 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                 servers.append(server)
             url = server.url_for(target.api, target.transport) if server else target.url
             model = resolve_model(target, url, server)
-            wt = WatchedTarget(target.name, safe_name(target.name), url)
-            tdir = rd.target_dir(target.name)
+            tdir = rd.new_target_dir(target.name)
+            wt = WatchedTarget(target.name, tdir.name, url)
             mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index)
             slos, skipped = watchable(list(sc.slo), target.name)
             wt.skipped = [f"{s.expr}: {why}" for s, why in skipped]
@@ -193,7 +194,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                                     "slo_not_watched": wt.skipped})
             watched.append(wt)
             mts.append((mt, slos))
-        rd.write_meta(meta, secrets)
+        rd.write_meta(meta, redactor)
         holders = [dict() for _ in mts]
         for (mt, slos), holder in zip(mts, holders):
             exporter.add_target(mt.name, slos, settings.qps, _clock_of(holder), all_slos=list(sc.slo),
@@ -201,7 +202,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                                 goodput_bounds=bounds_for(sc.goodput or [], mt.name, PHASE))
         metrics_url, stop_metrics = serve(exporter, settings.host, settings.port)
         meta["watch"]["metrics_url"] = metrics_url
-        rd.write_meta(meta, secrets)
+        rd.write_meta(meta, redactor)
         if on_ready:
             on_ready(metrics_url)
 
@@ -218,7 +219,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         for wt, (mt, slos), res in zip(watched, mts, results):
             wt.result = res
             wt.summary = _summary(mt, res, slos, settings, wt)
-            write_json(mt.tdir / SUMMARY, wt.summary, secrets)
+            write_json(mt.tdir / SUMMARY, wt.summary, redactor)
         elapsed = max((r.duration for r in results), default=0.0)
         _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
         verdict = judge([TargetOutcome(w.name, w.summary, None, None, False) for w in watched],
@@ -226,8 +227,8 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         for entry, w in zip(meta["targets"], watched):
             entry.update(wall_start=w.result.wall_start, duration_s=w.result.duration, requests=w.result.requests)
         meta.update(complete=True, exit_code=verdict.exit_code, verdict=verdict.to_json())
-        rd.write_meta(meta, secrets)
-        write_json(rd.path / WATCH_JSON, _watch_facts(watched, exporter, settings), secrets)
+        rd.write_meta(meta, redactor)
+        write_json(rd.path / WATCH_JSON, _watch_facts(watched, exporter, settings), redactor)
         deadline = time.monotonic() + settings.linger_s  # watch.json first: whoever sees it scrapes final counts
         while time.monotonic() < deadline and not group.aborted:  # a second Ctrl-C ends the lingering
             time.sleep(0.05)
@@ -315,9 +316,8 @@ def _write_scenario(rd: RunDir, loaded: LoadedScenario, settings: WatchSettings,
     names = [t.name for t in loaded.scenario.target_list()]
     kept = {s.expr for n in names for s in watchable(list(loaded.scenario.slo), n)[0]}
     data["slo"] = [line for line, s in zip(data.get("slo") or [], loaded.scenario.slo) if s.expr in kept]
-    data["description"] = scrub(f"latbench watch at {settings.qps:g} req/s. " + str(data.get("description") or ""),
-                                loaded.secrets)
-    rd.write_scenario(data)
+    data["description"] = f"latbench watch at {settings.qps:g} req/s. " + str(data.get("description") or "")
+    rd.write_scenario(data, loaded.redactor)
 
 
 def _watch_facts(watched: list[WatchedTarget], exporter: WatchExporter, settings: WatchSettings) -> dict:

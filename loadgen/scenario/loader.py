@@ -1,4 +1,4 @@
-"""Loading scenario files: YAML -> ${ENV} expansion -> pydantic, with every mistake located.
+"""Loading scenario files: YAML -> ${ENV} expansion -> pydantic -> the dataset, with every mistake located.
 
 Each error is one line, ``file:line:column: field.path: message``. All mistakes are collected and
 raised together as :class:`ScenarioError`, before any traffic is sent.
@@ -11,43 +11,44 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Sequence
 
 import yaml
 from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
-from loadgen.redact import REDACTED, is_secret_header, url_password
+from loadgen.redact import ENV_REF, PLACEMENTS, Redactor
 from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.tokenizer import TokenizerError, resolve_local
 
 _ITEM = re.compile(r"^(slo|goodput)\[(\d+)\]:? ")
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-#: Where ${ENV} is expanded. Everything else is taken literally.
-_ENV_FIELDS = ("url", "metrics_url", "headers")
+
+
 @dataclass
 class LoadedScenario:
+    """A validated scenario, where it was read from, and what of it is secret.
+
+    ``${ENV}`` is expanded in the target fields that :data:`loadgen.redact.PLACEMENTS` lists, and nowhere else.
+    """
+
     scenario: Scenario
     path: Path
     raw: dict  # as written, ${ENV} unexpanded; see redacted()
-    secrets: list[str] = field(default_factory=list)  # expanded values to scrub from any output
-    #: ${ENV} values expanded into request bodies (``extra_body``), by where they were placed: secret there only
-    placed: list[tuple[tuple, str]] = field(default_factory=list)
+    redactor: Redactor = field(default_factory=Redactor)  # the run's one redaction path (loadgen.redact)
+
+    @property
+    def secrets(self) -> list[str]:
+        """The secret values: every expanded ``${ENV}`` value and every literal credential."""
+        return self.redactor.secrets
 
     def redacted(self) -> dict:
-        """The scenario as written, with literal secret header values replaced by '***'."""
+        """The scenario as written (``${ENV}`` references kept), each placement redacted by its own rule."""
         data = copy.deepcopy(self.raw)
         for t in _target_dicts(data):
-            headers = t.get("headers")
-            if isinstance(headers, dict):
-                for k, v in headers.items():
-                    if isinstance(k, str) and is_secret_header(k) and isinstance(v, str) and not _ENV.search(v):
-                        headers[k] = REDACTED
-            for key in ("url", "metrics_url"):
-                password = url_password(t.get(key))
-                if password and not _ENV.search(password):
-                    t[key] = t[key].replace(":" + password + "@", ":" + REDACTED + "@")
+            for name, placement in PLACEMENTS.items():
+                if name in t:
+                    t[name] = placement.redact(self.redactor, t[name])
         return data
 
 
@@ -135,53 +136,56 @@ def _mark(node: yaml.Node | None) -> str:
     return f"{node.start_mark.line + 1}:{node.start_mark.column + 1}"
 
 
-def _expand(data: dict, root: yaml.Node, fname: str, env: dict, errors: list[str], secrets: list[str],
-            placed: list[tuple[tuple, str]]) -> None:
-    def sub(value: str, loc: tuple, into: list[str] = secrets) -> str:
+def _expand(data: dict, raw: dict, root: yaml.Node, fname: str, env: dict, errors: list[str],
+            redactor: Redactor) -> None:
+    """Expand ``${ENV}`` in every string of each placement field of each target (however nested), registering
+    each value; register each field's literal credentials (as written) and, for every string the expansion
+    changed, how it is written instead."""
+    def sub(value: str, loc: tuple) -> str:
         def repl(m: re.Match) -> str:
             name = m.group(1)
             if name not in env:
                 errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: "
                               f"environment variable {name} is not set")
                 return ""
-            into.append(env[name])  # every expanded value, in a header or a URL, is never written out
+            redactor.add(env[name], "${" + name + "}")  # never written out: its reference stands in its place
             return env[name]
 
-        return _ENV.sub(repl, value)
+        return ENV_REF.sub(repl, value)
 
-    def body(value, loc: tuple):
-        """${ENV} in the string values of a request body (keys are taken literally), each placement recorded."""
-        if isinstance(value, str):
-            found: list[str] = []
-            out = sub(value, loc, found)
-            placed.extend((loc, v) for v in found)
-            secrets.extend(found)
-            return out
-        if isinstance(value, dict):
-            return {k: body(v, loc + (k,)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [body(v, loc + (i,)) for i, v in enumerate(value)]
-        return value
+    def expand(obj: Any, loc: tuple) -> Any:
+        if isinstance(obj, str):
+            return sub(obj, loc)
+        if isinstance(obj, dict):
+            return {k: expand(v, loc + (k,)) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [expand(v, loc + (i,)) for i, v in enumerate(obj)]
+        return obj
 
-    for prefix, t in _target_locs(data):
-        headers = t.get("headers")
-        if isinstance(headers, dict):  # literal credentials are scrubbed wherever they might resurface
-            secrets += [v for k, v in headers.items()
-                        if isinstance(k, str) and is_secret_header(k) and isinstance(v, str)
-                        and not _ENV.search(v)]
-        for key in _ENV_FIELDS:
-            v = t.get(key)
-            if isinstance(v, str):
-                t[key] = sub(v, prefix + (key,))
-                password = url_password(t[key])
-                if password:
-                    secrets.append(password)
-            elif isinstance(v, dict):
-                for hk, hv in v.items():
-                    if isinstance(hv, str):
-                        v[hk] = sub(hv, prefix + (key, hk))
-        if isinstance(t.get("extra_body"), dict):
-            t["extra_body"] = body(t["extra_body"], prefix + ("extra_body",))
+    pairs = list(zip(_target_locs(data), _target_locs(raw)))
+    for (prefix, t), (_, rt) in pairs:
+        for name, placement in PLACEMENTS.items():
+            if name in t:
+                t[name] = expand(t[name], prefix + (name,))
+                placement.collect(redactor, rt[name])  # literal credentials, as written
+    for (_, t), (_, rt) in pairs:  # once every secret is known: each expanded string is written as redacted
+        for name, placement in PLACEMENTS.items():
+            if name in t:
+                _expansions(t[name], rt[name], placement.redact(redactor, rt[name]), redactor)
+
+
+def _expansions(expanded: Any, raw: Any, written: Any, redactor: Redactor) -> None:
+    """Register, for each string ``${ENV}`` expansion changed, the form it is written in instead."""
+    if isinstance(expanded, str) and isinstance(raw, str) and isinstance(written, str):
+        if expanded != raw:
+            redactor.add_expansion(expanded, written)
+    elif isinstance(expanded, dict) and isinstance(raw, dict) and isinstance(written, dict):
+        for k in expanded:
+            if k in raw and k in written:
+                _expansions(expanded[k], raw[k], written[k], redactor)
+    elif isinstance(expanded, list) and isinstance(raw, list) and isinstance(written, list):
+        for e, r, w in zip(expanded, raw, written):
+            _expansions(e, r, w, redactor)
 
 
 def _target_locs(data: dict):
@@ -193,8 +197,15 @@ def _target_locs(data: dict):
                 yield ("targets", i), t
 
 
-def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedScenario:
-    """Read, expand and validate a scenario file. Raises ScenarioError listing every mistake."""
+#: A check a caller adds to validation: ``check(scenario)`` yields ``(field path, message)`` per problem (the path
+#: as a tuple, ``("target", "reference", "options")``); the loader locates each in the file. The CLI checks the
+#: reference server's settings this way (loadgen does not import reference_server).
+Check = Callable[[Scenario], Iterable[tuple[tuple, str]]]
+
+
+def load_scenario(path: str | os.PathLike, env: dict | None = None, checks: Sequence[Check] = ()) -> LoadedScenario:
+    """Read, expand and validate a scenario file (and run ``checks`` on it). Raises ScenarioError listing every
+    mistake, each with its file, line and field."""
     path = Path(path)
     fname = str(path)
     env = dict(os.environ) if env is None else env
@@ -225,9 +236,8 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
                              f"got {type(data).__name__}"])
     raw = copy.deepcopy(data)
     errors: list[str] = []
-    secrets: list[str] = []
-    placed: list[tuple[tuple, str]] = []
-    _expand(data, root, fname, env, errors, secrets, placed)
+    redactor = Redactor()
+    _expand(data, raw, root, fname, env, errors, redactor)
     load = data.get("load")
     expected = load.get("expected_qps") if isinstance(load, dict) else None
     ctx = {"expected_qps": expected if isinstance(expected, (int, float)) and not isinstance(expected, bool) else None}
@@ -243,12 +253,14 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None) -> LoadedSce
                 ploc = (m.group(1), int(m.group(2))) if m else loc
                 node = _key_node(root, ploc) if err["type"] == "extra_forbidden" else _locate(root, ploc)
                 errors.append(f"{fname}:{_mark(node)}: {_path(ploc)}: {part[m.end():] if m else part}")
-    if scenario is not None and not errors:
+    if scenario is not None and not errors:  # the workload's files, before anything starts
         errors += _check_workload(scenario, path, root, fname)
+    if scenario is not None:
+        for check in checks:
+            errors += [f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {msg}" for loc, msg in check(scenario)]
     if errors:
         raise ScenarioError(errors)
-    return LoadedScenario(scenario=scenario, path=path, raw=raw, secrets=list(dict.fromkeys(s for s in secrets if s)),
-                          placed=[(loc, v) for loc, v in placed if v])
+    return LoadedScenario(scenario=scenario, path=path, raw=raw, redactor=redactor)
 
 
 def _check_workload(scenario: Scenario, path: Path, root: yaml.Node, fname: str) -> list[str]:

@@ -6,9 +6,11 @@ Loading goes through :func:`load_scenario`, which reports every mistake at once,
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -20,11 +22,14 @@ from pydantic import (
 )
 
 from loadgen.scenario.slo import SLO, parse_slo
+from loadgen.scenario.urls import url_problem
 from loadgen.units import parse_duration, parse_rate
 
 MAX_QPS = 1_000_000.0  # no single scenario line may ask for more than this
 MAX_CONCURRENCY = 100_000
 MAX_DURATION = 7 * 24 * 3600.0
+MAX_HEADER_BYTES = 64 * 1024  # default cap of a response's header block (target.max_header_bytes)
+MAX_EVENT_BYTES = 1 << 20  # default cap of one SSE line or event (target.max_event_bytes)
 
 
 def _duration(v: Any) -> float:
@@ -35,6 +40,22 @@ def _duration(v: Any) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+def _positive_duration(v: Any) -> float:
+    seconds = _duration(v)
+    if seconds <= 0:  # a timeout of 0 s times every request out (and spins the CPU doing it)
+        raise ValueError(f"expected a duration above 0, got {v!r}")
+    return seconds
+
+
+PositiveDuration = Annotated[float, BeforeValidator(_positive_duration)]
+
+
+def _scope_name(v: str) -> str:
+    if ":" in v:
+        raise ValueError("a name may not hold ':' (it separates an SLO's scope from its objective)")
+    return v
 
 
 class Strict(BaseModel):
@@ -51,7 +72,7 @@ class ReferenceTarget(Strict):
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="any other knob, as `latbench serve` flags without dashes, "
                                                 "e.g. {max_batch_size: 8, error_rate: 0.05}")
-    startup_timeout: Duration = Field(120.0, description="how long to wait for /health")
+    startup_timeout: PositiveDuration = Field(120.0, description="how long to wait for /health")
 
 
 class CommandTarget(Strict):
@@ -60,7 +81,27 @@ class CommandTarget(Strict):
     run: list[str] = Field(description="argv of the command; '{port}' is replaced by a free port")
     url: str = Field(description="base URL of the API, '{port}' replaced")
     ready_url: str = Field(description="polled until it answers 200, '{port}' replaced")
-    startup_timeout: Duration = 120.0
+    startup_timeout: PositiveDuration = 120.0
+
+
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP field name (RFC 9110 token)
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why a header cannot be sent as given (None when it can). Never quotes the value: it may be a secret."""
+    if not _TOKEN.match(name):
+        return f"{name!r} is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+    if "\r" in value or "\n" in value:
+        return f"{name}: the value holds a line break (CR or LF; a ${{ENV}} value with a trailing newline?)"
+    if any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value):
+        return f"{name}: the value holds a control character"
+    return None
+
+
+def _no_control(v: str, what: str) -> str:
+    if any(c in v for c in "\r\n\0"):
+        raise ValueError(f"{what} holds a line break or a NUL character")
+    return v
 
 
 class HttpRequest(Strict):
@@ -72,6 +113,11 @@ class HttpRequest(Strict):
     body: Optional[Any] = Field(None, description="JSON body; strings inside may use {seq} and {prompt}")
     template: Optional[str] = Field(None, description="a raw body template instead of `body`")
     content_type: str = "application/json"
+
+    @field_validator("path", "content_type")
+    @classmethod
+    def _one_line(cls, v: str, info: ValidationInfo) -> str:
+        return _no_control(v, info.field_name)
 
 
 class KServeTensors(Strict):
@@ -109,7 +155,8 @@ def owned_fields_error(body: Any) -> str | None:
 
 
 class Target(Strict):
-    name: Optional[str] = Field(None, description="label of this target in reports; required in `targets:`")
+    name: Optional[Annotated[str, AfterValidator(_scope_name)]] = Field(
+        None, description="label of this target in reports; required in `targets:`")
     url: Optional[str] = Field(None, description="base URL, e.g. http://127.0.0.1:8000/v1; ${ENV} is expanded")
     reference: Optional[ReferenceTarget] = None
     command: Optional[CommandTarget] = None
@@ -133,13 +180,35 @@ class Target(Strict):
                     "min_tokens, ignore_eos, chat_template_kwargs, tools, response_format...); ${ENV} in string "
                     "values is expanded and kept secret; a dataset line's own extra_body is merged over it. "
                     f"Fields latbench sets ({', '.join(OWNED_FIELDS)}) are refused")
-    timeout: Duration = Field(60.0, description="per-request timeout")
+    timeout: PositiveDuration = Field(60.0, description="per-request timeout")
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
     http2: bool = False
     transport: Literal["auto", "aiohttp", "lean", "httpx", "grpc"] = Field(
         "auto", description="auto: grpc for grpc:// URLs, httpx for http2, lean for http://, aiohttp for https://")
     metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
                                        "for a command target, '{port}' is its port")
+    max_header_bytes: int = Field(MAX_HEADER_BYTES, ge=1024, le=1 << 30,
+                                  description="cap of a response's header block in bytes; past it the response is "
+                                              "recorded as bad_response and its connection closed")
+    max_event_bytes: int = Field(MAX_EVENT_BYTES, ge=1024, le=1 << 30,
+                                 description="cap of one server-sent-event line or event in bytes; past it the "
+                                             "stream is recorded as bad_stream and its connection closed")
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        problems = [p for p in (header_problem(k, val) for k, val in v.items()) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
+    @field_validator("url", "metrics_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        problem = url_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _one_kind(self):
@@ -265,7 +334,7 @@ class Ramp(BaseModel):
 
 
 class Phase(Strict):
-    name: str
+    name: Annotated[str, AfterValidator(_scope_name)]
     duration: Duration
     qps: Optional[Union[float, str, Ramp]] = Field(None, description="arrival rate: number, 'N%' of expected_qps, "
                                                                      "or {from, to}")
@@ -342,7 +411,8 @@ class Load(Strict):
     sweep: Optional[Sweep] = Field(None, description="a list of rates or concurrencies, expanded into phases")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of arrivals and prompts (numpy needs it non-negative)")
     max_in_flight: int = Field(10_000, ge=1, le=1_000_000)
-    send_lag_threshold: Duration = Field(0.005, description="p99 send lag above this marks the run generator-limited")
+    send_lag_threshold: PositiveDuration = Field(0.005,
+                                                 description="p99 send lag above this marks the run generator-limited")
     grace: Duration = Field(5.0, description="after the last phase, how long in-flight requests may finish")
     @model_validator(mode="before")
     @classmethod

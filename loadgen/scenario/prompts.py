@@ -38,15 +38,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from loadgen.scenario.datasets import DatasetError, Entry, read_dataset
 from loadgen.scenario.model import TokenDist, Workload, as_dataset
 from loadgen.scenario.tokenized import added_tokens, count_many, exact_texts
 from loadgen.scenario.tokenizer import Tokenizer
 
-__all__ = ["CHARS_PER_TOKEN", "Prompt", "PromptSource", "make_prompt_source"]
+if TYPE_CHECKING:  # numpy is imported where prompts are made: loading a scenario (and its dataset check) needs none
+    import numpy as np
+
+__all__ = ["CHARS_PER_TOKEN", "DatasetError", "Prompt", "PromptSource",
+           "make_prompt_source", "read_dataset"]
+
+MAX_DATASET_ERRORS = 20  # problems reported per dataset before the rest are counted, not listed
 
 #: Characters of synthetic text per requested token.
 CHARS_PER_TOKEN = 4
@@ -91,6 +96,8 @@ class SyntheticPrompts(PromptSource):
     """N prompts cut from one seeded random word sequence: prompt i is ``corpus[start_i : start_i + 4 * tokens_i]``."""
 
     def __init__(self, input_tokens: np.ndarray, max_tokens: np.ndarray, rng: np.random.Generator):
+        import numpy as np
+
         n = len(input_tokens)
         chars = input_tokens.astype(np.int64) * CHARS_PER_TOKEN
         longest = int(chars.max())
@@ -134,6 +141,8 @@ class ListPrompts(PromptSource):
 
 def draw_tokens(dist: TokenDist, n: int, rng: np.random.Generator) -> np.ndarray:
     """n token counts ~ Normal(mean, stddev), rounded and clipped to [min, max] (max may be None)."""
+    import numpy as np
+
     if dist.stddev > 0:
         x = rng.normal(dist.mean, dist.stddev, size=n)
     else:
@@ -152,6 +161,8 @@ def make_prompt_source(workload: Workload, seed: int, base_dir: Path, tokenizer:
     give the same prompts, in the same order, on every machine. Raises DatasetError for a dataset that
     cannot be used (the scenario loader checks datasets before a run).
     """
+    import numpy as np
+
     rng = np.random.default_rng([seed, 0x5EED])
     spec = workload.prompts
     if workload.dataset is not None:
@@ -173,6 +184,8 @@ def make_prompt_source(workload: Workload, seed: int, base_dir: Path, tokenizer:
 
 def _word_corpus(rng: np.random.Generator, n_words: int) -> str:
     """A seeded random sequence of common words (more words than tokens are needed, in any tokenizer)."""
+    import numpy as np  # lazily: loading a scenario needs none
+
     return " ".join(np.asarray(WORDS, dtype=object)[rng.integers(0, len(WORDS), size=n_words)].tolist())
 
 

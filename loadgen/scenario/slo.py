@@ -37,9 +37,13 @@ SCALARS = ("error_rate", "aborted_rate", "goodput", "goodput_qps", "achieved_qps
 STATS = ("mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")
 _PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-_LINE = re.compile(r"^\s*(?:(?P<scope>[A-Za-z0-9_.\-/ ]+?)\s*:\s*)?(?P<lhs>[A-Za-z_][A-Za-z0-9_.]*)\s*(?P<op><=|>=|<|>)\s*(?P<rhs>[^\s@]+)(?:\s*@\s*(?P<judge>\S*))?\s*$")  # noqa: E501
+#: ``[scope:] lhs op rhs [@judge]``; a scope is any text without ':' (a phase may be called "ramp (50%)").
+_LINE = re.compile(r"^\s*(?:(?P<scope>[^:]+?)\s*:\s*)?(?P<lhs>[A-Za-z_][A-Za-z0-9_.]*)\s*"
+                   r"(?P<op><=|>=|<|>)\s*(?P<rhs>[^\s@]+)(?:\s*@\s*(?P<judge>\S*))?\s*$")
 #: How an objective is judged over repeated runs (``@median`` / ``@upper`` after it, or ``repeat.judge``).
 JUDGES = ("median", "upper")
+#: Scalar objectives in requests per second (the other scalars are fractions).
+RATES = ("achieved_qps", "goodput_qps")
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,13 @@ def parse_slo(text: str) -> SLO:
         except ValueError:
             what = "a number" if lhs.endswith("_qps") else "a fraction such as '1%' or 0.01"
             raise ValueError(f"{lhs}: expected {what}, got {rhs!r}") from None
+        rate = lhs in RATES
+        if rate:
+            if not math.isfinite(threshold) or threshold < 0:
+                raise ValueError(f"{lhs}: expected a finite, non-negative rate in requests per second, got {rhs!r}")
+        elif not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"{lhs}: expected a fraction between 0% and 100%, got {rhs!r}")
+        _never_met(lhs, op, threshold, math.inf if rate else 1.0, rhs)
         return SLO(text.strip(), lhs, None, op, threshold, scope, judge)
     metric, _, stat = lhs.partition(".")
     if metric not in DISTRIBUTIONS:
@@ -114,7 +125,14 @@ def parse_slo(text: str) -> SLO:
         threshold = parse_duration(rhs)
     except ValueError:
         raise ValueError(f"{lhs}: expected a duration such as '300ms', got {rhs!r}") from None
+    _never_met(lhs, op, threshold, math.inf, rhs)
     return SLO(text.strip(), metric, stat, op, threshold, scope, judge)
+
+
+def _never_met(lhs: str, op: str, threshold: float, top: float, rhs: str) -> None:
+    """An objective no measurement can meet (``< 0``, a fraction ``> 100%``) is a mistake, not a check."""
+    if (op == "<" and threshold <= 0) or (op == ">" and threshold >= top):
+        raise ValueError(f"{lhs} {op} {rhs} can never be met")
 
 
 def show_value(result: dict, value=None) -> str:

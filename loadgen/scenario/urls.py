@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 
 def on_loopback(url: str) -> bool:
@@ -18,3 +18,30 @@ def on_loopback(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def join_url(base: str, path: str) -> str:
+    """``path`` appended to the path of ``base``, before its query, which is kept (and merged with one that
+    ``path`` carries): ``join_url("http://h/v1?api-version=1", "/chat/completions")`` is
+    ``http://h/v1/chat/completions?api-version=1``. Nothing is re-encoded; a fragment is dropped."""
+    parts = urlsplit(base)
+    extra, _, query = path.partition("?")
+    joined = parts.path.rstrip("/") + ("/" + extra.lstrip("/") if extra.strip("/") else "")
+    queries = [q for q in (parts.query, query) if q]
+    return urlunsplit((parts.scheme, parts.netloc, joined, "&".join(queries), ""))
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a target's base URL (None when it can): it needs http:// or https:// and a host.
+    The message never quotes the URL (it may hold a password)."""
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return "holds a space, a line break or another control character (percent-encode it)"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return "expected an http:// or https:// URL" + (f", got scheme {parts.scheme!r}" if parts.scheme else "")
+    if not parts.hostname:
+        return "expected a host after the scheme (http://HOST[:PORT]/...)"
+    return None

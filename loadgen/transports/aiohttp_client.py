@@ -1,4 +1,5 @@
-"""The aiohttp transport: TLS, proxies, redirects; connection phases through aiohttp's TraceConfig.
+"""The aiohttp transport: TLS, proxies; connection phases through aiohttp's TraceConfig. Redirects are not
+followed (a 3xx is recorded as ``http_3xx``, as on every transport).
 
 Foreign exceptions stop here: every failure becomes an error class on the Outcome (STYLE habit 6).
 """
@@ -12,7 +13,7 @@ import time
 
 import aiohttp
 
-from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
 
 clock = time.perf_counter
@@ -91,12 +92,17 @@ class AiohttpTransport:
         out.sent = clock()
         try:
             async with self._session.request(req.method, req.url, data=req.body or None, headers=req.headers,
-                                             trace_request_ctx=out, allow_redirects=True) as resp:
+                                             trace_request_ctx=out, allow_redirects=False) as resp:
                 out.first_byte = clock()
                 handler.on_status(resp.status, out)
-                async for chunk in resp.content.iter_any():
-                    handler.on_body(chunk, clock(), out)
-                handler.on_end(out)
+                try:
+                    async for chunk in resp.content.iter_any():
+                        handler.on_body(chunk, clock(), out)
+                except StopResponse as exc:  # the handler read enough (a cap): the rest is never read
+                    resp.close()  # and the connection goes with it
+                    out.error_detail = str(exc)
+                else:
+                    handler.on_end(out)
                 out.done = clock()
         except asyncio.CancelledError:
             raise

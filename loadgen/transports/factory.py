@@ -25,7 +25,7 @@ def make_transport(target: Target):
     if choice == "lean":
         if not LeanTransport.supports(target.url or ""):
             raise TransportError(f"transport: lean sends to http:// only, not {target.url!r}; use transport: aiohttp")
-        return LeanTransport()
+        return LeanTransport(max_header_bytes=target.max_header_bytes)
     if choice == "httpx":
         return HttpxTransport(verify=target.verify, http2=target.http2)
     return AiohttpTransport(verify=target.verify)

@@ -16,7 +16,7 @@ import socket
 import ssl
 import time
 
-from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
 
 __all__ = ["HttpxTransport", "classify"]
@@ -108,7 +108,7 @@ class HttpxTransport:
                 raise RuntimeError("HTTP/2 needs the h2 package: pip install 'httpx[http2]'") from exc
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         self._client = httpx.AsyncClient(http1=self._http1, http2=self._http2, verify=self._verify, limits=limits,
-                                         timeout=httpx.Timeout(None), follow_redirects=True,
+                                         timeout=httpx.Timeout(None), follow_redirects=False,
                                          headers={"User-Agent": "latbench"})
 
     async def close(self) -> None:
@@ -123,14 +123,20 @@ class HttpxTransport:
             request = self._client.build_request(req.method, req.url, content=req.body or None, headers=req.headers,
                                                  extensions={"trace": _Trace(out)})
             resp = await self._client.send(request, stream=True)
+            stopped = None
             try:
                 out.first_byte = clock()
                 handler.on_status(resp.status_code, out)
                 async for chunk in resp.aiter_bytes():
                     handler.on_body(chunk, clock(), out)
+            except StopResponse as exc:  # the handler read enough (a cap): closing unread drops the connection
+                stopped = exc
             finally:
                 await resp.aclose()
-            handler.on_end(out)
+            if stopped is not None:
+                out.error_detail = str(stopped)
+            else:
+                handler.on_end(out)
             out.done = clock()
         except asyncio.CancelledError:
             raise

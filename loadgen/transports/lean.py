@@ -1,12 +1,14 @@
 """The lean transport: a plain-HTTP/1.1 client on asyncio.Protocol with httptools' C parser.
 
-What it does, and nothing more: ``http://`` only (no TLS, proxies, redirects or auth flows: those
-are aiohttp's), keep-alive reuse through a per-host idle pool with no connection limit (the engine
-enforces the in-flight cap) but a bound on connects in progress (:data:`MAX_CONNECTING`), request bytes
-built once from a cached header block, and response bodies
+What it does, and nothing more: ``http://`` only (no TLS or proxies: those are aiohttp's; no transport
+follows redirects: a 3xx is ``http_3xx``), keep-alive reuse through a per-host idle pool with no connection
+limit (the engine enforces the in-flight cap) but a bound on connects in progress (:data:`MAX_CONNECTING`),
+request bytes built once from a cached header block, and response bodies
 (Content-Length, chunked, or read-until-close) handed to ``handler.on_body`` as they arrive, so a
 100 MB answer is counted, never buffered. Failures become the same error classes as the aiohttp
-transport: ``connect``, ``dns``, ``reset``, ``bad_response`` (``timeout`` is the engine's).
+transport: ``connect``, ``dns``, ``reset``, ``bad_response`` (``timeout`` is the engine's). A response whose
+header block runs past ``max_header_bytes`` (a server whose headers never end) is ``bad_response`` and its
+connection is closed; nothing of it is held beyond that cap.
 
 Two ways in: :meth:`LeanTransport.send` (a coroutine, as every transport has) and :meth:`LeanTransport.submit`
 (a callback when the request ended; no Task, no future). Per request on the callback path: one dict
@@ -25,12 +27,14 @@ connection (the parser cannot be told that a HEAD response has no body).
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from loadgen.errors import UnsupportedURL
 from loadgen.protocols.base import Request, ResponseHandler
 from loadgen.records.schema import Outcome
+from loadgen.scenario.model import MAX_HEADER_BYTES
 from loadgen.transports.lean_conn import DNS_TTL, RETRY, Call, Conn, Site, clock
 
 __all__ = ["LeanTransport", "UnsupportedURL"]
@@ -64,9 +68,11 @@ class LeanTransport:
 
     name = "lean"
 
-    def __init__(self, user_agent: str = "latbench", max_connecting: int = MAX_CONNECTING):
+    def __init__(self, user_agent: str = "latbench", max_connecting: int = MAX_CONNECTING,
+                 max_header_bytes: int = MAX_HEADER_BYTES):
         self._ua = user_agent
         self._max_connecting = max_connecting
+        self.max_header_bytes = max_header_bytes  # a response's header block, at most (read by Conn)
         self._sites: dict[str, Site] = {}
         self._heads: dict[tuple, tuple[Site, bytes]] = {}
         self._wire: dict[int, tuple[Request, Site, bytes]] = {}
@@ -104,7 +110,7 @@ class LeanTransport:
         parts = urlsplit(req.url)
         if parts.scheme != "http" or not parts.hostname:
             raise UnsupportedURL(f"the lean transport sends to http:// URLs only, not {req.url!r}: "
-                                 "set `transport: aiohttp` for https (TLS), proxies or redirects")
+                                 "set `transport: aiohttp` for https (TLS) or proxies")
         port = parts.port or 80
         netloc = f"{parts.hostname}:{port}"
         site = self._sites.get(netloc)
@@ -115,6 +121,9 @@ class LeanTransport:
         names = {k.lower() for k, _ in req.headers}
         if "user-agent" not in names and self._ua:
             lines.append(f"User-Agent: {self._ua}")
+        if parts.username is not None and "authorization" not in names:  # as aiohttp and httpx do with userinfo
+            userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            lines.append("Authorization: Basic " + base64.b64encode(userinfo.encode("utf-8")).decode("ascii"))
         lines.extend(f"{k}: {v}" for k, v in req.headers if k.lower() not in ("host", "content-length"))
         head = ("\r\n".join(lines) + "\r\n").encode("utf-8")
         if len(self._heads) >= _HEAD_CACHE_MAX:

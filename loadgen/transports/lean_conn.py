@@ -21,7 +21,7 @@ from collections import deque
 
 from httptools import HttpParserCallbackError, HttpParserError, HttpResponseParser
 
-from loadgen.protocols.base import ResponseHandler
+from loadgen.protocols.base import ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
 
 clock = time.perf_counter
@@ -126,11 +126,20 @@ class Conn(asyncio.Protocol):
             call.out.first_byte = now
         if not self._headers_done:  # the header bytes, read only for a response that is not kept alive
             self._raw = self._raw + data if self._raw else data
+            cap = self.owner.max_header_bytes
+            if len(self._raw) > cap and self._raw.find(b"\r\n\r\n", 0, cap) < 0:  # headers that never end
+                self._raw = b""
+                self._end(("bad_response", f"response headers over {cap} bytes (target.max_header_bytes)"))
+                self._settle()
+                return
         try:
             self.parser.feed_data(data)
-        except HttpParserCallbackError as exc:  # a handler raised: a bug, recorded as 'other'
+        except HttpParserCallbackError as exc:
             cause = exc.__context__ or exc
-            self._end(("other", f"{type(cause).__name__}: {cause}"))
+            if isinstance(cause, StopResponse):  # the handler read enough (a cap): its error class stands
+                self._end(("bad_stream", str(cause)))
+            else:  # a handler raised: a bug, recorded as 'other'
+                self._end(("other", f"{type(cause).__name__}: {cause}"))
         except HttpParserError as exc:
             self._end(("bad_response", f"{type(exc).__name__}: {exc}"))
         if self.ended is not None:

@@ -104,3 +104,37 @@ def test_secrets_never_reach_the_rundir_or_the_output(tmp_path, known_server):
 def test_missing_scenario_file_is_exit_2(tmp_path):
     r = subprocess.run(LATBENCH + ["run", str(tmp_path / "nope.yaml")], capture_output=True, text=True)
     assert r.returncode == 2 and "nope.yaml" in r.stderr
+
+
+def test_a_broken_dataset_is_exit_2_before_anything_starts(tmp_path, known_server):
+    """Issue 13, item 6: validate said ok; run made a RunDir, printed a traceback and exited 1."""
+    srv = known_server(delay=0.01)
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "fine"}\n{"prompt": "cut\n')
+    path = write_scenario(tmp_path, scenario(srv.url, duration="2s", qps=5).replace(
+        "load:", "workload: {dataset: prompts.jsonl}\n    load:"))
+    for args in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "runs")]):
+        p = start(args)
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 2, out
+        assert "prompts.jsonl:2: expected a JSON object" in out and "Traceback" not in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_verbose_logs_one_redacted_line_per_failed_request_and_no_library_debug(tmp_path):
+    """Issue 13, item 10: -v logged 0 lines for 28 failures, and ~2,300 lines of matplotlib font debug."""
+    from tests.bad_servers import BadServer
+
+    with BadServer() as srv:
+        path = write_scenario(tmp_path, scenario(srv.url("echo"), duration="1s", qps=20))
+        p = subprocess.run(LATBENCH + ["-v", "run", str(path), "--out", str(tmp_path / "runs"), "--quiet"],
+                           capture_output=True, text=True, env={**os.environ, "LB_TEST_KEY": "sk-planted-secret-456"},
+                           timeout=120)
+    rd = only_rundir(tmp_path / "runs")
+    table = pq.read_table(rd / "target" / "requests.parquet").to_pandas()
+    failed = [ln for ln in p.stderr.splitlines() if "failed request" in ln]
+    assert len(table) > 5 and len(failed) == int((table["error"] != "").sum()) == len(table), p.stderr[-3000:]
+    assert all("(target target, phase main): http_4xx, status 401: " in ln and "bad key" in ln for ln in failed)
+    assert all("Bearer ${LB_TEST_KEY}" in ln and "sk-planted" not in ln and "literal-secret" not in ln
+               for ln in failed), failed[0]
+    assert len(p.stderr.splitlines()) < len(failed) + 20, p.stderr[-3000:]  # nothing else floods the log
+    assert "matplotlib" not in p.stderr and "font" not in p.stderr.lower()

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from loadgen.cli.report import compare
 from loadgen.run.pagecache import resident_fraction
 from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
 from reports import fmt, load_rundir, write_outputs
-from reports.cli import compare
 from reports.model import get
 from tests.helpers import check_cells, read_headline, write_scenario
 

@@ -49,6 +49,10 @@ FAULTS = {
     "big_100mb": ("http", "big", False, "60s", True, "", 200),
     "slow_drip": ("http", "drip", True, "20s", True, "", 200),
     "slow_drip_past_timeout": ("http", "slowdrip", True, "500ms", True, "timeout", 200),
+    "sse_unterminated_line": ("http", "sse_noline", True, "30s", True, "bad_stream", 200),
+    "sse_endless_event": ("http", "sse_noevent", True, "30s", True, "bad_stream", 200),
+    "headers_never_end": ("http", "headers_forever", False, "30s", True, "bad_response", 0),
+    "redirect_same_origin": ("http", "redirect", False, "5s", True, "http_3xx", 301),
     "tls_self_signed": ("https", "ok", False, "5s", True, "tls", 0),
     "tls_verify_false": ("https", "ok", False, "5s", False, "", 200),
 }
@@ -124,7 +128,9 @@ def test_big_response_is_counted_not_buffered_and_drip_is_measured(fault_run):
     _, big, _ = _target(fault_run, "big_100mb")
     assert (big["bytes_in"] == BIG_BYTES).all() and (big["output_tokens"] == 7).all()
     assert (big["output_tokens_source"] == "usage").all()
-    assert fault_run["rss_growth_kb"] < 80 * 1024  # three 100 MB bodies went through; none was kept whole
+    # three 100 MB bodies went through, and 64 MB floods of an unterminated SSE line, an endless event and an
+    # endless header block, three each at once: none was kept whole (issue 13, item 3: +200 MB a stream)
+    assert fault_run["rss_growth_kb"] < 80 * 1024
     _, drip, _ = _target(fault_run, "slow_drip")
     assert (drip["output_tokens"] == 3).all()
     assert drip["token_times"].map(len).tolist() == [3] * N

@@ -89,3 +89,36 @@ def test_usage_errors_exit_2(tmp_path):
     assert r.returncode == 2 and "not a RunDir" in r.stderr
     r = subprocess.run(LATBENCH + ["run", str(path), "--max-regression", "lots"], capture_output=True, text=True)
     assert r.returncode == 2 and "--max-regression" in r.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing", "meta_list"])
+def test_a_broken_baseline_is_refused_before_any_traffic(tmp_path, damage):
+    """Issue 13, item 5: a baseline whose requests.parquet was truncated was accepted, the whole load was sent,
+    then a pyarrow traceback and exit 1. It is checked first: exit 2, a message naming the file, no request."""
+    from tests.servers import KnownServer
+
+    srv = KnownServer(delay=0.01).start()
+    try:
+        base, _, _ = run(tmp_path / "base", scenario(srv.url, duration="500ms", qps=20))
+        rd = base.rundir.path
+        records = rd / "target" / "requests.parquet"
+        if damage == "truncated":
+            records.write_bytes(records.read_bytes()[:200])
+        elif damage == "missing":
+            records.unlink()
+        else:
+            (rd / "meta.json").write_text("[1, 2]")
+        sent = srv.requests
+        path = write_scenario(tmp_path, scenario(srv.url, duration="3s", qps=20))
+        out = tmp_path / "runs"
+        r = subprocess.run(LATBENCH + ["run", str(path), "--baseline", str(rd), "--out", str(out)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr and "--baseline" in r.stderr
+        assert ("requests.parquet" in r.stderr) if damage != "meta_list" else ("meta.json" in r.stderr)
+        assert srv.requests == sent and not out.exists()  # nothing was sent, no RunDir was made
+        g = subprocess.run(LATBENCH + ["gate", str(base.rundir.path), "--baseline", str(rd)], capture_output=True,
+                           text=True, timeout=60)
+        assert g.returncode == 2 and "Traceback" not in g.stderr, g.stderr
+    finally:
+        srv.stop()

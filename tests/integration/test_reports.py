@@ -13,10 +13,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from loadgen.cli.report import compare, report
 from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
 from reports import fmt, load_rundir, write_outputs
-from reports.cli import compare, report
 from reports.headline import architectures_data
 from reports.model import get
 from tests.conftest import ServerProcess

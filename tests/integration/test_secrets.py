@@ -1,16 +1,21 @@
-"""Secrets never leave: planted credentials are searched for in every file of the RunDir, the reports
-and the output of ``latbench run -v``, after a run against servers that echo request headers back.
+"""Secrets never leave: planted credentials are searched for in every file of the RunDir and in every byte
+``latbench -v run`` prints (stdout and stderr), after runs against servers that echo requests back.
 
-tests/test_cli.py checks the basic case (an ${ENV} Authorization header and a literal x-api-key, a
-well-behaved server, no -v). Here the server is hostile: it is a ``command:`` target latbench starts
-itself, it logs every request's headers to its stdout (which latbench reads), and it echoes them in
-401 error bodies and in 200 bodies that are not JSON (whose text reaches error details). Secrets sit in
-a header from ${ENV}, in literal credential headers, in a URL path from ${ENV}, in a metrics URL's
-query from ${ENV}, and as a URL password written literally.
+tests/integration/test_cli.py checks the basic case (an ${ENV} Authorization header and a literal x-api-key, a
+well-behaved server, no -v). Here the servers are hostile: ``command:`` targets latbench starts itself log
+every request's headers to their stdout (which latbench reads) and echo them in 401 error bodies and in 200
+bodies that are not JSON (whose text reaches error details and the -v log); a metrics endpoint echoes its
+URL's query into the labels of server_metrics.csv. Secrets sit in a header from ${ENV}, in literal
+credential headers, in a URL path from ${ENV}, in a metrics URL's query from ${ENV}, as a URL password
+written literally, as a literal ``?api_key=`` in a scenario URL, and in ``--target``'s userinfo and query.
+
+Redaction must also rewrite nothing but secrets (issue 13, item 4): a short ${ENV} value (``http``) expanded
+into a URL leaves error classes such as ``http_5xx`` alone, and the URL is written as the scenario wrote it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.scenario.loader import load_scenario
+from tests.bad_servers import BadServer
 from tests.helpers import write_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,11 +34,12 @@ SECRETS = {
     "LB_PLANT_PATH": "plantedPATH-51de02",
     "LB_PLANT_QUERY": "plantedQUERY-a8b7c6",
 }
-LITERAL = ["literalAUTH-0b1c2d", "literalGOOG-9e8d7c", "literalPASSWORD-4f4f4f"]
-ALL = list(SECRETS.values()) + LITERAL
+LITERAL = ["literalAUTH-0b1c2d", "literalGOOG-9e8d7c", "literalPASSWORD-4f4f4f", "literalAPIKEY-3e3e3e"]
+TARGET_FLAG = ["flagPASSWORD-6a6a6a", "flagAPIKEY-5b5b5b"]  # in --target's userinfo and query
+ALL = list(SECRETS.values()) + LITERAL + TARGET_FLAG
 
 
-def _scenario() -> str:
+def _scenario(metrics_port: int = 9) -> str:
     server = [sys.executable, "-m", "tests.bad_servers", "--mode", "{mode}", "--port", "{port}"]
 
     def target(name, mode, extra=""):
@@ -49,59 +56,119 @@ def _scenario() -> str:
           X-Goog-Api-Key: {LITERAL[1]}
         {extra}"""
 
+    metrics = f'metrics_url: "http://127.0.0.1:{metrics_port}/metrics_echo?token=${{LB_PLANT_QUERY}}"'
     return f"""
     name: secrets
-    targets:{target("echo401", "echo")}{target("echo200", "echo_ok", 'metrics_url: "http://127.0.0.1:9/metrics?token=${LB_PLANT_QUERY}"')}
+    targets:{target("echo401", "echo")}{target("echo200", "echo_ok", metrics)}
       - name: userinfo
         url: "http://user:{LITERAL[2]}@127.0.0.1:9/${{LB_PLANT_PATH}}/v1"
         model: m
+      - name: query
+        url: "http://127.0.0.1:{metrics_port}/echo/v1?api_key={LITERAL[3]}&api-version=2024-02-01"
+        model: m
+        stream: false
     load:
       arrival: constant
       phases:
-        - {{name: main, duration: 500ms, qps: 10}}
+        - {{name: main, duration: 1s, qps: 10}}
     slo: ["error_rate < 1%"]
     """
 
 
-@pytest.fixture(scope="module")
-def verbose_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("secrets")
-    path = write_scenario(tmp, _scenario())
-    env = {**os.environ, **SECRETS}
-    r = subprocess.run(LATBENCH + ["-v", "run", str(path), "--out", str(tmp / "runs")], capture_output=True,
-                       text=True, env=env, cwd=ROOT, timeout=120)
+def _latbench(args: list[str], tmp: Path, extra_env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    env = {**os.environ, **SECRETS, **(extra_env or {})}
+    r = subprocess.run(LATBENCH + args + ["--out", str(tmp / "runs")], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=180)
     (rd,) = list((tmp / "runs").iterdir())
     return r, rd
 
 
-def test_planted_secrets_appear_in_no_file_of_the_rundir_nor_stdout(verbose_run):
-    r, rd = verbose_run
-    assert r.returncode in (1, 3), r.stdout + r.stderr  # the echo targets answered errors; userinfo is unreachable
-    assert "Traceback" not in r.stderr
+@pytest.fixture(scope="module")
+def echo_server():
+    with BadServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def verbose_run(tmp_path_factory, echo_server):
+    tmp = tmp_path_factory.mktemp("secrets")
+    path = write_scenario(tmp, _scenario(echo_server.port))
+    return _latbench(["-v", "run", str(path)], tmp)
+
+
+@pytest.fixture(scope="module")
+def target_flag_run(tmp_path_factory, echo_server):
+    """``--target`` with a password and an api_key, against a server that echoes every header back."""
+    tmp = tmp_path_factory.mktemp("secrets-target")
+    path = write_scenario(tmp, _scenario())
+    url = (f"http://bob:{TARGET_FLAG[0]}@127.0.0.1:{echo_server.port}/echo/v1"
+           f"?api_key={TARGET_FLAG[1]}&api-version=2024-02-01")
+    return _latbench(["-v", "run", str(path), "--target", url], tmp)
+
+
+def _assert_nowhere(r: subprocess.CompletedProcess, rd: Path) -> None:
     files = [f for f in rd.rglob("*") if f.is_file()]
-    names = {f.name for f in files}
-    assert {"scenario.yaml", "meta.json", "summary.json", "requests.parquet", "report.html", "summary.md",
-            "junit.xml", "metrics.json"} <= names, names
     for f in files:
         data = f.read_bytes()
         for s in ALL:
             assert s.encode() not in data, (s, f)
-    for s in ALL:
-        assert s not in r.stdout, s
+    for stream, text in (("stdout", r.stdout), ("stderr", r.stderr)):
+        leaked = [ln for ln in text.splitlines() if any(s in ln for s in ALL)]
+        assert not leaked, (stream, leaked[0][:200])
+
+
+def test_planted_secrets_appear_in_no_file_of_the_rundir_nor_any_output(verbose_run, echo_server):
+    r, rd = verbose_run
+    assert r.returncode in (1, 3), r.stdout + r.stderr  # the echo targets answered errors; userinfo is unreachable
+    assert "Traceback" not in r.stderr
+    names = {f.name for f in rd.rglob("*") if f.is_file()}
+    assert {"scenario.yaml", "meta.json", "summary.json", "requests.parquet", "report.html", "summary.md",
+            "junit.xml", "metrics.json", "server_metrics.csv"} <= names, names
+    assert echo_server.hits["metrics_echo"] > 0 and echo_server.hits["echo"] > 0
+    _assert_nowhere(r, rd)
     text = (rd / "scenario.yaml").read_text()
     assert "${LB_PLANT_HEADER}" in text and "${LB_PLANT_PATH}" in text and "***" in text
+    assert "api-version=2024-02-01" in text  # what is no credential is kept
 
 
-def test_planted_secrets_appear_nowhere_in_the_verbose_log(verbose_run):
-    r, rd = verbose_run
-    leaked = [ln for ln in r.stderr.splitlines() if any(s in ln for s in ALL)]
-    assert not leaked, leaked[0][:160]
+def test_target_userinfo_and_query_never_written_nor_printed(target_flag_run):
+    """Issue 13, item 2: --target "http://user:pass@HOST/v1?api_key=..." leaked into meta.json and report.html."""
+    r, rd = target_flag_run
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    _assert_nowhere(r, rd)
+    meta = json.loads((rd / "meta.json").read_text())
+    (entry,) = meta["targets"]
+    assert entry["url"].startswith("http://bob:***@127.0.0.1:") and "api_key=***" in entry["url"]
+    assert "api-version=2024-02-01" in entry["url"]
+
+
+def test_short_expanded_values_are_hidden_where_placed_and_rewrite_nothing_else(tmp_path):
+    """Issue 13, item 4: RT_SCHEME=http turned summary.json's error class into ***_5xx and the URL into ***://."""
+    with BadServer() as srv:
+        path = write_scenario(tmp_path, f"""
+        name: short
+        target: {{url: "${{RT_SCHEME}}://127.0.0.1:{srv.port}/s500body/v1", model: m, stream: false}}
+        load:
+          arrival: constant
+          phases: [{{name: main, duration: 500ms, qps: 10}}]
+        """)
+        r, rd = _latbench(["run", str(path)], tmp_path, {"RT_SCHEME": "http"})
+    assert r.returncode == 0, r.stdout + r.stderr  # no SLO: the run passes, whatever the server answers
+    (tdir,) = [p for p in rd.iterdir() if p.is_dir()]
+    summary = json.loads((tdir / "summary.json").read_text())
+    assert set(summary["overall"]["errors"]) == {"http_5xx"}
+    assert "http_5xx" in summary["error_classes"]
+    assert "***" not in (tdir / "summary.json").read_text()
+    meta = json.loads((rd / "meta.json").read_text())
+    assert meta["targets"][0]["url"] == f"${{RT_SCHEME}}://127.0.0.1:{srv.port}/s500body/v1"
+    assert "http_5xx" in (rd / "report.html").read_text()
 
 
 def test_loader_collects_every_expanded_and_literal_credential(tmp_path):
     loaded = load_scenario(write_scenario(tmp_path, _scenario()), env=dict(SECRETS))
-    assert set(loaded.secrets) >= set(ALL)
+    assert set(loaded.secrets) >= set(ALL) - set(TARGET_FLAG)
     red = loaded.redacted()
     flat = repr(red)
     assert not any(s in flat for s in ALL)
     assert red["targets"][2]["url"] == "http://user:***@127.0.0.1:9/${LB_PLANT_PATH}/v1"
+    assert red["targets"][3]["url"] == "http://127.0.0.1:9/echo/v1?api_key=***&api-version=2024-02-01"

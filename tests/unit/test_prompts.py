@@ -127,3 +127,5 @@ def test_dataset_missing_or_empty(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n\n")
     with pytest.raises(ValueError, match="no prompts"):
         make_prompt_source(Workload(dataset="empty.jsonl"), 0, tmp_path)
+    with pytest.raises(ValueError, match="cannot read dataset"):
+        make_prompt_source(Workload(dataset="."), 0, tmp_path)  # a folder

@@ -10,12 +10,12 @@ from click.testing import CliRunner
 
 from benchmarks.report_speed import synthetic_rundir
 from loadgen.analysis.metrics import summarize
+from loadgen.cli.report import compare
 from loadgen.records.schema import read_records
 from loadgen.scenario.model import Load
 from loadgen.scenario.slo import parse_slo
 from loadgen.schedule.arrivals import plan_phases
 from reports import fmt, load_rundir, write_outputs
-from reports.cli import compare
 from reports.compare import entries_of, parse_spec
 from reports.headline import architectures_data
 from reports.model import comparison, get

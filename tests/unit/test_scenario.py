@@ -133,3 +133,113 @@ def test_slo_lines_parse(text, metric, stat, op, threshold, scope):
 def test_bad_slo_lines_are_refused(text):
     with pytest.raises(ValueError):
         parse_slo(text)
+
+
+DATASET = """\
+name: d
+target: {url: http://127.0.0.1:8000/v1}
+workload:
+  dataset: DATA
+load:
+  phases: [{name: main, duration: 1s, qps: 1}]
+"""
+
+
+@pytest.mark.parametrize("content, expect", [
+    (None, ["cannot read dataset: No such file"]),
+    ("", ["the dataset has no prompts"]),
+    ('{"prompt": "a"}\n\n{"prompt": \n{"messages": []}\n', ["data.jsonl:3: expected a JSON object, got invalid JSON",
+                                                          "data.jsonl:4: messages: expected a non-empty list"]),
+    (b'{"prompt": "a"}\n{"prompt": "\xff"}\n', ["data.jsonl:2: not UTF-8 text"]),
+])
+def test_dataset_problems_are_scenario_errors_with_file_and_line(tmp_path, content, expect):
+    """Issue 13, item 6: a missing, empty or broken dataset passed validation and failed the run with a traceback."""
+    if isinstance(content, str):
+        (tmp_path / "data.jsonl").write_text(content)
+    elif content is not None:
+        (tmp_path / "data.jsonl").write_bytes(content)
+    path = write_scenario(tmp_path, DATASET.replace("DATA", "data.jsonl"))
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    errs = e.value.errors
+    assert len(errs) == len(expect), errs
+    for err, want in zip(errs, expect):
+        assert err.startswith(f"{path}:4:12: workload.dataset: {tmp_path / 'data.jsonl'}") and want in err, err
+
+
+def test_header_values_with_line_breaks_are_refused_without_showing_them(tmp_path):
+    """Issue 13, item 9: CR/LF in a header value injected a header (lean transport); a secret with a trailing
+    newline failed every request with no diagnostic. A validation error, after ${ENV} expansion, never quoting
+    the value."""
+    path = write_scenario(tmp_path, """\
+name: h
+target:
+  url: http://127.0.0.1:8000/v1
+  headers: {X-A: "v\\r\\nX-Injected: yes", Authorization: "Bearer ${KEY}", "Bad Name": v, X-Ok: "a\\tb"}
+load: {phases: [{name: main, duration: 1s, qps: 1}]}
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={"KEY": "sk-secret-value-123\n"})
+    (err,) = e.value.errors
+    assert err.startswith(f"{path}:4:12: target.headers: ")
+    assert "X-A: the value holds a line break" in err and "Authorization: the value holds a line break" in err
+    assert "'Bad Name' is not a valid header name" in err and "X-Ok" not in err
+    assert "sk-secret" not in err and "Injected" not in err
+
+
+REF = """\
+name: r
+target:
+  reference: {arch: naive, model: MODEL, backend: numpy, options: OPTIONS}
+load: {phases: [{name: main, duration: 1s, qps: 1}]}
+"""
+
+
+@pytest.mark.parametrize("model, options, expect", [
+    ("nosuch", "{}", ":3:35: target.reference.model: unknown model 'nosuch'; choose one of tiny"),
+    ("tiny", "{no_such_knob: 3}", ":3:81: target.reference.options.no_such_knob: not a setting of the reference"),
+    ("tiny", "{max_batch_size: lots}", ":3:83: target.reference.options.max_batch_size: invalid int value: 'lots'"),
+    ("tiny", "{error_rate: 2}", ":3:79: target.reference.options.error_rate: must be within [0, 1], got 2.0"),
+])
+def test_reference_settings_are_checked_at_validation(tmp_path, model, options, expect):
+    """Issue 13, item 13: an unknown reference model or option exited 3 at run time, not 2 at validation."""
+    from loadgen.cli.checks import load_checked
+
+    path = write_scenario(tmp_path, REF.replace("MODEL", model).replace("OPTIONS", options))
+    load_scenario(path, env={})  # the loader alone does not know the server's settings ...
+    with pytest.raises(ScenarioError) as e:
+        load_checked(str(path), env={})  # ... the CLI asks the server (loadgen never imports it)
+    (err,) = e.value.errors
+    assert err.startswith(str(path)) and expect in err, err
+
+
+@pytest.mark.parametrize("line, message", [
+    ("goodput <= 500%", "between 0% and 100%"), ("error_rate < -1", "between 0% and 100%"),
+    ("error_rate < nan", "expected a fraction"), ("achieved_qps > nan", "finite"), ("achieved_qps > inf", "finite"),
+    ("error_rate < 0%", "can never be met"), ("goodput > 100%", "can never be met"),
+    ("latency.p99 < 0ms", "can never be met"), ("latency.p99 < inf", "expected a duration"),
+])
+def test_impossible_or_non_finite_objectives_are_refused(line, message):
+    with pytest.raises(ValueError, match=message):
+        parse_slo(line)
+
+
+def test_a_zero_timeout_is_refused_and_odd_phase_names_can_be_scopes(tmp_path):
+    path = write_scenario(tmp_path, """\
+name: t
+target: {url: "http://127.0.0.1:8000/v1", timeout: 0s}
+load:
+  phases:
+    - {name: "ramp (50%)", duration: 1s, qps: 1}
+    - {name: "a:b", duration: 1s, qps: 1}
+slo: ["ramp (50%): latency.p99 < 1s"]
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    errs = e.value.errors
+    assert len(errs) == 2, errs
+    assert "target.timeout: expected a duration above 0" in errs[0]
+    assert "load.phases[1].name: a name may not hold ':'" in errs[1]
+    ok = load_scenario(write_scenario(tmp_path, path.read_text().replace("timeout: 0s", "timeout: 1s")
+                                      .replace('"a:b"', '"b"'), "ok.yaml"), env={})
+    assert ok.scenario.slo[0].scope == "ramp (50%)"

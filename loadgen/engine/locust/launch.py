@@ -12,12 +12,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
+from loadgen.engine.lifeline import Lifeline, kill_group
 from loadgen.errors import UsageError
 from loadgen.records.rundir import REQUESTS
 from loadgen.records.schema import RecordWriter, records_exist
@@ -43,10 +45,16 @@ def child_env() -> dict:
     return env
 
 
-def master_argv(scenario_path: Path, target_index: int, url: str, model: str, tdir: Path, workers: int,
+#: How the master learns the target's URL: through its environment, not its command line, which every user of
+#: the machine can read (``ps``) and which may hold a password or a key.
+URL_ENV = "LATBENCH_TARGET_URL"
+
+
+def master_argv(scenario_path: Path, target_index: int, model: str, tdir: Path, workers: int,
                 expect_workers: int | None, master_bind: str, connect_timeout: float) -> list[str]:
+    """The master's command line (the URL goes in its environment, as :data:`URL_ENV`)."""
     return [sys.executable, "-m", "loadgen.engine.locust.master", "--scenario", str(scenario_path),
-            "--target-index", str(target_index), "--url", url, "--model", model or "", "--out", str(tdir),
+            "--target-index", str(target_index), "--model", model or "", "--out", str(tdir),
             "--workers", str(workers), "--expect-workers", str(expect_workers or 0), "--bind", master_bind,
             "--connect-timeout", str(connect_timeout)]
 
@@ -73,11 +81,19 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
     """
     tdir = Path(tdir)
     tdir.mkdir(parents=True, exist_ok=True)
-    argv = master_argv(scenario_path, target_index, url, model, tdir, workers, expect_workers, master_bind,
+    argv = master_argv(scenario_path, target_index, model, tdir, workers, expect_workers, master_bind,
                        connect_timeout)
     started_wall, started = time.time(), time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=child_env(),
-                            start_new_session=True)  # a terminal's Ctrl-C reaches us, and we decide
+    # A session of its own (a terminal's Ctrl-C reaches us, and we decide), under a lifeline: the master and its
+    # local workers end with this process, however it ends (loadgen.engine.lifeline).
+    lifeline = Lifeline()
+    proc = subprocess.Popen(lifeline.wrap(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**child_env(), URL_ENV: url},
+                            pass_fds=lifeline.pass_fds,
+                            start_new_session=True)
+    lifeline.started()
+    # what Locust logs (the master's and its local workers') is printed by this process, through its redaction
+    threading.Thread(target=_relay, args=(proc.stderr,), name="latbench-locust-stderr", daemon=True).start()
     result = None
     interrupts = 0
     while True:
@@ -94,8 +110,13 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
                 result = json.loads(data)
         except KeyboardInterrupt:
             interrupts += 1
-            proc.send_signal(signal.SIGTERM if interrupts <= 2 else signal.SIGKILL)
+            if interrupts <= 2:
+                proc.send_signal(signal.SIGTERM)  # forwarded to the master: stop, then abort
+            else:
+                lifeline.cut()  # the whole group, at once
     rc = proc.wait()
+    lifeline.cut()  # a worker the master left behind ends now
+    kill_group(proc.pid)
     if result is None:
         _ensure_records(tdir)
         return LocustResult(t0=started, wall_start=started_wall, duration=time.perf_counter() - started,
@@ -106,6 +127,12 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
                                requests=result["requests"], interrupted=result["interrupted"] or interrupts > 0,
                                cpu_seconds=result["cpu_seconds"], notes=result["notes"],
                                processes=result["processes"], workers=result["workers"])
+
+
+def _relay(stream) -> None:
+    """Copy a child's stderr to ours, line by line (ours may be the CLI's redacting stream)."""
+    for line in iter(stream.readline, ""):
+        sys.stderr.write(line)
 
 
 def _ensure_records(tdir: Path) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -35,6 +36,7 @@ import gevent
 from locust.env import Environment
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
+from loadgen.engine.locust.launch import URL_ENV
 from loadgen.engine.locust.worker import DEFAULT_PORT, make_user_class, parse_master, warm_up
 from loadgen.records.schema import RecordWriter
 from loadgen.records.wire import batch_from_bytes
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="loadgen.engine.locust.master")
     ap.add_argument("--scenario", required=True)
     ap.add_argument("--target-index", type=int, default=0)
-    ap.add_argument("--url", required=True)
+    ap.add_argument("--url", default=os.environ.get(URL_ENV),
+                    help=f"the target's base URL (default: ${URL_ENV}, which keeps it off the command line)")
     ap.add_argument("--model", default="")
     ap.add_argument("--out", required=True, help="the target's RunDir folder")
     ap.add_argument("--workers", type=int, default=1, help="local worker processes to start")
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bind", default="127.0.0.1", help="HOST[:PORT]; port default 5557 with remote workers, else free")
     ap.add_argument("--connect-timeout", type=float, default=60.0)
     a = ap.parse_args(argv)
+    if not a.url:
+        ap.error(f"give --url or set {URL_ENV}")
 
     warm_up()  # before any worker's records arrive
     cfg, plans = run_config(a.scenario, a.target_index, a.url, a.model)

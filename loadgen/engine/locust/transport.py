@@ -26,7 +26,7 @@ import time
 
 import gevent
 
-from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
 
 clock = time.perf_counter
@@ -92,6 +92,17 @@ def _read_some(resp) -> bytes:
             raise ConnectionResetError("connection closed before the end of the body")
 
 
+def _discard(resp) -> None:
+    """Close a response's connection instead of returning it to the pool (its answer was not read to the end)."""
+    sock, pool = getattr(resp, "_sock", None), getattr(resp, "_pool", None)
+    resp._sock = resp._pool = None
+    if sock is not None:
+        if pool is not None:
+            pool.release_socket(sock)
+        else:
+            sock.close()
+
+
 def request_headers(req: Request) -> dict:
     """The request's headers, asking for an uncompressed body (it is parsed as it arrives)."""
     headers = dict(req.headers)
@@ -111,7 +122,7 @@ def send(session, req: Request, handler: ResponseHandler, out: Outcome, timeout:
     try:
         with gevent.Timeout(timeout, Deadline):
             resp = session.request(req.method, req.url, name=name, data=req.body or None, headers=headers,
-                                   stream=True, catch_response=True)
+                                   stream=True, catch_response=True, allow_redirects=False)  # 3xx: http_3xx
             status = resp.status_code or 0
             error = getattr(resp, "error", None)
             if status:
@@ -120,13 +131,18 @@ def send(session, req: Request, handler: ResponseHandler, out: Outcome, timeout:
             if error is not None and (not status or status < 300):
                 raise error  # a transport failure: no response at all
             raw = getattr(resp, "_response", None)
-            if error is None and raw is not None:
-                while True:
-                    chunk = _read_some(raw)
-                    if not chunk:
-                        break
-                    handler.on_body(chunk, clock(), out)
-            handler.on_end(out)
+            try:
+                if error is None and raw is not None:
+                    while True:
+                        chunk = _read_some(raw)
+                        if not chunk:
+                            break
+                        handler.on_body(chunk, clock(), out)
+            except StopResponse as exc:  # the handler read enough (a cap): the rest is never read
+                _discard(raw)
+                out.error_detail = str(exc)
+            else:
+                handler.on_end(out)
             out.done = clock()
     except (Cancelled, gevent.GreenletExit):
         raise

@@ -32,6 +32,7 @@ from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
 from loadgen.engine.locust.transport import Cancelled, fire_request_event, send
+from loadgen.engine.logs import configure_logging, log_failure, logging_failures
 from loadgen.protocols.workload import make_workload
 from loadgen.records.schema import Outcome, RecordBuffer
 from loadgen.records.wire import batch_from_bytes, batch_to_bytes
@@ -83,6 +84,8 @@ class WorkerRun:
         self.interrupted = False
         self.notes: list[str] = []
         self.name = self.protocol.name
+        self.name_of_target = cfg["target"].get("name") or ""
+        self.log_failures = logging_failures()
 
     # -- control (from the master's messages) ---------------------------------------------------
     def request_stop(self) -> None:
@@ -102,6 +105,8 @@ class WorkerRun:
         self.buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.k)
         if out.error:
             self.errors += 1
+            if self.log_failures:
+                log_failure(self.name_of_target, plan.name, seq, out)
 
     def _one(self, session, seq: int, plan, sched: float) -> None:
 
@@ -269,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", required=True, help="HOST[:PORT] of the master (port default 5557)")
     ap.add_argument("--label", default=None, help="name of this worker in notes (default host:pid)")
     a = ap.parse_args(argv)
+    configure_logging()
     host, port = parse_master(a.master)
     # Everything a run needs was imported with this module: an import inside a message handler would
     # block the worker's only thread (and so its pacing) for as long as it takes.

@@ -1,35 +1,44 @@
-"""``latbench report`` and ``latbench compare``: thin click commands over reports' library functions.
+"""``latbench report`` and ``latbench compare``: RunDirs rendered again, from their files alone (nothing is sent).
 
-``latbench`` loads them by name (``loadgen.cli.main.COMMANDS``).
-Exit codes: 0 written; 2 a path is not a readable RunDir.
+Exit codes (:func:`~loadgen.cli.common.exits_on_errors`): 0 written; 2 a path that is not a readable RunDir, or
+an output folder that does not exist; 3 the output could not be written (a full disk: no partial file is left).
 """
 
 from __future__ import annotations
 
-import sys
+from pathlib import Path
 
 import click
 
-from loadgen.errors import RunDirError
+from loadgen.cli.common import exits_on_errors
+from loadgen.errors import UsageError
 from reports.compare import write_compare
 from reports.loader import load_rundir
 from reports.outputs import write_outputs
 from reports.report import write_report
 
 
+def _output(path: str, option: str = "-o") -> Path:
+    """``-o FILE`` whose folder exists (a usage error, exit 2, otherwise)."""
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise UsageError(f"{option} {path}: the folder {out.parent} does not exist")
+    if out.is_dir():
+        raise UsageError(f"{option} {path}: is a folder; give a file name")
+    return out
+
+
 @click.command(help="Render a RunDir's report again from its files alone (sends nothing): report.html, "
                     "summary.md and junit.xml in the RunDir, or only the HTML to -o FILE.")
 @click.argument("rundir", type=click.Path(exists=True, file_okay=False))
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="write the HTML report here instead")
+@exits_on_errors
 def report(rundir: str, output: str | None) -> None:
-    try:
-        if output:
-            paths = [write_report(load_rundir(rundir), output)]
-        else:
-            paths = write_outputs(rundir)
-    except RunDirError as exc:
-        click.echo(f"latbench report: {exc}", err=True)
-        sys.exit(2)
+    if output:
+        out = _output(output)
+        paths = [write_report(load_rundir(rundir), out)]
+    else:
+        paths = write_outputs(rundir)
     for p in paths:
         click.echo(str(p))
 
@@ -38,10 +47,6 @@ def report(rundir: str, output: str | None) -> None:
                     "Each argument is RUNDIR or RUNDIR:label; ratios are against the first.")
 @click.argument("rundirs", nargs=-1, required=True)
 @click.option("-o", "--output", "output", default="compare.html", show_default=True, type=click.Path(dir_okay=False))
+@exits_on_errors
 def compare(rundirs: tuple[str, ...], output: str) -> None:
-    try:
-        path = write_compare(list(rundirs), output)
-    except (RunDirError, ValueError) as exc:
-        click.echo(f"latbench compare: {exc}", err=True)
-        sys.exit(2)
-    click.echo(str(path))
+    click.echo(str(write_compare(list(rundirs), _output(output))))

@@ -1,0 +1,77 @@
+"""Hard caps on what a hostile server can make latbench hold (issue 13, item 3).
+
+A server that sends ``data: `` and then megabytes without a line end, an event whose data lines never end,
+or a header block that never ends: each transport records the request as broken (``bad_stream`` /
+``bad_response``), closes the connection at the cap, and holds no more than the cap meanwhile. The memory
+bound is measured with tracemalloc (Python allocations: where the unbounded growth was), while a
+64 MB flood goes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import tracemalloc
+
+import pytest
+
+from loadgen.protocols.apis import make_protocol
+from loadgen.records.schema import Outcome
+from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.prompts import Prompt
+from loadgen.transports.factory import make_transport
+from tests.bad_servers import FLOOD_MB, BadServer
+from tests.helpers import run
+
+CAP = 256 * 1024
+
+
+@pytest.fixture(scope="module")
+def server():
+    with BadServer() as srv:
+        yield srv
+
+
+async def _one(target: Target) -> tuple[Outcome, float, int]:
+    protocol = make_protocol(target, Workload(), "m")
+    transport = make_transport(target)
+    await transport.start()
+    try:
+        out = Outcome()
+        req = protocol.build(0, Prompt("hi", None, 1, 3))
+        tracemalloc.start()
+        t = time.perf_counter()
+        await asyncio.wait_for(transport.send(req, protocol.handler(), out), 60)
+        took = time.perf_counter() - t
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    finally:
+        await transport.close()
+    return out, took, peak
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp", "httpx"])
+@pytest.mark.parametrize("mode, stream, error", [
+    ("sse_noline", True, "bad_stream"), ("sse_noevent", True, "bad_stream"), ("headers_forever", False, "bad_response"),
+])
+def test_a_flood_is_cut_at_the_cap_and_never_held(server, transport, mode, stream, error):
+    target = Target(url=server.url(mode), stream=stream, transport=transport, max_event_bytes=CAP,
+                    max_header_bytes=64 * 1024)
+    out, took, peak = asyncio.run(_one(target))
+    assert out.error == error, (out.error, out.error_detail)
+    assert peak < 16 * (1 << 20), f"{peak / 2**20:.0f} MB held while a {FLOOD_MB} MB flood came"
+    if mode != "headers_forever":
+        assert "max_event_bytes" in out.error_detail and out.bytes_in < 16 * (1 << 20)  # read no further
+
+
+def test_a_run_against_endless_headers_is_not_generator_limited(tmp_path, server):
+    """Parsing an endless header block once burnt the generator's CPU: the run was judged generator-limited."""
+    res, summary, frame = run(tmp_path, f"""
+    name: caps
+    target: {{url: "{server.url('headers_forever')}", model: m, stream: false, timeout: 30s}}
+    load:
+      arrival: constant
+      phases: [{{name: main, duration: 1s, qps: 4}}]
+    """)
+    assert set(frame["error"]) == {"bad_response"} and len(frame) == 4
+    assert not summary["generator_limited"], summary["generator"]
