@@ -32,16 +32,17 @@ def join_url(base: str, path: str) -> str:
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a target's base URL (None when it can): it needs http:// or https:// and a host.
-    The message never quotes the URL (it may hold a password)."""
+    """Why ``url`` cannot be a target's base URL (None when it can): it needs http://, https:// (or grpc://,
+    grpcs:// for KServe v2 over gRPC) and a host. The message never quotes the URL (it may hold a password)."""
     if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
         return "holds a space, a line break or another control character (percent-encode it)"
     try:
         parts = urlsplit(url)
     except ValueError as exc:
         return f"not a URL ({exc})"
-    if parts.scheme not in ("http", "https"):
-        return "expected an http:// or https:// URL" + (f", got scheme {parts.scheme!r}" if parts.scheme else "")
+    if parts.scheme not in ("http", "https", "grpc", "grpcs"):
+        return ("expected an http:// or https:// URL (grpc:// for KServe v2 over gRPC)"
+                + (f", got scheme {parts.scheme!r}" if parts.scheme else ""))
     if not parts.hostname:
         return "expected a host after the scheme (http://HOST[:PORT]/...)"
     return None
