@@ -62,7 +62,8 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
                          "complete": s["result"]["complete"]} for s in searches],
            "spread": spread,
            "max_sustainable_qps": spread["held"]["median"], "first_failing_qps": spread["failing"]["median"],
-           "headroom": spread["headroom"], "target": results[0].get("target") if results else None}
+           "headroom": spread["headroom"], "target": results[0].get("target") if results else None,
+           "unreachable": bool(results) and all(r.get("unreachable") for r in results)}
     write_json(rd.path / CAPACITY, top, loaded.secrets)
     meta.update(complete=top["complete"], capacity=[top["max_sustainable_qps"], top["first_failing_qps"]])
     rd.write_meta(meta, loaded.secrets)
