@@ -19,10 +19,12 @@ from urllib.parse import quote
 
 from loadgen.protocols.apis import base_url_of, path_of, target_headers
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
+from loadgen.protocols.sse import MAX_EVENT_BYTES
 from loadgen.protocols.streaming import EventStreamHandler, JsonBodyHandler, as_int, output_from_usage
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import KServeTensors, Target, Workload
 from loadgen.scenario.prompts import Prompt
+from loadgen.scenario.urls import join_url
 
 __all__ = ["KServeHttpProtocol", "TritonGenerateProtocol"]
 
@@ -33,7 +35,7 @@ def _model_root(target: Target, model: str | None, base_url: str | None) -> str:
     """``{base}/v2/models/{model}``."""
     if not model:
         raise ValueError(f"api {target.api}: the model name goes into the URL; set target.model")
-    return f"{base_url_of(target, base_url)}/v2/models/{quote(model, safe='')}"
+    return join_url(base_url_of(target, base_url), f"/v2/models/{quote(model, safe='')}")
 
 
 def _scalar(v):
@@ -77,7 +79,7 @@ class KServeHttpProtocol(ApiProtocol):
         if target.stream:
             raise ValueError("api kserve-v2 over HTTP does not stream: set stream: false, use a grpc:// URL "
                              "(ModelStreamInfer), or api: triton-generate")
-        self.url = _model_root(target, model, base_url) + "/infer"
+        self.url = join_url(_model_root(target, model, base_url), "/infer")
         self.path = path_of(self.url)
         self.names = target.kserve
         self.headers = target_headers({"Content-Type": "application/json", "Accept": "application/json"}, target)
@@ -100,8 +102,8 @@ class TritonStream(EventStreamHandler):
     __slots__ = ("_key", "_counted")
     end_event = False
 
-    def __init__(self, key: str):
-        super().__init__()
+    def __init__(self, key: str, max_event_bytes: int = MAX_EVENT_BYTES):
+        super().__init__(max_event_bytes)
         self._key = key
         self._counted = 0  # tokens the responses said they carried (num_output_tokens)
 
@@ -146,7 +148,8 @@ class TritonGenerateProtocol(ApiProtocol):
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
         self.stream = target.stream
-        self.url = _model_root(target, model, base_url) + ("/generate_stream" if self.stream else "/generate")
+        self.url = join_url(_model_root(target, model, base_url), "/generate_stream" if self.stream else "/generate")
+        self.max_event_bytes = target.max_event_bytes
         self.path = path_of(self.url)
         self.names = target.kserve
         accept = "text/event-stream" if self.stream else "application/json"
@@ -166,4 +169,4 @@ class TritonGenerateProtocol(ApiProtocol):
 
     def handler(self) -> ResponseHandler:
         key = self.names.text_output
-        return TritonStream(key) if self.stream else TritonGenerateJson(key)
+        return TritonStream(key, self.max_event_bytes) if self.stream else TritonGenerateJson(key)

@@ -29,6 +29,7 @@ from loadgen.protocols.streaming import EventStreamHandler, JsonBodyHandler, as_
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt
+from loadgen.scenario.urls import join_url
 
 __all__ = ["AnthropicProtocol", "ResponsesProtocol", "RerankProtocol"]
 
@@ -44,7 +45,7 @@ class _JsonApi(ApiProtocol):
     extra_headers: dict[str, str] = {}
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
-        self.url = base_url_of(target, base_url) + self.endpoint
+        self.url = join_url(base_url_of(target, base_url), self.endpoint)
         self.path = path_of(self.url)
         self.stream = target.stream
         accept = "text/event-stream" if self.stream else "application/json"
@@ -135,7 +136,7 @@ class AnthropicProtocol(_JsonApi):
         return body
 
     def handler(self) -> ResponseHandler:
-        return AnthropicStream() if self.stream else AnthropicJson()
+        return AnthropicStream(self.target.max_event_bytes) if self.stream else AnthropicJson()
 
 
 # --- OpenAI Responses ------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ class ResponsesProtocol(_JsonApi):
         return body
 
     def handler(self) -> ResponseHandler:
-        return ResponsesStream() if self.stream else ResponsesJson()
+        return ResponsesStream(self.target.max_event_bytes) if self.stream else ResponsesJson()
 
 
 # --- rerank ----------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 
 from loadgen.protocols.apis import MAX_PARSED_BODY
-from loadgen.protocols.base import ResponseHandler
-from loadgen.protocols.sse import SSEParser
+from loadgen.protocols.base import ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome
 
 DETAIL = 200  # characters of a server's message kept in error_detail
@@ -32,8 +32,8 @@ class EventStreamHandler(ResponseHandler):
     end_event = True  # the protocol ends a complete stream with an event of its own ([DONE], message_stop...)
     end_name = "its end event"
 
-    def __init__(self) -> None:
-        self._sse = SSEParser()
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._sse = SSEParser(max_event_bytes)  # a line or event past it: bad_stream, and no more is read
         self._live = True
         self.done = False  # the end event came: nothing after it counts
         self._count = 0
@@ -43,7 +43,7 @@ class EventStreamHandler(ResponseHandler):
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
-        self._live = not out.error and status < 400
+        self._live = not out.error and status < 300  # a redirect is http_3xx, as an error is its class
 
     def fail(self, out: Outcome, detail: str) -> None:
         out.error = "bad_stream"
@@ -53,8 +53,14 @@ class EventStreamHandler(ResponseHandler):
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
         if not self._live:
+            if out.status >= 300:
+                keep_error_body(data, out)  # what the server said, for -v
             return
         events = self._sse.feed(data)
+        if self._sse.overflow:
+            detail = f"an SSE line or event over {self._sse.max_bytes} bytes (target.max_event_bytes)"
+            self.fail(out, detail)
+            raise StopResponse(detail)
         if self._sse.error is not None:
             return self.fail(out, "event: error: " + self._sse.error.decode("utf-8", "replace"))
         for ev in events:
@@ -118,10 +124,12 @@ class JsonBodyHandler(ResponseHandler):
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
-        self._live = not out.error and status < 400
+        self._live = not out.error and status < 300
 
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
+        if not self._live and out.status >= 300:
+            keep_error_body(data, out)
         if self._live:
             self._size += len(data)
             if self._size <= MAX_PARSED_BODY:

@@ -39,8 +39,8 @@ COLD_START = "cold_start.json"
 REPEATS = "repeats.json"  # between-run statistics of a repeated run (loadgen.analysis.repeats)
 CAPACITY = "capacity.json"
 #: What a RunDir holds at its top level besides target folders: no target folder may take one of these names.
-RESERVED = frozenset({"scenario.yaml", META, "metrics.json", REGRESSION, COLD_START, CAPACITY, "report.html",
-                      "summary.md", "junit.xml", "compare.html"})
+RESERVED = frozenset({"scenario.yaml", META, "metrics.json", REGRESSION, COLD_START, CAPACITY, REPEATS,
+                      "report.html", "summary.md", "junit.xml", "compare.html"})
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import time
 
-from loadgen.analysis.capacity import CAPACITY
 from loadgen.analysis.repeats import bracket_spread
 from loadgen.engine.base import OnEngine
-from loadgen.records.rundir import RunDir, write_json
+from loadgen.records.rundir import CAPACITY, RunDir, write_json
 from loadgen.run.capacity import run_capacity
 from loadgen.run.runner import host_meta
 from loadgen.scenario.loader import LoadedScenario
@@ -29,11 +28,13 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
     ``repeats`` (the number of searches), ``searches`` (each one's folder and result) and ``spread``.
     ``on_search(k, folder, result)`` after each search."""
     sc = loaded.scenario
+    redactor = loaded.redactor
+    redactor.add_url(target_url)  # its password and keys are secret too, wherever they resurface
     rd = RunDir.create(out, f"capacity_{sc.name}")
-    rd.write_scenario(loaded.redacted())
+    rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
     meta = host_meta(sc.name, "native", kind="capacity", repeat={"runs": repeat, "pause": pause})
-    rd.write_meta(meta, loaded.secrets)
+    rd.write_meta(meta, redactor)
     searches = []
     complete = True
     for k in range(1, repeat + 1):
@@ -45,7 +46,7 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
         searches.append({"search": k, "dir": sub.path.name, "result": result})
         meta["targets"].append({"name": f"search{k}", "dir": sub.path.name, "search": k,
                                 "bracket": result["bracket"]})
-        rd.write_meta(meta, loaded.secrets)
+        rd.write_meta(meta, redactor)
         if on_search:
             on_search(k, sub.path, result)
         if not result["complete"]:
@@ -64,7 +65,7 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
            "max_sustainable_qps": spread["held"]["median"], "first_failing_qps": spread["failing"]["median"],
            "headroom": spread["headroom"], "target": results[0].get("target") if results else None,
            "unreachable": bool(results) and all(r.get("unreachable") for r in results)}
-    write_json(rd.path / CAPACITY, top, loaded.secrets)
+    write_json(rd.path / CAPACITY, top, redactor)
     meta.update(complete=top["complete"], capacity=[top["max_sustainable_qps"], top["first_failing_qps"]])
-    rd.write_meta(meta, loaded.secrets)
+    rd.write_meta(meta, redactor)
     return rd, top

@@ -15,6 +15,7 @@ import json
 import subprocess
 
 from loadgen.analysis.coldstart import COLD_RESIDENT_MAX
+from loadgen.engine.lifeline import Lifeline
 from loadgen.run.pagecache import evict
 from loadgen.run.targets import reference_argv
 from loadgen.scenario.model import Target
@@ -30,11 +31,15 @@ def prepare_weights(target: Target) -> dict | None:
     """
     if target.reference is None:
         return None
-    argv = reference_argv(target.reference) + ["--prepare-weights"]
+    lifeline = Lifeline()  # it ends with latbench, SIGKILL included (loadgen.engine.lifeline)
+    argv = reference_argv(target.reference) + ["--prepare-weights", "--parent-fd", str(lifeline.child_fd)]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S,
+                              pass_fds=lifeline.pass_fds)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        lifeline.cut()
     for line in proc.stdout.splitlines():
         if line.startswith("LATBENCH_WEIGHTS="):
             return json.loads(line.split("=", 1)[1])

@@ -15,7 +15,7 @@ import tracemalloc
 
 import pytest
 
-from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.registry import make_protocol
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt
@@ -75,3 +75,15 @@ def test_a_run_against_endless_headers_is_not_generator_limited(tmp_path, server
     """)
     assert set(frame["error"]) == {"bad_response"} and len(frame) == 4
     assert not summary["generator_limited"], summary["generator"]
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "openai-completions", "anthropic-messages", "openai-responses",
+                                 "triton-generate"])
+def test_every_streaming_api_cuts_an_unterminated_line_at_the_cap(server, api):
+    """The streaming APIs that came after the caps (Anthropic, Responses, Triton) read through the same capped
+    parser: an unterminated `data:` line is bad_stream at target.max_event_bytes, not 64 MB held."""
+    target = Target(url=server.url("sse_noline"), api=api, stream=True, transport="lean", max_event_bytes=CAP,
+                    model="m")
+    out, took, peak = asyncio.run(_one(target))
+    assert out.error == "bad_stream" and "max_event_bytes" in out.error_detail, (out.error, out.error_detail)
+    assert peak < 16 * (1 << 20) and out.bytes_in < 16 * (1 << 20)

@@ -172,3 +172,26 @@ def test_loader_collects_every_expanded_and_literal_credential(tmp_path):
     assert not any(s in flat for s in ALL)
     assert red["targets"][2]["url"] == "http://user:***@127.0.0.1:9/${LB_PLANT_PATH}/v1"
     assert red["targets"][3]["url"] == "http://127.0.0.1:9/echo/v1?api_key=***&api-version=2024-02-01"
+
+
+def test_a_repeated_capacity_search_writes_and_prints_no_secret(tmp_path, echo_server):
+    """`latbench capacity --repeat` (which came after the redaction path) writes through it too: secrets in
+    --target and an ${ENV} header, a server echoing them back, two searches; a clean exit, nothing leaked."""
+    path = write_scenario(tmp_path, """
+    name: cap-secrets
+    target:
+      url: "http://127.0.0.1:9/v1"
+      model: m
+      stream: false
+      headers: {Authorization: "Bearer ${LB_PLANT_HEADER}"}
+    load: {phases: [{name: main, duration: 1s, qps: 5}]}
+    slo: ["latency.p99 < 1s"]
+    """)
+    url = f"http://bob:{TARGET_FLAG[0]}@127.0.0.1:{echo_server.port}/echo/v1?api_key={TARGET_FLAG[1]}"
+    r, rd = _latbench(["capacity", str(path), "--target", url, "--min", "5", "--max", "10", "--step-duration", "1s",
+                       "--warmup", "0s", "--repeat", "2"], tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr  # reachable, and no rate held: a failed search, not a crash
+    assert "Traceback" not in r.stderr
+    top = json.loads((rd / "capacity.json").read_text())
+    assert top["repeats"] == 2 and top["unreachable"] is False
+    _assert_nowhere(r, rd)

@@ -75,7 +75,8 @@ def test_a_bad_target_flag_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.parametrize("transport", ["lean", "aiohttp", "httpx"])
-@pytest.mark.parametrize("api", ["http", "openai-chat"])
+@pytest.mark.parametrize("api", ["http", "openai-chat", "anthropic-messages", "openai-responses", "rerank",
+                                 "kserve-v2", "triton-generate"])
 def test_a_redirect_is_an_error_on_every_transport_never_a_success(tmp_path, transport, api):
     """Issue 13, item 11: with api: http the lean transport recorded a 301 as a success (error_rate < 1% passed),
     while aiohttp followed it. No transport follows one now: every 3xx is http_3xx, and the objective fails."""
@@ -93,3 +94,33 @@ def test_a_redirect_is_an_error_on_every_transport_never_a_success(tmp_path, tra
         assert srv.hits["redirect"] == 3 and srv.hits["ok"] == 0  # not followed
     assert list(frame["error"]) == ["http_3xx"] * 3 and list(frame["status"]) == [301] * 3
     assert res.exit_code == 1 and summary["overall"]["errors"] == {"http_3xx": 3}
+
+
+@pytest.mark.parametrize("api, path", [
+    ("anthropic-messages", "/ok/v1/messages"), ("openai-responses", "/ok/v1/responses"), ("rerank", "/ok/v1/rerank"),
+    ("kserve-v2", "/ok/v1/v2/models/m/infer"), ("triton-generate", "/ok/v1/v2/models/m/generate"),
+])
+def test_every_api_puts_its_path_before_the_base_query(tmp_path, api, path):
+    """The APIs that came after join_url build their URLs with it too: paths before the query, which is kept."""
+    from tests.bad_servers import BadServer
+
+    lines: list[str] = []
+    with BadServer(log=lines.append) as srv:
+        run(tmp_path, f"""
+        name: q
+        target: {{url: "{srv.url('ok')}/?api-version=2024-02-01", api: {api}, stream: false, model: m}}
+        load:
+          arrival: constant
+          phases: [{{name: main, duration: 200ms, qps: 10}}]
+        """)
+    assert lines and all(f"POST {path}?api-version=2024-02-01 " in ln for ln in lines), lines[:2]
+
+
+def test_a_grpc_target_url_is_valid(tmp_path):
+    """KServe v2 over gRPC names its target grpc://HOST:PORT: a URL latbench sends to."""
+    path = write_scenario(tmp_path, """
+    name: grpc
+    target: {url: "grpc://127.0.0.1:8001", api: kserve-v2, transport: grpc, stream: false, model: m}
+    load: {phases: [{name: main, duration: 1s, qps: 1}]}
+    """)
+    assert load_scenario(path, env={}).scenario.target.url == "grpc://127.0.0.1:8001"
