@@ -91,6 +91,9 @@ def between(values: list[float | None], scale: str, confidence: float = CONFIDEN
            "ci": None, "scale": scale}
     if n < 2 or any(math.isinf(v) for v in vals):
         return out
+    if min(vals) == max(vals):  # no spread: exactly that value (exp(log(v)) need not round-trip to v)
+        out["centre"], out["ci"] = float(vals[0]), [float(vals[0]), float(vals[0])]
+        return out
     t = t_ppf(0.5 + confidence / 2.0, n - 1)
     if scale == "log":
         y = np.log(vals)

@@ -62,6 +62,13 @@ def test_between_run_interval(values, scale, median, centre, ci):
         assert b["centre"] == pytest.approx(centre) and b["ci"] == pytest.approx(ci, rel=1e-4)
 
 
+@pytest.mark.parametrize("scale", ["log", "linear"])
+def test_equal_values_give_exactly_that_value_and_interval(scale):
+    v = 47.56828460010884  # exp(log(v)) != v: a log-scale interval of equal runs must not exclude the value
+    b = between([v, v], scale)
+    assert b["centre"] == v and b["ci"] == [v, v] and b["ci"][0] <= b["median"] <= b["ci"][1]
+
+
 @pytest.mark.parametrize("metric, values, scale", [
     ("latency", [0.1, 0.2], "log"), ("achieved_qps", [10.0, 11.0], "log"), ("error_rate", [0.1, 0.2], "linear"),
     ("goodput", [0.9, 1.0], "linear"), ("latency", [0.0, 0.2], "linear"), ("latency", [math.inf, 0.2], "linear"),
