@@ -99,6 +99,33 @@ def throughput_rows(summary: dict, target: str) -> list[dict]:
     return rows
 
 
+TURN_COLUMNS = (("count", "count", "turns"), ("error_rate", "pct", "errors"),
+                ("latency/percentiles/p50/value", "ms", "latency p50"),
+                ("latency/percentiles/p99/value", "ms", "latency p99"),
+                ("ttft/percentiles/p50/value", "ms", "TTFT p50"), ("ttft/percentiles/p99/value", "ms", "TTFT p99"),
+                ("prompt_tokens_mean", "rate", "prompt tokens (mean)"))
+
+
+def turn_rows(summary: dict, target: str) -> list[dict]:
+    """One row per turn index of a conversation run (``summary["conversations"]``); empty without one."""
+    turns = get(summary, "conversations/by_turn") or []
+    return [{"label": f"turn {t['turn'] + 1}",
+             "cells": [cell(summary, target, f"conversations/by_turn/{i}/{key}", kind)
+                       for key, kind, _ in TURN_COLUMNS]}
+            for i, t in enumerate(turns)]
+
+
+def conversation_note(summary: dict) -> str:
+    """The sessions of a conversation run, in a sentence ('' without conversations)."""
+    c = summary.get("conversations")
+    if not c or not c.get("sessions"):
+        return ""
+    tps = c["turns_per_session"]
+    return (f"{c['sessions']:,} sessions, {tps['mean']:.2f} recorded turns a session on average (at most "
+            f"{tps['max']}); {c['ended_by_failure']:,} ended at a failed turn. A turn counts from its due time: "
+            "the previous turn's end plus the think time.")
+
+
 def error_rows(summary: dict, target: str) -> tuple[list[str], list[dict]]:
     """(scope labels, one row per error class seen) of error counts."""
     sc = scopes(summary)

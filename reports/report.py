@@ -18,11 +18,13 @@ def target_section(td, i: int) -> dict:
            "info": model.target_info(td), "ran": s is not None, "notes": list((s or {}).get("notes") or []),
            "complete": bool(s and s.get("complete", True)) and not td.recomputed}
     if s is None:
-        return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": []}
+        return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": [], "turns": [],
+                      "turns_note": ""}
     sec["scopes"] = [{"label": label, "recorded": rec, "rows": model.percentile_table(s, td.name, prefix)}
                      for label, prefix, rec in model.scopes(s)]
     sec["throughput"] = model.throughput_rows(s, td.name)
     sec["error_scopes"], sec["errors"] = model.error_rows(s, td.name)
+    sec["turns"], sec["turns_note"] = model.turn_rows(s, td.name), model.conversation_note(s)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)
@@ -83,6 +85,7 @@ def run_context(run: RunData) -> dict:
         "groups": groups_context(run, sections),
         "pcts": model.PCTS,
         "throughput_cols": [c[2] for c in model.THROUGHPUT],
+        "turn_cols": [c[2] for c in model.TURN_COLUMNS],
     }
 
 

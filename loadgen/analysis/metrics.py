@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from loadgen.analysis.conversations import conversation_stats
 from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
@@ -379,6 +380,7 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
         "phases": phases,
         "timeseries": timeseries(df, plans, duration, timeseries_step),
         "recovery": recovery(df, plans, slos),
+        "conversations": conversation_stats(df),
     }
     summary["slo"] = evaluate_slos(summary, slos, target)
     summary["passed"] = all(r["passed"] for r in summary["slo"] if r["applies"])

@@ -27,6 +27,7 @@ from loadgen.engine.cancel import AbortAfterTokens, chosen
 from loadgen.protocols.streaming import counted_by_server
 from loadgen.records.schema import ABORTED, Outcome
 from loadgen.schedule.arrivals import PhasePlan
+from loadgen.schedule.pacing import SPIN_S, sleep_for
 from loadgen.transports.base import Transport
 
 clock = time.perf_counter
@@ -103,11 +104,16 @@ class InFlight:
                 self._live_tick()
 
     # -- requests: the callback path -----------------------------------------------------------
-    def _start(self, seq: int, plan: PhasePlan, sched: float, closed: "ClosedPhase | None") -> None:
-        """Hand request ``seq`` to the transport (counted in flight by the caller); ``_on_done`` records it."""
+    def _start(self, seq: int, plan: PhasePlan, sched: float, closed: "ClosedPhase | None", session=None) -> None:
+        """Hand request ``seq`` (a turn of ``session``, with conversations) to the transport (counted in flight
+        by the caller); ``_on_done`` records it."""
         out = Outcome()
         try:
-            req = self._requests.get(seq)
+            if session is not None:
+                out.session, out.turn = session.id, session.turn
+                req = self.sessions.request(session)
+            else:
+                req = self._requests.get(seq)
             out.counts = req.counts
             self.live.sent += 1
             handler = self.protocol.handler()
@@ -116,7 +122,7 @@ class InFlight:
                 ref: list = []
                 handler = AbortAfterTokens(handler, cancel.after_tokens,
                                            lambda: self._loop.call_soon(lambda: self._abort_call(ref[0])))
-            call = self._submit(req, handler, out, self._on_done, (seq, plan, sched, closed))
+            call = self._submit(req, handler, out, self._on_done, (seq, plan, sched, closed, session))
             if cancel is not None:
                 if cancel.after_tokens:
                     ref.append(call)
@@ -133,14 +139,65 @@ class InFlight:
         self._calls.append(call)
 
     def _on_done(self, call) -> None:
-        """A request ended (the transport's callback, or a timeout/cancellation): record it; closed loop: next."""
-        seq, plan, sched, closed = call.ctx
+        """A request ended (the transport's callback, or a timeout/cancellation): record it; closed loop: next;
+        a conversation's turn: its session's next turn."""
+        seq, plan, sched, closed, session = call.ctx
         self.live.in_flight -= 1
         self._record(seq, plan, sched, call.out)
+        if session is not None and self._next_turn(session, call.out, closed):
+            return
         if closed is not None:
             self._closed_next(closed)
         elif self._idle is not None and self.live.in_flight == 0 and not self._idle.done():
             self._idle.set_result(None)
+
+    # -- conversations: a session's next turn (loadgen.protocols.conversation) -----------------
+    def _plan_at(self, t: float) -> PhasePlan | None:
+        """The phase whose time span holds run time ``t`` (None past the last one)."""
+        for p in self.s.plans:
+            if p.start <= t < p.end:
+                return p
+        return None
+
+    def _next_turn(self, session, out: Outcome, closed: "ClosedPhase | None") -> bool:
+        """After a turn ended: time the session's next turn (due at this one's end plus the think time). True
+        when one was timed; False when the session is over or its next turn is cut (not sent: due after the
+        last phase, or its closed-loop phase, or after a stop)."""
+        think = self.sessions.answered(session, out)
+        if think is None:
+            return False
+        due = out.done - self.t0 + think
+        plan = closed.plan if closed is not None else self._plan_at(due)
+        if (self._stopping or plan is None or due >= plan.end
+                or (closed is not None and closed.budget <= 0)):
+            self.sessions.cut += 1
+            return False
+        self._loop.call_later(max(0.0, due - self.now() - SPIN_S), self._turn_due, session, plan, due, closed)
+        return True
+
+    def _turn_due(self, session, plan: PhasePlan, due: float, closed: "ClosedPhase | None") -> None:
+        """A turn's timer fired (a little early, as timers may fire late): yield until it is due, then send it."""
+        if self._stopping:
+            self.sessions.cut += 1
+            if closed is not None:
+                self._check_idle()
+            return
+        wait = sleep_for(due - self.now())
+        if wait is not None:
+            self._loop.call_later(wait, self._turn_due, session, plan, due, closed)
+            return
+        if closed is None:
+            self._launch(plan, session.seq, due, session)
+            return
+        if closed.budget <= 0:
+            self.sessions.cut += 1
+            self._check_idle()
+            return
+        closed.budget -= 1
+        closed.n += 1
+        self.count += 1
+        self.live.in_flight += 1
+        self._start(session.seq, plan, due, closed, session)
 
     def _abandon(self, call, error: str) -> None:
         """End a call in flight as ``timeout`` or ``cancelled`` (its connection is dropped)."""
@@ -191,19 +248,25 @@ class InFlight:
         state.n += 1
         self.count += 1
         self.live.in_flight += 1
-        self._start(seq, state.plan, now, state)
+        self._start(seq, state.plan, now, state, self.sessions.start(seq) if self.sessions is not None else None)
 
     def _check_idle(self) -> None:
         if self._idle is not None and self.live.in_flight == 0 and not self._idle.done():
             self._idle.set_result(None)
 
     # -- requests: the Task path ---------------------------------------------------------------
-    async def _one(self, seq: int, plan: PhasePlan, sched: float) -> None:
+    async def _one(self, seq: int, plan: PhasePlan, sched: float, session=None, follow: bool = True) -> Outcome:
+        """Send and record request ``seq`` (a turn of ``session``, with conversations; ``follow``: time the session's
+        next turn, as the open loop does; a closed-loop worker times it itself)."""
         out = Outcome()
         pending = self._deadlines
         timer = None
         try:
-            req = self._requests.get(seq)
+            if session is not None:
+                out.session, out.turn = session.id, session.turn
+                req = self.sessions.request(session)
+            else:
+                req = self._requests.get(seq)
             out.counts = req.counts
             handler = self.protocol.handler()
             self.live.sent += 1
@@ -240,4 +303,7 @@ class InFlight:
             if math.isnan(out.done):
                 out.done = clock()
             self._record(seq, plan, sched, out)
+            if session is not None and follow:
+                self._next_turn(session, out, None)
+        return out
 

@@ -18,6 +18,7 @@ from loadgen.engine.inflight import ClosedPhase, InFlight
 from loadgen.engine.live import LiveStats
 from loadgen.engine.logs import log_failure, logging_failures
 from loadgen.protocols.base import ApiProtocol
+from loadgen.protocols.conversation import Sessions
 from loadgen.protocols.reqcache import RequestCache
 from loadgen.records.schema import ABORTED, ABORTED_CODE, Outcome, RecordBuffer, RecordSink
 from loadgen.schedule.arrivals import PhasePlan, arrivals
@@ -54,7 +55,10 @@ class NativeEngine(InFlight):
         self.spin_seconds = 0.0  # wall time spent yielding just before due sends (see _sleep_until)
         self.write_error: OSError | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._requests = RequestCache(protocol, prompts)
+        # workload.conversations: the sessions build each turn (:mod:`loadgen.protocols.conversation`)
+        self.sessions: Sessions | None = prompts if isinstance(prompts, Sessions) else None
+        self._requests = RequestCache(protocol, prompts) if self.sessions is None else None
+        self._run_end = total
         self._live_mark = 0  # buffer rows already counted in self.live
         self._log_failures = logging_failures()  # latbench -v: one log line per failed request
         self._init_in_flight(transport)
@@ -134,18 +138,24 @@ class NativeEngine(InFlight):
                     return
 
     # -- phases --------------------------------------------------------------------------------
-    def _launch(self, plan: PhasePlan, seq: int, sched: float) -> None:
-        """Open loop: send request ``seq`` now (it was due at ``sched``), or record it ``dropped`` at the cap."""
+    def _launch(self, plan: PhasePlan, seq: int, sched: float, session=None) -> None:
+        """Open loop: send request ``seq`` now (it was due at ``sched``), or record it ``dropped`` at the cap.
+        With conversations an arrival starts a session (``session`` given: a later turn of one)."""
         self.count += 1
         live = self.live
+        if session is None and self.sessions is not None:
+            session = self.sessions.start(seq)
         if live.in_flight >= self.s.max_in_flight:
-            self._record(seq, plan, sched, Outcome(error="dropped", done=clock()))
+            out = Outcome(error="dropped", done=clock())
+            if session is not None:
+                out.session, out.turn = session.id, session.turn
+            self._record(seq, plan, sched, out)
             return
         live.in_flight += 1
         if self._submit is not None:
-            self._start(seq, plan, sched, None)
+            self._start(seq, plan, sched, None, session)
             return
-        task = self._loop.create_task(self._one(seq, plan, sched))
+        task = self._loop.create_task(self._one(seq, plan, sched, session))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -212,13 +222,37 @@ class NativeEngine(InFlight):
                     state.n += 1
                     self.count += 1
                     self.live.in_flight += 1
-                    await self._one(seq, plan, self.now())
+                    if self.sessions is None:
+                        await self._one(seq, plan, self.now())
+                    else:
+                        await self._closed_session(state, self.sessions.start(seq))
 
             for _ in range(workers):
                 w = asyncio.ensure_future(worker())
                 self._tasks.add(w)
                 w.add_done_callback(self._tasks.discard)
         await self._sleep_until(plan.end)  # requests still in flight finish on their own
+
+    async def _closed_session(self, state: ClosedPhase, session) -> None:
+        """The Task path's closed-loop worker holds one session: turn after turn, each due at the last one's end
+        plus the think time (its first turn already counted in flight by the caller)."""
+        plan, sched = state.plan, self.now()
+        while True:
+            out = await self._one(session.seq, plan, sched, session, follow=False)
+            think = self.sessions.answered(session, out)
+            if think is None:
+                return
+            sched = out.done - self.t0 + think
+            if sched >= plan.end or state.budget <= 0 or self._stopping:
+                self.sessions.cut += 1
+                return
+            if not await self._sleep_until(sched):
+                self.sessions.cut += 1
+                return
+            state.budget -= 1
+            state.n += 1
+            self.count += 1
+            self.live.in_flight += 1
 
     # -- the run -------------------------------------------------------------------------------
     async def _finish_in_flight(self, notes: list[str]) -> None:
@@ -292,6 +326,9 @@ class NativeEngine(InFlight):
         ff = self.s.failfast.breached if self.s.failfast else None
         if ff:
             notes.append(f"stopped early (--fail-fast): {ff} can no longer be met")
+        if self.sessions is not None and self.sessions.cut:
+            notes.append(f"{self.sessions.cut} conversation turns were not sent: due after the last phase, after a "
+                         "stop, or past max_requests")
         # CPU time minus the time spent spinning before due sends: what the generator needed, so that a
         # high rate of precise sends is not mistaken for a saturated generator (send lag tells that).
         cpu = max(0.0, time.process_time() - cpu0 - self.spin_seconds)

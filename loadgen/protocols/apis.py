@@ -133,6 +133,18 @@ def _delta_text(choices, chat: bool) -> str:
     return "".join(parts)
 
 
+def _answer_delta(choices, chat: bool) -> str:
+    """The answer text of one stream chunk's choices: content (chat) or text (completions), not reasoning."""
+    parts = []
+    for c in choices:
+        if isinstance(c, dict):
+            d = c.get("delta") if chat else c
+            v = d.get("content" if chat else "text") if isinstance(d, dict) else None
+            if isinstance(v, str):
+                parts.append(v)
+    return "".join(parts)
+
+
 # --- handlers ------------------------------------------------------------------------------------
 
 _ANSWER, _REASONING = 2, 1  # what a stream chunk carried
@@ -142,9 +154,9 @@ class StreamHandler(ResponseHandler):
     """Reads an OpenAI server-sent-event stream (chat or completions)."""
 
     __slots__ = ("_sse", "_live", "_done", "_count", "_chat", "_cum", "_answered", "_reasoning", "_reasoning_usage",
-                 "_counter", "_text")
+                 "_counter", "_text", "_answer")
 
-    def __init__(self, chat: bool, counter=None, max_event_bytes: int = MAX_EVENT_BYTES):
+    def __init__(self, chat: bool, counter=None, max_event_bytes: int = MAX_EVENT_BYTES, keep_answer: bool = False):
         self._sse = SSEParser(max_event_bytes)
         self._live = True  # parsing: a success status and no protocol error yet
         self._done = False
@@ -156,6 +168,7 @@ class StreamHandler(ResponseHandler):
         self._reasoning_usage = False  # the usage counted them (completion_tokens_details.reasoning_tokens)
         self._counter = counter  # text -> tokens, when output is counted with a tokenizer
         self._text: list[str] = []
+        self._answer: list[str] | None = [] if keep_answer else None  # the answer's text (conversations)
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -208,6 +221,8 @@ class StreamHandler(ResponseHandler):
                 out.token_times.append(now)
                 if self._counter is not None:
                     self._text.append(_delta_text(choices, self._chat))
+                if self._answer is not None:
+                    self._answer.append(_answer_delta(choices, self._chat))
                 n = 1
                 if usage:  # per-chunk usage (continuous_usage_stats): cumulative, so this chunk is the difference
                     ct = usage.get("completion_tokens")
@@ -249,6 +264,8 @@ class StreamHandler(ResponseHandler):
                 out.output_tokens, out.output_tokens_source = self._count, "chunks"
         if not self._reasoning_usage:
             out.reasoning_tokens = self._reasoning
+        if self._answer is not None:
+            out.answer = "".join(self._answer)
         if self._live and not self._done:
             self._fail(out, "the stream ended without [DONE]")
 
@@ -256,9 +273,9 @@ class StreamHandler(ResponseHandler):
 class JsonHandler(ResponseHandler):
     """Reads a whole JSON body (bounded) and checks it holds ``key`` as a list."""
 
-    __slots__ = ("_parts", "_size", "_tail", "_live", "_key", "_output", "_counter")
+    __slots__ = ("_parts", "_size", "_tail", "_live", "_key", "_output", "_counter", "_keep")
 
-    def __init__(self, key: str, output: bool, counter=None):
+    def __init__(self, key: str, output: bool, counter=None, keep_answer: bool = False):
         self._parts: list[bytes] = []
         self._size = 0
         self._tail = b""  # the last bytes of a body too long to keep whole
@@ -266,6 +283,7 @@ class JsonHandler(ResponseHandler):
         self._key = key  # "choices" or "data"
         self._output = output  # usage has completion_tokens
         self._counter = counter  # text -> tokens: counts the answer when the server sends no usage
+        self._keep = keep_answer  # keep the answer's text in out.answer (conversations)
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -306,6 +324,8 @@ class JsonHandler(ResponseHandler):
             _usage(out, usage, self._output)
         if self._output and self._counter is not None and out.output_tokens_source != "usage":
             out.output_tokens, out.output_tokens_source = self._counter(_answer_text(obj["choices"])), "tokenizer"
+        if self._keep:
+            out.answer = _answer_text(obj["choices"], reasoning=False)
 
     _COUNT = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
 
@@ -323,14 +343,15 @@ class JsonHandler(ResponseHandler):
         out.error_detail = detail[:_DETAIL]
 
 
-def _answer_text(choices: list) -> str:
-    """The answer of a whole (not streamed) chat or completions body: message content and reasoning, or text."""
+def _answer_text(choices: list, reasoning: bool = True) -> str:
+    """The answer of a whole (not streamed) chat or completions body: message content (and reasoning, unless
+    ``reasoning`` is False), or text."""
     parts = []
     for c in choices:
         if isinstance(c, dict):
             m = c.get("message")
-            for v in ([m.get("reasoning_content"), m.get("reasoning"), m.get("content")] if isinstance(m, dict)
-                      else [c.get("text")]):
+            keys = ("reasoning_content", "reasoning", "content") if reasoning else ("content",)
+            for v in ([m.get(k) for k in keys] if isinstance(m, dict) else [c.get("text")]):
                 if isinstance(v, str):
                     parts.append(v)
     return "".join(parts)
@@ -362,6 +383,7 @@ class _OpenAI(ApiProtocol):
         self.extra_body = target.extra_body
         # output is counted with the tokenizer when the server sends no usage (not with /tokenize: see tokenizer.py)
         self.counter = tokenizer.count if tokenizer is not None and tokenizer.counts_output else None
+        self.keep_answer = workload.conversations is not None  # each turn resends the answers before it
 
     def _body(self, prompt: Prompt) -> dict:
         body = dict(self.fixed)
@@ -405,8 +427,8 @@ class ChatProtocol(_OpenAI):
 
     def handler(self) -> ResponseHandler:
         if self.stream:
-            return StreamHandler(True, self.counter, self.max_event_bytes)
-        return JsonHandler("choices", True, self.counter)
+            return StreamHandler(True, self.counter, self.max_event_bytes, self.keep_answer)
+        return JsonHandler("choices", True, self.counter, self.keep_answer)
 
 
 class CompletionsProtocol(_OpenAI):
@@ -420,8 +442,8 @@ class CompletionsProtocol(_OpenAI):
 
     def handler(self) -> ResponseHandler:
         if self.stream:
-            return StreamHandler(False, self.counter, self.max_event_bytes)
-        return JsonHandler("choices", True, self.counter)
+            return StreamHandler(False, self.counter, self.max_event_bytes, self.keep_answer)
+        return JsonHandler("choices", True, self.counter, self.keep_answer)
 
 
 class EmbeddingsProtocol(_OpenAI):

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from loadgen.errors import UsageError
 from loadgen.protocols.base import ApiProtocol
+from loadgen.protocols.conversation import Sessions
 from loadgen.protocols.registry import make_protocol
+from loadgen.scenario.conversations import make_conversation_source
 from loadgen.scenario.datasets import DatasetError
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import CHARS_PER_TOKEN, PromptSource, make_prompt_source
@@ -31,12 +33,18 @@ def _tokenizer(target: Target, workload: Workload, model: str | None, url: str |
 
 
 def make_workload(target: Target, workload: Workload, model: str | None, url: str | None, seed: int,
-                  base_dir: Path) -> tuple[ApiProtocol, PromptSource]:
-    """(protocol, prompts) of one target. Raises UsageError for a tokenizer or dataset that cannot be used."""
+                  base_dir: Path) -> tuple[ApiProtocol, PromptSource | Sessions]:
+    """(protocol, prompts) of one target: prompts by request number, or with ``workload.conversations`` the
+    :class:`~loadgen.protocols.conversation.Sessions` that build each turn. Raises UsageError for a tokenizer or
+    dataset that cannot be used."""
     tok = _tokenizer(target, workload, model, url, Path(base_dir))
+    chat = target.api in CHAT_APIS
     try:
         protocol = make_protocol(target, workload, model, base_url=url, tokenizer=tok)
-        prompts = make_prompt_source(workload, seed, Path(base_dir), tok, chat=target.api in CHAT_APIS)
+        if workload.conversations is not None:
+            source = make_conversation_source(workload, seed, Path(base_dir), tok, chat=chat)
+            return protocol, Sessions(protocol, source, chat)
+        prompts = make_prompt_source(workload, seed, Path(base_dir), tok, chat=chat)
     except (TokenizerError, DatasetError) as exc:
         raise UsageError(f"workload: {exc}") from None
     finally:

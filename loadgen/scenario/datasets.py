@@ -83,6 +83,9 @@ class Entry:
     output_tokens: int | None = None  # the entry's own output length
     reply: str | None = None  # an answer whose length in tokens is the output length (ShareGPT)
     extra_body: dict | None = None
+    # a multi-turn conversation's user turns, in order, each with the dataset's answer to it (None: unanswered);
+    # what workload.conversations replays (the dataset's answers give output lengths, the server's are sent)
+    turns: tuple[tuple[str, str | None], ...] | None = None
 
 
 def _positive(value, name: str, path, line) -> int | None:
@@ -118,6 +121,22 @@ def _conversation(conv, path, line) -> tuple[str, str] | None:
     return None
 
 
+def _user_turns(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str | None], ...]:
+    """(user text, the answer after it or None) of each non-empty user turn of ``(speaker, text)`` pairs."""
+    out = []
+    for i, (who, text) in enumerate(pairs):
+        if who in HUMAN and text:
+            nxt = pairs[i + 1] if i + 1 < len(pairs) else None
+            out.append((text, nxt[1] if nxt is not None and nxt[0] not in HUMAN else None))
+    return tuple(out)
+
+
+def _text_of(content) -> str:
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
+
+
 def entry_of(obj, path, line) -> Entry | None:
     """The Entry of one record (None: a ShareGPT conversation without an answered prompt): the one rule every
     format's records go through. Raises a ValueError whose message starts with ``path:line``."""
@@ -143,13 +162,15 @@ def entry_of(obj, path, line) -> Entry | None:
             raise _Bad(path, line, f"prompt: expected a non-empty string, got {text!r:.60}")
         return Entry(where, text=text, output_tokens=out, reply=reply, extra_body=extra)
     if "messages" in obj:
-        return Entry(where, messages=_messages(obj["messages"], path, line), output_tokens=out, reply=reply,
-                     extra_body=extra)
+        msgs = _messages(obj["messages"], path, line)
+        turns = _user_turns([(m["role"].lower(), _text_of(m["content"])) for m in msgs])
+        return Entry(where, messages=msgs, output_tokens=out, reply=reply, extra_body=extra, turns=turns or None)
     if "conversations" in obj:
         pair = _conversation(obj["conversations"], path, line)
         if pair is None:
             return None
-        return Entry(where, text=pair[0], output_tokens=out, reply=pair[1], extra_body=extra)
+        turns = _user_turns([(t["from"].lower(), t["value"]) for t in obj["conversations"]])
+        return Entry(where, text=pair[0], output_tokens=out, reply=pair[1], extra_body=extra, turns=turns)
     raise _Bad(path, line, f"expected an object with 'prompt', 'messages' or 'conversations', "
                            f"got keys {sorted(obj)}")
 

@@ -311,6 +311,43 @@ def as_dataset(value: "str | Dataset") -> Dataset:
     return Dataset(path=value) if isinstance(value, str) else value
 
 
+CONVERSATION_APIS = ("openai-chat", "openai-completions")
+MAX_TURNS = 1000  # user turns of one session at most (a record's seq leaves room for this many, see records/schema)
+
+
+class ThinkTime(Strict):
+    """A user's pause between an answer and the next turn, drawn per turn of each conversation."""
+
+    mean: Duration = Field(description="the mean pause, e.g. 2s")
+    distribution: Literal["constant", "exponential"] = Field(
+        "exponential", description="exponential (the pauses of independent users) or constant")
+
+
+def _think(v: Any) -> Any:
+    return {"mean": v, "distribution": "constant"} if isinstance(v, (int, float, str)) and not isinstance(v, bool) \
+        else v
+
+
+class Conversations(Strict):
+    """Multi-turn sessions: every arrival of an open-loop phase starts a session (a closed-loop worker holds one
+    session after another); each turn sends the whole history, the server's own answers included."""
+
+    turns: Optional[Tokens] = Field(None, description="user turns per session: a number or {mean, stddev, min, "
+                                                      "max}; default: a dataset conversation's own turns, else 4")
+    think_time: Annotated[ThinkTime, BeforeValidator(_think)] = Field(
+        default_factory=lambda: ThinkTime(mean=0.0, distribution="constant"),
+        description="pause between an answer and the next turn: a duration (constant), or {mean: 2s, "
+                    "distribution: exponential}; turn n+1 is due at turn n's end plus this, and its latency "
+                    "counts from then")
+
+    @field_validator("turns")
+    @classmethod
+    def _turns(cls, v):
+        if v is not None and (v.mean > MAX_TURNS or (v.max is not None and v.max > MAX_TURNS)):
+            raise ValueError(f"at most {MAX_TURNS} turns a session")
+        return v
+
+
 class Workload(Strict):
     tokenizer: Optional[str] = Field(
         None, description="count tokens as the model does: a tokenizer.json, a model folder, a Hugging Face model "
@@ -325,6 +362,10 @@ class Workload(Strict):
     cancel: Optional[Cancel] = Field(None, description="abort a share of requests client-side, e.g. "
                                                        "{fraction: 0.1, after: 500ms} or {fraction: 0.1, "
                                                        "after_tokens: 20}")
+    conversations: Optional[Conversations] = Field(
+        None, description="multi-turn sessions, e.g. {turns: 4, think_time: 2s}: each turn resends the history "
+                          f"with the server's answers ({', '.join(CONVERSATION_APIS)}); with a dataset, each "
+                          "conversation's user turns in order")
 
 
 class Ramp(BaseModel):
@@ -554,6 +595,15 @@ class Scenario(Strict):
                 raise ValueError("targets: every target needs a name")
             if len(set(names)) != len(names):
                 raise ValueError("targets: names must be unique")
+        return self
+
+    @model_validator(mode="after")
+    def _conversation_apis(self):
+        if self.workload.conversations is not None:
+            for t in self.target_list():
+                if t.api not in CONVERSATION_APIS:
+                    raise ValueError(f"workload.conversations: target {t.name!r} speaks {t.api}; conversations "
+                                     f"need one of {', '.join(CONVERSATION_APIS)}")
         return self
 
     @model_validator(mode="after")

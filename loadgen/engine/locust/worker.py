@@ -33,6 +33,7 @@ from locust.env import Environment
 
 from loadgen.engine.locust.transport import Cancelled, fire_request_event, send
 from loadgen.engine.logs import configure_logging, log_failure, logging_failures
+from loadgen.protocols.conversation import Sessions
 from loadgen.protocols.workload import make_workload
 from loadgen.records.schema import Outcome, RecordBuffer
 from loadgen.records.wire import batch_from_bytes, batch_to_bytes
@@ -70,6 +71,8 @@ class WorkerRun:
         workload = Workload.model_validate(cfg["workload"])
         self.protocol, self.prompts = make_workload(target, workload, cfg["model"], cfg["url"], cfg["seed"],
                                                     cfg["base_dir"])
+        # workload.conversations: each session stays on this worker, its turns in one greenlet
+        self.sessions: Sessions | None = self.prompts if isinstance(self.prompts, Sessions) else None
         self.cap = max(1, share(cfg["max_in_flight"], self.k, self.n))
         self.timeout = cfg["timeout"]
         self.send_message = send_message
@@ -108,14 +111,17 @@ class WorkerRun:
             if self.log_failures:
                 log_failure(self.name_of_target, plan.name, seq, out)
 
-    def _one(self, session, seq: int, plan, sched: float) -> None:
-
-
+    def _one(self, session, seq: int, plan, sched: float, conv=None) -> Outcome:
+        """Send and record request ``seq`` (a turn of the conversation session ``conv``, if any)."""
         out = Outcome()
         wall = time.time()
         req = None
         try:
-            req = self.protocol.build(seq, self.prompts.get(seq))
+            if conv is not None:
+                out.session, out.turn = conv.id, conv.turn
+                req = self.sessions.request(conv)
+            else:
+                req = self.protocol.build(seq, self.prompts.get(seq))
             out.counts = req.counts
             send(session, req, self.protocol.handler(), out, self.timeout, self.name)
         except (Cancelled, gevent.GreenletExit):
@@ -130,14 +136,49 @@ class WorkerRun:
             self._record(seq, plan, sched, out)
             if req is not None:
                 fire_request_event(self.events, req, self.name, out, wall)
+        return out
+
+    def _plan_at(self, t: float):
+        return next((p for p in self.plans if p.start <= t < p.end), None)
+
+    def _conversation(self, session, conv, plan, sched: float, closed_plan=None, budget=None) -> None:
+        """One session's turns, in this greenlet: each due at the last one's end plus the think time (see
+        :mod:`loadgen.protocols.conversation`); its first turn is already counted in flight by the caller."""
+        while True:
+            out = self._one(session, conv.seq, plan, sched, conv)
+            think = self.sessions.answered(conv, out)
+            if think is None:
+                return
+            sched = out.done - self.t0 + think
+            plan = closed_plan or self._plan_at(sched)
+            if (self.stopping or plan is None or sched >= plan.end
+                    or (budget is not None and budget[0] <= 0) or not self._sleep_until(sched)):
+                self.sessions.cut += 1
+                return
+            self.launched += 1
+            if budget is not None:
+                budget[0] -= 1
+            elif self.in_flight >= self.cap:
+                drop = Outcome(error="dropped", done=clock())
+                drop.session, drop.turn = conv.id, conv.turn
+                self._record(conv.seq, plan, sched, drop)
+                return
+            self.in_flight += 1
 
     def _launch(self, session, seq: int, plan, sched: float) -> None:
         self.launched += 1
+        conv = self.sessions.start(seq) if self.sessions is not None else None
         if self.in_flight >= self.cap:
-            self._record(seq, plan, sched, Outcome(error="dropped", done=clock()))
+            out = Outcome(error="dropped", done=clock())
+            if conv is not None:
+                out.session, out.turn = conv.id, conv.turn
+            self._record(seq, plan, sched, out)
             return
         self.in_flight += 1
-        self.group.spawn(self._one, session, seq, plan, sched)
+        if conv is not None:
+            self.group.spawn(self._conversation, session, conv, plan, sched)
+        else:
+            self.group.spawn(self._one, session, seq, plan, sched)
 
     def _sleep_until(self, t: float) -> bool:
         """Sleep until run time ``t`` (a timer, then yielding for the last stretch); False on stop."""
@@ -185,7 +226,10 @@ class WorkerRun:
                     count[0] += 1
                     self.launched += 1
                     self.in_flight += 1
-                    self._one(session, seq, plan, self.now())
+                    if self.sessions is None:
+                        self._one(session, seq, plan, self.now())
+                    else:
+                        self._conversation(session, self.sessions.start(seq), plan, self.now(), plan, budget)
             except (Cancelled, gevent.GreenletExit):
                 pass  # between two requests: nothing in flight to record
 
@@ -233,6 +277,9 @@ class WorkerRun:
             flusher.kill(block=True)
             end = self.now()
             self._flush()
+            if self.sessions is not None and self.sessions.cut:
+                self.notes.append(f"worker {self.k}: {self.sessions.cut} conversation turns were not sent: due "
+                                  "after the last phase, after a stop, or past max_requests")
             self.send_message("lb_done", {"k": self.k, "requests": self.launched, "rows": self.rows,
                                           "cpu": time.process_time() - cpu0, "end": end, "notes": self.notes,
                                           "interrupted": self.interrupted})
