@@ -232,6 +232,42 @@ class RecordingServer(KnownServer):
         return [("/v1/completions", self.chat)]
 
 
+class ConversationServer(RecordingServer):
+    """Chat and completions that answer every request with its own text (``answer <n> from the server``, n
+    counting from 0), after ``delay`` seconds, streamed in two chunks or whole, with usage; each body is kept
+    with the answer it got (``bodies``, ``answers``): what a conversation's later turns must resend. A chat
+    request whose history holds ``fail_after`` answers gets a 500 (its answer None)."""
+
+    def __init__(self, delay=0.02, fail_after=None):
+        super().__init__()
+        self.delay, self.fail_after, self.answers = delay, fail_after, []
+
+    async def chat(self, request: web.Request):
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        self.bodies.append(body)
+        if chat and self.fail_after is not None and sum(m["role"] == "assistant"
+                                                        for m in body["messages"]) >= self.fail_after:
+            self.answers.append(None)
+            return web.json_response({"error": {"message": "nope"}}, status=500)
+        text = f"answer {len(self.answers)} from the server"
+        self.answers.append(text)
+        await asyncio.sleep(self.delay)
+        usage = {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6}
+        if not body.get("stream"):
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"text": text}
+            return web.json_response({"id": "x", "choices": [choice], "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece in (text[:7], text[7:]):
+            choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+            await resp.write(b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n")
+        await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
 def main(argv=None) -> None:
     """Run a KnownServer in its own process (no GIL shared with the generator under test)."""
     import argparse

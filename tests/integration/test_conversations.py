@@ -1,0 +1,102 @@
+"""Conversations against a real server that answers every request differently: each turn resends the
+server's own answers, is due at the last turn's end plus the think time, and counts from then."""
+
+import json
+
+import numpy as np
+import pytest
+
+from loadgen.protocols.conversation import TURN_SEQ_BASE
+from loadgen.scenario.model import MAX_TURNS
+from tests.helpers import run
+from tests.servers import ConversationServer
+
+THINK = 0.15
+
+
+def _check_histories(srv: ConversationServer, chat: bool = True) -> int:
+    """Every request's history holds exactly the answers the server gave to the requests before it in its
+    session; returns how many requests had a history."""
+    answered = {}  # a request's messages (as JSON) -> the answer the server gave it
+    for body, answer in zip(srv.bodies, srv.answers):
+        answered[json.dumps(body["messages"])] = answer
+    later = 0
+    for body in srv.bodies:
+        msgs = body["messages"]
+        assert [m["role"] for m in msgs] == ["user", "assistant"] * (len(msgs) // 2) + ["user"]
+        for k in range(1, len(msgs), 2):  # the answer at k is the one the server gave to msgs[:k]
+            assert msgs[k]["content"] == answered[json.dumps(msgs[:k])]
+            later += 1
+    return later
+
+
+@pytest.mark.parametrize("transport, stream", [("lean", True), ("aiohttp", False)])
+def test_each_turn_resends_the_servers_answers_and_is_due_after_the_think_time(tmp_path, transport, stream):
+    srv = ConversationServer(delay=0.02).start()
+    try:
+        res, summary, df = run(tmp_path, f"""
+        name: conv
+        target: {{url: "{srv.url}", model: known, stream: {str(stream).lower()}, transport: {transport}}}
+        workload:
+          prompts: {{input_tokens: 8, output_tokens: 5, distinct: 50}}
+          conversations: {{turns: 3, think_time: {THINK}s}}
+        load: {{arrival: constant, phases: [{{name: a, duration: 2s, qps: 5}}]}}
+        """)
+    finally:
+        srv.stop()
+    assert res.exit_code == 0, res.reasons
+    assert _check_histories(srv) > 0
+    df = df.sort_values(["session", "turn"])
+    assert (df["error"] == "").all() and len(df) == len(srv.bodies)
+    assert sorted(df["session"].unique()) == list(range(10))  # one session per arrival, numbered by it
+    first = df[df["turn"] == 0]
+    assert np.allclose(first["scheduled"], np.arange(10) * 0.2)  # sessions start on the open-loop schedule
+    later = df[df["turn"] > 0].merge(df.assign(turn=df["turn"] + 1)[["session", "turn", "done"]],
+                                     on=["session", "turn"], suffixes=("", "_before"))
+    assert len(later) == len(df) - 10
+    assert np.allclose(later["scheduled"] - later["done_before"], THINK, atol=1e-9)  # due: end + think time
+    assert (later["sent"] >= later["scheduled"]).all() and (later["sent"] - later["scheduled"]).max() < 0.05
+    assert (later["seq"] == TURN_SEQ_BASE + later["session"] * MAX_TURNS + later["turn"]).all()
+    # input tokens: the whole history, counted (8 a user turn, 5 an answer by the server's usage)
+    assert (df["input_tokens"] == 8 + df["turn"] * 13).all()
+    turns = summary["conversations"]["by_turn"]
+    assert [t["turn"] for t in turns] == [0, 1, 2] and turns[0]["count"] == 10
+    assert summary["conversations"]["sessions"] == 10
+
+
+def test_a_failed_turn_ends_its_session(tmp_path):
+    srv = ConversationServer(delay=0.01, fail_after=1).start()  # every second turn fails
+    try:
+        res, summary, df = run(tmp_path, f"""
+        name: conv
+        target: {{url: "{srv.url}", model: known}}
+        workload:
+          conversations: {{turns: 4, think_time: 50ms}}
+        load: {{arrival: constant, phases: [{{name: a, duration: 1s, qps: 5}}]}}
+        """)
+    finally:
+        srv.stop()
+    assert sorted(df["turn"].unique()) == [0, 1]  # no third turn: the second failed
+    assert (df.loc[df["turn"] == 1, "error"] == "http_5xx").all() and (df.loc[df["turn"] == 0, "error"] == "").all()
+    assert summary["conversations"]["ended_by_failure"] == 5
+
+
+def test_conversations_on_completions_send_the_history_as_text(tmp_path):
+    srv = ConversationServer(delay=0.01).start()
+    try:
+        res, _, df = run(tmp_path, f"""
+        name: conv
+        target: {{url: "{srv.url}", model: known, api: openai-completions}}
+        workload:
+          conversations: {{turns: 2}}
+        load: {{arrival: constant, phases: [{{name: a, duration: 1s, qps: 3}}]}}
+        """)
+    finally:
+        srv.stop()
+    assert res.exit_code == 0, res.reasons
+    prompts = [b["prompt"] for b in srv.bodies]
+    seconds = [p for p in prompts if p.count("\n\n") == 2]
+    assert len(seconds) == 3
+    for p in seconds:  # user 1, the server's answer to it, user 2
+        user1, answer, _ = p.split("\n\n")
+        assert srv.answers[prompts.index(user1)] == answer
