@@ -8,6 +8,8 @@ what it measures, before any table.
 - a load step above the expected rate (summary ``headroom``): p99 at 100% and at 120%, their ratio, the
   objectives, and the distance from the knee when a capacity search was given
 - several targets: the article's sentence (mean and p99 of each, p99 ratio) and the knobs that differ
+- one target holding conversations (summary ``conversations``): TTFT and latency at the first turn against
+  the last, with the prompt's growth between them
 - repeated runs (repeats.json): per target, the median p50 and p99 over its runs with between-run intervals
 - otherwise: the overall p50 and p99 at the rate achieved
 
@@ -69,7 +71,8 @@ def _spread(data: dict, target: str, path: str, kind: str = "ms", unit: str = " 
 
 
 def choose(run: RunData) -> str:
-    """What the run measures: cold_start | repeated | burst | headroom | architectures | steady | none."""
+    """What the run measures: cold_start | repeated | burst | headroom | architectures | conversation | steady |
+    none."""
     summaries = [td.summary for td in run.targets if td.summary]
     if run.cold_start:
         return "cold_start"
@@ -81,6 +84,8 @@ def choose(run: RunData) -> str:
         return "headroom"
     if len(summaries) >= 2:
         return "architectures"
+    if summaries and (summaries[0].get("conversations") or {}).get("by_turn"):
+        return "conversation"
     return "steady" if summaries else "none"
 
 
@@ -98,6 +103,8 @@ def headline(run: RunData) -> dict | None:
         return headroom_headline([td for td in run.targets if (td.summary or {}).get("headroom")])
     if kind == "architectures":
         return architectures_headline([(td.name, td) for td in run.targets])
+    if kind == "conversation":
+        return conversation_headline(next(td for td in run.targets if td.summary))
     if kind == "steady":
         return steady_headline(next(td for td in run.targets if td.summary))
     return None
@@ -338,6 +345,28 @@ def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None
 
 
 # -- steady ----------------------------------------------------------------------------------------
+
+def conversation_headline(td: TargetData) -> dict:
+    """What the history costs: TTFT (streams) and latency p50 at the first turn and at the last turn index that
+    has successful requests, and the mean prompt between them."""
+    s, name = td.summary, td.name
+    turns = s["conversations"]["by_turn"]
+    last = max((i for i, t in enumerate(turns) if t["ok"]), default=0)
+    base = "conversations/by_turn"
+    sent: list = [_cell(s, name, "conversations/sessions", "count"), " sessions, ",
+                  f"{s['conversations']['turns_per_session']['mean']:.1f} turns each on average. "]
+    for metric, label in (("ttft", "TTFT"), ("latency", "latency")):
+        if get(s, f"{base}/0/{metric}/percentiles/p50/value") is None:
+            continue
+        sent += [f"{label} p50 ", _cell(s, name, f"{base}/0/{metric}/percentiles/p50/value", "ms"),
+                 " ms at turn 1, ", _cell(s, name, f"{base}/{last}/{metric}/percentiles/p50/value", "ms"),
+                 f" ms at turn {turns[last]['turn'] + 1}; "]
+    sent += ["the prompt grows from ", _cell(s, name, f"{base}/0/prompt_tokens_mean", "rate"), " to ",
+             _cell(s, name, f"{base}/{last}/prompt_tokens_mean", "rate"), " tokens on average, as each turn resends "
+             "the history. Error rate ", _cell(s, name, "overall/error_rate", "pct"), "."]
+    return {"kind": "conversation", "title": "Conversations: what the history costs, turn by turn",
+            "sentences": [sent], "notes": []}
+
 
 def steady_headline(td: TargetData) -> dict:
     s, name = td.summary, td.name

@@ -8,6 +8,7 @@ import pytest
 
 from loadgen.protocols.conversation import TURN_SEQ_BASE
 from loadgen.scenario.model import MAX_TURNS
+from reports import write_outputs
 from tests.helpers import run
 from tests.servers import ConversationServer
 
@@ -62,6 +63,10 @@ def test_each_turn_resends_the_servers_answers_and_is_due_after_the_think_time(t
     turns = summary["conversations"]["by_turn"]
     assert [t["turn"] for t in turns] == [0, 1, 2] and turns[0]["count"] == 10
     assert summary["conversations"]["sessions"] == 10
+    write_outputs(res.rundir.path)
+    html = (res.rundir.path / "report.html").read_text()
+    assert "Conversations: what the history costs, turn by turn" in html and "By turn (conversations)" in html
+    assert html.count("conversations/by_turn/2/ttft/percentiles/p50/value") >= 1
 
 
 def test_a_failed_turn_ends_its_session(tmp_path):
