@@ -2,14 +2,18 @@
 server's own answers, is due at the last turn's end plus the think time, and counts from then."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from loadgen.analysis.metrics import records_frame
 from loadgen.protocols.conversation import TURN_SEQ_BASE
+from loadgen.records.schema import read_records
 from loadgen.scenario.model import MAX_TURNS
 from reports import write_outputs
-from tests.helpers import run
+from tests.helpers import ROOT, run, write_scenario
 from tests.servers import ConversationServer
 
 THINK = 0.15
@@ -105,3 +109,30 @@ def test_conversations_on_completions_send_the_history_as_text(tmp_path):
     for p in seconds:  # user 1, the server's answer to it, user 2
         user1, answer, _ = p.split("\n\n")
         assert srv.answers[prompts.index(user1)] == answer
+
+
+@pytest.mark.parametrize("flags", [["--processes", "2"], ["--engine", "locust", "--workers", "2"]],
+                         ids=["processes", "locust"])
+def test_sessions_stay_with_the_sender_that_started_them(tmp_path, flags):
+    srv = ConversationServer(delay=0.01).start()
+    try:
+        path = write_scenario(tmp_path, f"""
+        name: conv
+        target: {{url: "{srv.url}", model: known}}
+        workload:
+          conversations: {{turns: 3, think_time: 50ms}}
+        load: {{arrival: constant, phases: [{{name: a, duration: 2s, qps: 6}}]}}
+        """)
+        r = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", str(path), "--out", str(tmp_path / "runs"),
+                            "--quiet", *flags], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    finally:
+        srv.stop()
+    assert r.returncode == 0, r.stdout + r.stderr
+    (rd,) = (tmp_path / "runs").iterdir()
+    df = records_frame(read_records(rd / "target" / "requests.parquet"))
+    assert _check_histories(srv) == 2 * 12 + 1 * 12  # 12 sessions of 3 turns: turns 2 and 3 resend 1 and 2 answers
+    assert len(df) == 36 and (df["error"] == "").all() and sorted(df["session"].unique()) == list(range(12))
+    assert df.groupby("session")["worker"].nunique().max() == 1 and df["worker"].nunique() == 2
+    later = df[df["turn"] > 0].merge(df.assign(turn=df["turn"] + 1)[["session", "turn", "done"]],
+                                     on=["session", "turn"], suffixes=("", "_before"))
+    assert np.allclose(later["scheduled"] - later["done_before"], 0.05, atol=1e-9)
