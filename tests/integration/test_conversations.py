@@ -136,3 +136,31 @@ def test_sessions_stay_with_the_sender_that_started_them(tmp_path, flags):
     later = df[df["turn"] > 0].merge(df.assign(turn=df["turn"] + 1)[["session", "turn", "done"]],
                                      on=["session", "turn"], suffixes=("", "_before"))
     assert np.allclose(later["scheduled"] - later["done_before"], 0.05, atol=1e-9)
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp"])
+def test_closed_loop_workers_hold_one_session_after_another(tmp_path, transport):
+    srv = ConversationServer(delay=0.02).start()
+    try:
+        res, summary, df = run(tmp_path, f"""
+        name: conv
+        target: {{url: "{srv.url}", model: known, transport: {transport}}}
+        workload:
+          conversations: {{turns: 3, think_time: 30ms}}
+        load: {{phases: [{{name: a, duration: 1.5s, concurrency: 2}}]}}
+        """)
+    finally:
+        srv.stop()
+    assert res.exit_code == 0, res.reasons
+    assert _check_histories(srv) > 0 and (df["error"] == "").all()
+    df = df.sort_values("scheduled")
+    in_use = 0
+    events = sorted([(t, 1) for t in df.loc[df["turn"] == 0, "scheduled"]]
+                    + [(t, -1) for t in df.groupby("session")["done"].max()])
+    for _, d in events:  # never more sessions open at once than workers
+        in_use += d
+        assert in_use <= 2
+    later = df[df["turn"] > 0].merge(df.assign(turn=df["turn"] + 1)[["session", "turn", "done"]],
+                                     on=["session", "turn"], suffixes=("", "_before"))
+    assert len(later) > 0 and np.allclose(later["scheduled"] - later["done_before"], 0.03, atol=1e-9)
+    assert summary["conversations"]["sessions"] >= 6
