@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from reference_server.backends import resolve_backend
+from reference_server.__main__ import check_config, config_from_args
 from reference_server.background import BackgroundServer
 from reference_server.config import ServerConfig
 from reference_server.engine import Engine, GenRequest, model_step
@@ -45,6 +46,23 @@ def sample(metrics: Metrics, name: str) -> float:
     return metrics.registry.get_sample_value(name, {"backend": "numpy"})
 
 
+@pytest.mark.parametrize("argv, on, blocks", [
+    (["--arch", "naive"], False, 0),
+    (["--arch", "optimized"], True, 0),
+    (["--arch", "batching"], False, 0),
+    (["--arch", "optimized", "--no-prefix-cache"], False, 0),
+    (["--arch", "naive", "--prefix-cache", "--prefix-cache-blocks", "100"], True, 100),
+])
+def test_the_knob_is_on_in_the_optimized_preset_only(argv, on, blocks):
+    c = config_from_args(argv)
+    assert (c.prefix_cache, c.prefix_cache_blocks) == (on, blocks)
+
+
+def test_bad_prefix_cache_settings_are_named():
+    assert check_config(["--prefix-cache-blocks", "-1"]) == ["prefix_cache_blocks: must be >= 0, got -1"]
+    assert check_config(["--prefix-cache-blocks", "many"])[0].startswith("prefix_cache_blocks: invalid int value")
+
+
 def test_block_hashes_chain_the_whole_prefix():
     a = tokens(70, 1)
     h = block_hashes(a)
@@ -55,13 +73,15 @@ def test_block_hashes_chain_the_whole_prefix():
 
 
 def test_a_hit_computes_only_the_rest_with_the_same_logits(model):
+    default = PrefixCache(model, Metrics("numpy"))
+    assert default.capacity == (256 << 20) // (12288 * BLOCK_TOKENS) == 1365  # tiny: 12 KiB of K and V a token
     pc = PrefixCache(model, Metrics("numpy"), capacity=64)
     shared, first, second = tokens(100, 3), tokens(37, 4), tokens(21, 5)
     cache = model.new_cache(140)
     hashes, hit = pc.attach(shared + first, cache)
     assert hit == 0 and cache.length == 0  # cold
     model.step([(shared + first, cache)])
-    assert pc.store(hashes, cache, 0, len(shared) + first.__len__()) == (100 + 37) // BLOCK_TOKENS == 8
+    assert pc.store(hashes, cache, 0, len(shared) + len(first)) == (100 + 37) // BLOCK_TOKENS == 8
     warm = model.new_cache(130)
     hashes, hit = pc.attach(shared + second, warm)
     assert hit == warm.length == 96  # six whole blocks of the shared 100 tokens; the seventh differs
