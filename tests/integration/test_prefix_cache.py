@@ -13,8 +13,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from reference_server.backends import resolve_backend
 from reference_server.__main__ import check_config, config_from_args
+from reference_server.backends import resolve_backend
 from reference_server.background import BackgroundServer
 from reference_server.config import ServerConfig
 from reference_server.engine import Engine, GenRequest, model_step
