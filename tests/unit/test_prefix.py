@@ -137,6 +137,9 @@ load: {phases: [{name: a, duration: 1s, qps: 1}]}
     path.write_text(path.read_text().replace("tokens: 0", "tokens: 16"))
     with pytest.raises(ScenarioError, match="prefix.groups .8. exceeds prompts.distinct .4."):
         load_scenario(path, env={})
+    path.write_text(path.read_text().replace("groups: 8}", "groups: 2}\n  conversations: {turns: 2}"))
+    with pytest.raises(ScenarioError, match="prefix: not with conversations"):
+        load_scenario(path, env={})
 
 
 def test_schema_documents_the_prefix():
