@@ -53,6 +53,12 @@ def build_parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     k.add_argument("--max-step-tokens", type=int, default=None,
                    help="tokens per forward pass: every decode plus prompt chunks up to this (default 256)")
     k.add_argument("--cache-size", type=int, default=None, help="LRU result cache entries; 0 = off")
+    k.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=None,
+                   help="prefix (KV) cache: prompt blocks of 16 tokens whose keys and values another request "
+                        "computed are copied, not prefilled (on in the optimized preset)")
+    k.add_argument("--prefix-cache-blocks", type=int, default=None,
+                   help="prefix cache capacity in blocks, least recently used evicted first "
+                        "(default 0: as many as 256 MiB of keys and values hold)")
     k.add_argument("--precision", choices=PRECISIONS, default=None)
     k.add_argument("--threads", type=int, default=None, help="torch CPU intra-op threads (default 1)")
     k.add_argument("--step-threads", type=int, default=None,

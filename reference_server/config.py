@@ -34,6 +34,8 @@ class ServerConfig:
     max_queue_delay_s: float = 0.0  # Triton-style: wait at most this for the oldest request when idle
     max_step_tokens: int = 256  # tokens per forward pass (decodes + prompt chunks); bounds the inter-token gap
     cache_size: int = 0  # LRU result cache entries; 0 = off
+    prefix_cache: bool = False  # keep prompt blocks' keys and values for later prompts (vLLM's prefix caching)
+    prefix_cache_blocks: int = 0  # prefix cache capacity in blocks of 16 tokens; 0 = what 256 MiB of KV hold
     precision: str = "fp32"
     threads: int = 1  # torch's CPU intra-op threads (BLAS itself always runs one thread)
     step_threads: int = 1  # numpy backend: threads that split each forward pass by sequence
@@ -59,8 +61,8 @@ class ServerConfig:
 
         Presets: ``naive`` (lazy load, no warm-up, one request at a time, no cache), ``optimized``
         (preload, warm-up, continuous batching up to 32 with chunked prefill, each step split over 2
-        compute threads on numpy, LRU cache), ``batching`` (batching only: preloaded, no warm-up, no
-        cache) and ``cache`` (cache only, otherwise naive).
+        compute threads on numpy, LRU result cache, prefix cache), ``batching`` (batching only: preloaded,
+        no warm-up, no cache) and ``cache`` (result cache only, otherwise naive).
         """
         if arch not in ARCHS:
             raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
@@ -68,7 +70,7 @@ class ServerConfig:
         if arch in ("optimized", "batching"):
             base.update(preload=True, max_batch_size=32, max_queue_delay_s=0.002, step_threads=2)
         if arch == "optimized":
-            base.update(warmup=True, cache_size=1024)
+            base.update(warmup=True, cache_size=1024, prefix_cache=True)
         if arch == "cache":
             base.update(cache_size=1024)
         names = {f.name for f in dataclasses.fields(cls)}
@@ -100,6 +102,8 @@ class ServerConfig:
         for name in ("error_rate", "slow_rate", "cut_stream_rate"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise ValueError(f"{name}: must be within [0, 1], got {getattr(self, name)!r}")
+        if self.prefix_cache_blocks < 0:
+            raise ValueError(f"prefix_cache_blocks: must be >= 0, got {self.prefix_cache_blocks!r}")
         if self.cache_size < 0:
             raise ValueError(f"cache_size: must be >= 0, got {self.cache_size!r}")
         if self.grpc_port is not None and not 0 <= int(self.grpc_port) <= 65535:

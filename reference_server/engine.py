@@ -8,6 +8,9 @@ built like vLLM's chunked-prefill scheduler:
    still being prefilled, then newly admitted requests while the running set is below
    ``max_batch_size``; a prompt longer than what is left is cut into chunks over several steps (when the
    model supports chunked prefill), so one long prompt cannot stall every stream;
+   a request's first step looks its prompt up in the prefix cache, when the server has one
+   (:mod:`reference_server.prefix_cache`): the blocks found are copied into its KV cache and only the rest
+   of the prompt is prefilled; the blocks each pass completes are stored;
 3. all of it runs as *one* pass (``model.step``): decode tokens and prompt chunks packed into one matrix
    for every weight matmul, attention per sequence. A sequence whose prompt completes gets its first
    token from that pass.
@@ -37,6 +40,7 @@ from .backends import ResolvedBackend, load_model
 from .config import ServerConfig
 from .faults import FaultInjector
 from .metrics import Metrics
+from .prefix_cache import BLOCK_TOKENS, PrefixCache
 from .sampling import StopMatcher, sample
 from .tokenizer import decode_token
 
@@ -103,7 +107,9 @@ class GenRequest:
     events: EventChannel | None = None
     aborted: bool = False
     n_generated: int = 0
-    prefilled: int = 0  # prompt tokens already in the cache (chunked prefill)
+    prefilled: int = 0  # prompt tokens already in the cache (chunked prefill, or found in the prefix cache)
+    block_hashes: list = field(default_factory=list)  # the prompt's block chain (with a prefix cache)
+    cached_blocks: int = 0  # of those, blocks found in the prefix cache or stored in it
     last_token: int = 0
     last_time: float = 0.0
     cache: object = None
@@ -119,6 +125,7 @@ class Engine:
         self.config, self.resolved, self.metrics, self.faults, self.log = config, resolved, metrics, faults, log
         self.state = "loading" if config.preload else "lazy"
         self.model = None
+        self.prefix: PrefixCache | None = None  # made with the model, when config.prefix_cache
         self.error: str | None = None
         self._cv = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
@@ -202,6 +209,8 @@ class Engine:
             load_s = time.perf_counter() - t0
             self.metrics.model_load.set(load_s)
             self.log.info("model %s loaded in %.3f s (%s)", self.resolved.spec.name, load_s, self.model.precision_note)
+            if self.config.prefix_cache:
+                self.prefix = PrefixCache(self.model, self.metrics, self.config.prefix_cache_blocks)
             if self.config.warmup:
                 self.state = "warming"
                 t0 = time.perf_counter()
@@ -293,6 +302,8 @@ class Engine:
         cap = max(budget // cfg.step_threads, MIN_PREFILL_CHUNK) if len(self._prefilling) > 1 else budget
         plan = []
         for req in self._prefilling:
+            if req.cache is None:
+                self._start(req)
             left = len(req.prompt_ids) - req.prefilled
             take = min(left, budget, cap) if chunked else left
             if take <= 0 or (not chunked and plan and take > budget):
@@ -301,6 +312,18 @@ class Engine:
             budget -= take
         return plan
 
+    def _start(self, req: GenRequest) -> None:
+        """A request's first work: its queue time, sampling state and KV cache, which the prefix cache fills
+        with the prompt's first blocks where it holds them (those tokens are then not prefilled)."""
+        self.metrics.queue_time.observe(time.perf_counter() - req.arrival)
+        self._counter += 1
+        req.rng = np.random.default_rng(req.seed if req.seed is not None else (self.config.seed, self._counter))
+        req.stopper = StopMatcher(req.stop)
+        req.cache = self.model.new_cache(len(req.prompt_ids) + req.max_tokens)
+        if self.prefix is not None:
+            req.block_hashes, req.prefilled = self.prefix.attach(req.prompt_ids, req.cache)
+            req.cached_blocks = req.prefilled // BLOCK_TOKENS
+
     def _iterate(self) -> None:
         """One scheduler iteration: every decode, plus as much prompt work as the budget allows, in one pass."""
         decoding = list(self._running)  # a snapshot: finishing requests leave self._running mid-step
@@ -308,12 +331,6 @@ class Engine:
         start = time.perf_counter()
         segments = [([r.last_token], r.cache) for r in decoding]
         for req, take in plan:
-            if req.cache is None:  # first chunk: the request starts now
-                self.metrics.queue_time.observe(start - req.arrival)
-                self._counter += 1
-                req.rng = np.random.default_rng(req.seed if req.seed is not None else (self.config.seed, self._counter))
-                req.stopper = StopMatcher(req.stop)
-                req.cache = self.model.new_cache(len(req.prompt_ids) + req.max_tokens)
             segments.append((req.prompt_ids[req.prefilled : req.prefilled + take], req.cache))
         if not segments:
             return
@@ -330,6 +347,8 @@ class Engine:
         for (req, take), row in zip(plan, logits[len(decoding):]):
             req.prefilled += take
             self.metrics.prompt_tokens.inc(take)
+            if self.prefix is not None:  # the blocks this pass completed, for the requests that follow
+                req.cached_blocks = self.prefix.store(req.block_hashes, req.cache, req.cached_blocks, req.prefilled)
             if req.prefilled < len(req.prompt_ids):
                 continue
             self._prefilling.remove(req)
@@ -385,16 +404,19 @@ MIN_PREFILL_CHUNK = 16  # prompt tokens a step takes even when decodes alone fil
 
 def model_step(model):
     """``model.step`` (one pass over (tokens, cache) segments), or the same built from the model's
-    ``prefill`` and ``decode`` for models without one (whole prompts only, then one decode batch)."""
+    ``prefill`` and ``decode`` for models without one (whole prompts, or what follows a cached prefix, then one
+    decode batch)."""
     step = getattr(model, "step", None)
     if step is not None:
         return step
 
     def fallback(segments):
-        decode = [(i, t[0], c) for i, (t, c) in enumerate(segments) if c.length > 0]
+        # one token after a filled cache is a decode; anything else a prompt (whole, or its part after a prefix
+        # the prefix cache filled in)
+        decode = [(i, t[0], c) for i, (t, c) in enumerate(segments) if len(t) == 1 and c.length > 0]
         out: list = [None] * len(segments)
         for i, (tokens, cache) in enumerate(segments):
-            if cache.length == 0:
+            if len(tokens) > 1 or cache.length == 0:
                 out[i] = model.prefill(tokens, cache)
         if decode:
             rows = model.decode([t for _, t, _ in decode], [c for _, _, c in decode])

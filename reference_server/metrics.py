@@ -7,6 +7,8 @@ to 10 ms, fine enough to tell 1 ms inter-token gaps apart.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
@@ -16,6 +18,17 @@ FINE_BUCKETS = (
     1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0,
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
+
+
+@dataclass(frozen=True)
+class PrefixCacheMetrics:
+    """The prefix cache's metrics (:meth:`Metrics.add_prefix_cache`), bound to the backend label."""
+
+    queries: object  # Counter: prompt tokens looked up
+    hits: object  # Counter: of those, tokens found cached (not prefilled)
+    blocks: object  # Gauge: blocks held
+    evictions: object  # Counter: blocks evicted (least recently used first)
+    hit_rate: object  # Gauge: hits / queries since start
 
 
 class Metrics:
@@ -56,6 +69,26 @@ class Metrics:
         self.faults = Counter("refserver:injected_faults", "Faults injected, by kind.", lb + ["kind"], registry=r)
         self.sim_overrun = bound(Counter("refserver:sim_overrun_seconds",
                                          "Sim steps' compute beyond the modelled time.", lb, registry=r))
+
+    def add_prefix_cache(self, capacity_blocks: int) -> PrefixCacheMetrics:
+        """Register the prefix cache's metrics (only a server with one exports them), named as vLLM's:
+        ``prefix_cache_queries`` and ``prefix_cache_hits`` count tokens; ``prefix_cache_hit_rate`` is their
+        ratio over the server's life (vLLM's older ``gpu_prefix_cache_hit_rate``)."""
+        r, lb, b = self.registry, ["backend"], self.backend
+        out = PrefixCacheMetrics(
+            Counter("refserver:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", lb,
+                    registry=r).labels(backend=b),
+            Counter("refserver:prefix_cache_hits", "Prompt tokens found in the prefix cache (not prefilled).", lb,
+                    registry=r).labels(backend=b),
+            Gauge("refserver:prefix_cache_blocks", "Blocks held by the prefix cache.", lb, registry=r).labels(
+                backend=b),
+            Counter("refserver:prefix_cache_evictions", "Prefix cache blocks evicted (least recently used).", lb,
+                    registry=r).labels(backend=b),
+            Gauge("refserver:prefix_cache_hit_rate", "Prefix cache hits / queries (tokens, 0-1), since start.", lb,
+                  registry=r).labels(backend=b))
+        Gauge("refserver:prefix_cache_capacity_blocks", "Blocks the prefix cache may hold.", lb,
+              registry=r).labels(backend=b).set(capacity_blocks)
+        return out
 
     def step(self, phase: str):
         """The step-duration histogram child of ``phase`` (prefill, decode or mixed)."""

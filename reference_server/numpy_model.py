@@ -121,6 +121,22 @@ class NumpyModel:
         """A KV cache for one sequence of at most ``capacity`` tokens."""
         return SeqCache(self.spec, capacity)
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of keys and values one token holds in a cache (every layer)."""
+        return 2 * self.spec.n_layers * self.spec.d_model * 4
+
+    def read_kv(self, cache: SeqCache, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """A copy of the keys and values of positions ``[start, stop)`` of ``cache`` (the prefix cache's blocks)."""
+        return cache.k[:, :, start:stop].copy(), cache.v[:, :, start:stop].copy()
+
+    def write_kv(self, cache: SeqCache, start: int, kv: tuple[np.ndarray, np.ndarray]) -> None:
+        """Put keys and values from :meth:`read_kv` at positions ``start ..`` of ``cache`` (its length is the
+        caller's to set)."""
+        k, v = kv
+        cache.k[:, :, start : start + k.shape[2]] = k
+        cache.v[:, :, start : start + v.shape[2]] = v
+
     def _mask(self, rows: slice, cols: int) -> np.ndarray:
         """Causal mask rows ``rows`` (absolute positions) x columns ``[0, cols)``: -inf above the diagonal."""
         causal = self._causal  # one read: compute threads may grow it concurrently

@@ -120,6 +120,18 @@ class SimModel:
     def new_cache(self, capacity: int):
         return self.inner.new_cache(capacity)
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.inner.kv_bytes_per_token
+
+    def read_kv(self, cache, start: int, stop: int):
+        """The tiny model's keys and values: a prefix-cache hit skips their compute, and the modelled time of
+        a step counts only the prompt tokens it computes, so a hit is as much shorter as it would be on the GPU."""
+        return self.inner.read_kv(cache, start, stop)
+
+    def write_kv(self, cache, start: int, kv) -> None:
+        self.inner.write_kv(cache, start, kv)
+
     def _pad(self, start: float, target: float) -> None:
         elapsed = time.perf_counter() - start
         if elapsed < target:

@@ -94,6 +94,22 @@ class TorchModel:
     def new_cache(self, capacity: int) -> TorchSeqCache:
         return TorchSeqCache(self.spec, capacity, self.dtype, self.device)
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of keys and values one token holds in a cache (every layer)."""
+        return 2 * self.spec.n_layers * self.spec.d_model * torch.empty((), dtype=self.dtype).element_size()
+
+    def read_kv(self, cache: TorchSeqCache, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A copy (on the model's device) of the keys and values of positions ``[start, stop)`` of ``cache``."""
+        return cache.k[:, :, start:stop].clone(), cache.v[:, :, start:stop].clone()
+
+    def write_kv(self, cache: TorchSeqCache, start: int, kv: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Put keys and values from :meth:`read_kv` at positions ``start ..`` of ``cache`` (its length is the
+        caller's to set)."""
+        k, v = kv
+        cache.k[:, :, start : start + k.shape[2]] = k
+        cache.v[:, :, start : start + v.shape[2]] = v
+
     def _mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         n = self.net
         return x + n.w2[i](F.gelu(n.w1[i](_rmsnorm(x, n.norm2[i])), approximate="tanh"))
@@ -102,20 +118,29 @@ class TorchModel:
         return self.net.lm_head(_rmsnorm(x, self.net.norm_f)).float().cpu().numpy()
 
     def prefill(self, tokens: list[int], cache: TorchSeqCache) -> np.ndarray:
-        """Run the prompt through the model into an empty ``cache``; return the last logits (numpy)."""
+        """Run the prompt through the model into ``cache``, after what it holds (empty, or a prefix from the
+        prefix cache); return the last logits (numpy)."""
         s, n_ = self.spec, self.net
-        n = len(tokens)
+        n, st = len(tokens), cache.length
+        end = st + n
         with torch.inference_mode():
             ids = torch.tensor(tokens, device=self.device)
-            x = n_.embed[ids] + n_.pos[:n]
+            x = n_.embed[ids] + n_.pos[st:end]
+            # a continued prompt attends to the cached prefix too: row r sees columns [0, st + r]
+            mask = (torch.arange(end, device=self.device)[None, :]
+                    <= torch.arange(st, end, device=self.device)[:, None]) if st else None
             for i in range(s.n_layers):
                 qkv = n_.wqkv[i](_rmsnorm(x, n_.norm1[i])).view(n, 3, s.n_heads, s.head_dim).permute(1, 2, 0, 3)
-                cache.k[i, :, :n] = qkv[1]
-                cache.v[i, :, :n] = qkv[2]
-                att = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+                cache.k[i, :, st:end] = qkv[1]
+                cache.v[i, :, st:end] = qkv[2]
+                if st:
+                    att = F.scaled_dot_product_attention(qkv[0], cache.k[i, :, :end], cache.v[i, :, :end],
+                                                         attn_mask=mask)
+                else:
+                    att = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
                 x = x + n_.wo[i](att.transpose(0, 1).reshape(n, s.d_model))
                 x = self._mlp(i, x)
-            cache.length = n
+            cache.length = end
             return self._logits(x[-1:])[0]
 
     def decode(self, tokens: list[int], caches: list[TorchSeqCache]) -> np.ndarray:

@@ -295,6 +295,7 @@ def headroom_headline(targets: list[TargetData]) -> dict:
 
 KNOB_LABELS = {"preload": "preload", "warmup": "warm-up", "max_batch_size": "max batch size",
                "max_queue_delay_s": "max queue delay", "cache_size": "result cache entries", "precision": "precision",
+               "prefix_cache": "prefix cache", "prefix_cache_blocks": "prefix cache blocks",
                "step_threads": "compute threads", "threads": "torch threads", "max_step_tokens": "tokens per step",
                "model": "model", "backend": "backend"}
 

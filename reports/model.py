@@ -167,13 +167,14 @@ def slo_rows(targets: list[TargetData]) -> list[dict]:
 COMPARE = (("mean", "overall/metrics/latency/mean", "ms", "mean", True, "latency.mean"),
            ("p50", "overall/metrics/latency/percentiles/p50/value", "ms", "p50", True, "latency.p50"),
            ("p99", "overall/metrics/latency/percentiles/p99/value", "ms", "p99", True, "latency.p99"),
+           ("TTFT p50", "overall/metrics/ttft/percentiles/p50/value", "ms", "TTFT p50", True, "ttft.p50"),
            ("TTFT p99", "overall/metrics/ttft/percentiles/p99/value", "ms", "TTFT p99", True, "ttft.p99"),
            ("QPS held", "overall/achieved_qps", "rate", "QPS", False, "achieved_qps"),
            ("error rate", "overall/error_rate", "pct", "", True, "error_rate"))
 
 
 def comparison(entries: list[tuple[str, dict]], groups: dict[str, dict] | None = None) -> dict | None:
-    """'architecture | mean | p50 | p99 | TTFT p99 | QPS held' with ratios against the first entry.
+    """'architecture | mean | p50 | p99 | TTFT p50 | TTFT p99 | QPS held' with ratios against the first entry.
 
     ``groups``: repeated targets by label (their repeats.json entry): such an entry shows the median of
     its runs (``src`` then points into repeats.json) with one dot per run beside it; its summary may be None."""

@@ -26,8 +26,8 @@ from loadgen.schedule.arrivals import PhasePlan
 from loadgen.units import json_num
 
 #: Server settings compared between architectures, in display order.
-KNOBS = ("model", "backend", "preload", "warmup", "max_batch_size", "max_queue_delay_s", "cache_size", "precision",
-         "step_threads", "threads", "max_step_tokens")
+KNOBS = ("model", "backend", "preload", "warmup", "max_batch_size", "max_queue_delay_s", "cache_size", "prefix_cache",
+         "prefix_cache_blocks", "precision", "step_threads", "threads", "max_step_tokens")
 
 
 def _num(v) -> float | None:

@@ -9,6 +9,7 @@ by the Request's identity) reused. Anything else is built per request, as before
 
 from __future__ import annotations
 
+from loadgen.scenario.prefix import PrefixedPrompts
 from loadgen.scenario.prompts import ListPrompts, SyntheticPrompts
 
 #: At most this many bytes of request bodies are kept; past it requests are built as they go.
@@ -22,7 +23,7 @@ class RequestCache:
         self.protocol, self.prompts = protocol, prompts
         self._bytes = 0
         cacheable = (getattr(protocol, "per_request", True) is False
-                     and isinstance(prompts, (SyntheticPrompts, ListPrompts)))  # both give prompt seq % len
+                     and isinstance(prompts, (SyntheticPrompts, ListPrompts, PrefixedPrompts)))  # prompt seq % len
         self._n = len(prompts) if cacheable else 0
         self._cache: list | None = [None] * self._n if cacheable else None
 

@@ -1,7 +1,8 @@
 """What a sender needs to build its requests: the tokenizer, the protocol and the prompts, made in one place.
 
 Every sender (the native engine, each of its processes, each Locust worker) calls :func:`make_workload`, so
-they all count and build alike. The tokenizer is loaded here and not earlier because ``tokenizer: server``
+they all count and build alike; the prompts open with ``workload.prefix``'s shared prefixes when it has one
+(:mod:`loadgen.scenario.prefix`). The tokenizer is loaded here and not earlier because ``tokenizer: server``
 needs the target's URL, known only once a managed target has started.
 """
 
@@ -16,6 +17,7 @@ from loadgen.protocols.registry import make_protocol
 from loadgen.scenario.conversations import make_conversation_source
 from loadgen.scenario.datasets import DatasetError
 from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.prefix import with_prefix
 from loadgen.scenario.prompts import CHARS_PER_TOKEN, PromptSource, make_prompt_source
 from loadgen.scenario.tokenizer import ServerTokenizer, Tokenizer, TokenizerError, load_tokenizer
 
@@ -44,7 +46,8 @@ def make_workload(target: Target, workload: Workload, model: str | None, url: st
         if workload.conversations is not None:
             source = make_conversation_source(workload, seed, Path(base_dir), tok, chat=chat)
             return protocol, Sessions(protocol, source, chat)
-        prompts = make_prompt_source(workload, seed, Path(base_dir), tok, chat=chat)
+        prompts = with_prefix(make_prompt_source(workload, seed, Path(base_dir), tok, chat=chat), workload, seed,
+                              tok, chat)
     except (TokenizerError, DatasetError) as exc:
         raise UsageError(f"workload: {exc}") from None
     finally:

@@ -270,6 +270,19 @@ class Cancel(Strict):
 
 
 
+class Prefix(Strict):
+    """Shared system prompts (what prefix caching serves): every request opens with one of ``groups``
+    prompts of ``tokens`` tokens, then its own prompt. Prompt i (request ``seq`` sends prompt ``seq %
+    distinct``) opens with prefix ``i % groups``, so the groups take turns and a repeated prompt repeats its
+    prefix. A chat API gets the prefix as a ``system`` message, the other APIs as the text's opening
+    paragraph; input_tokens counts it."""
+
+    tokens: int = Field(ge=1, le=1_000_000, description="length of each shared prefix in tokens: exact with "
+                                                          "workload.tokenizer, else 4 characters a token")
+    groups: int = Field(1, ge=1, le=100_000, description="how many different prefixes; prompt i opens with "
+                                                         "prefix i % groups")
+
+
 DATASET_COLUMNS = ("prompt", "messages", "conversations", "output_tokens", "reply", "extra_body")
 
 
@@ -366,6 +379,19 @@ class Workload(Strict):
         None, description="multi-turn sessions, e.g. {turns: 4, think_time: 2s}: each turn resends the history "
                           f"with the server's answers ({', '.join(CONVERSATION_APIS)}); with a dataset, each "
                           "conversation's user turns in order")
+    prefix: Optional[Prefix] = Field(None, description="shared system prompts, e.g. {tokens: 512, groups: 8}: "
+                                                       "each request opens with one of `groups` prefixes of "
+                                                       "`tokens` tokens, then its own prompt")
+
+    @model_validator(mode="after")
+    def _prefix_groups_used(self):
+        if self.prefix is not None and self.conversations is not None:
+            raise ValueError("prefix: not with conversations (a conversation's turns carry their own history)")
+        if self.prefix is not None and self.dataset is None and self.prefix.groups > self.prompts.distinct:
+            raise ValueError(f"prefix.groups ({self.prefix.groups}) exceeds prompts.distinct "
+                             f"({self.prompts.distinct}): prompt i opens with prefix i % groups, so some prefixes "
+                             "would never be sent")
+        return self
 
 
 class Ramp(BaseModel):
