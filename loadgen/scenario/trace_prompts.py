@@ -153,7 +153,8 @@ class TracePrompts(PromptSource):
         return self._tail
 
     # -- the prompts ----------------------------------------------------------------------------------------
-    def _block(self, k: int) -> str:
+    def block_text(self, k: int) -> str:
+        """The text of block number ``k`` (see :meth:`blocks_of`)."""
         if self._texts is not None:
             return self._texts[k]
         s = self._start[k]
@@ -161,7 +162,7 @@ class TracePrompts(PromptSource):
 
     def _text(self, i: int) -> str:
         blocks = self._blocks[self._off[i] : self._off[i + 1]].tolist()
-        return "".join([self._block(k) for k in blocks[:-1]] + [self._block(blocks[-1])[: self._tail[i]]])
+        return "".join([self.block_text(k) for k in blocks[:-1]] + [self.block_text(blocks[-1])[: self._tail[i]]])
 
     def __len__(self) -> int:
         return len(self._inp)
