@@ -394,8 +394,9 @@ class Trace(Strict):
     block_tokens: int = Field(512, ge=1, le=1_000_000, description="tokens of one hash-id block (Mooncake: 512); "
                                                                   "requests sharing a hash id share that block")
     too_long: Literal["clip", "refuse"] = Field(
-        "clip", description="a request longer than the target accepts: clip = cut its input (then its output) "
-                            "to fit, counted in the summary; refuse = a validation error (exit 2, nothing sent)")
+        "clip", description="a request longer than the target accepts: clip = cut its input to leave room for its "
+                            "output (an output that alone fills the context is cut instead), counted in the "
+                            "summary; refuse = an error naming the trace's lines, before anything is sent (exit 2)")
     max_model_len: Optional[int] = Field(
         None, ge=2, le=100_000_000, description="the target's context in tokens: prompt, plus what the server "
                                                 "adds, plus output must fit in it. Default: the max_model_len the "
