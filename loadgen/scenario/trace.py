@@ -37,6 +37,7 @@ import io
 import json
 import math
 import os
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,7 +234,9 @@ def _parse(path: Path) -> TraceData:
         raise TraceError([f"{path}: cannot read the trace: {exc.strerror or exc}"]) from None
     problems = _Problems(path)
     rows = _json_lines(raw, problems) if raw.lstrip()[:1] == b"{" else _csv_rows(raw, problems)
-    times, inp, out, lines, offsets, values = [], [], [], [], [0], []
+    # typed arrays, not lists of Python numbers: 8 bytes a value while a large trace is read
+    times, offsets = array("d"), array("q", [0])
+    inp, out, lines, values = array("q"), array("q"), array("q"), array("q")
     for lineno, (t, i, o, h) in rows:
         times.append(t)
         inp.append(i)
@@ -245,17 +248,18 @@ def _parse(path: Path) -> TraceData:
     if not times:
         raise TraceError([f"{path}: the trace has no requests (expected one JSON object per line, or CSV rows "
                           "under a header)"])
-    order = np.argsort(np.asarray(times, dtype=np.float64), kind="stable")
-    off = np.asarray(offsets, dtype=np.int64)
-    vals = np.asarray(values, dtype=np.int64)
+    t_ms = np.frombuffer(times, dtype=np.float64)
+    order = np.argsort(t_ms, kind="stable")
+    off = np.frombuffer(offsets, dtype=np.int64)
+    vals = np.frombuffer(values, dtype=np.int64)
     counts = np.diff(off)[order]
     new_off = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(counts, out=new_off[1:])
     # the hash ids of each request, in the new order: a gather over ranges
     idx = np.repeat(off[:-1][order] - new_off[:-1], counts) + np.arange(int(new_off[-1]), dtype=np.int64)
-    return TraceData(str(path), np.asarray(times, dtype=np.float64)[order], np.asarray(inp, dtype=np.int64)[order],
-                     np.asarray(out, dtype=np.int64)[order], new_off, vals[idx] if len(vals) else vals,
-                     np.asarray(lines, dtype=np.int64)[order])
+    return TraceData(str(path), t_ms[order], np.frombuffer(inp, dtype=np.int64)[order],
+                     np.frombuffer(out, dtype=np.int64)[order], new_off, vals[idx] if len(vals) else vals.copy(),
+                     np.frombuffer(lines, dtype=np.int64)[order])
 
 
 _CACHE: dict[tuple, TraceData] = {}
