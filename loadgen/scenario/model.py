@@ -653,6 +653,9 @@ class Scenario(Strict):
         if self.load.trace is not None and self.workload.dataset is not None:
             raise ValueError("workload.dataset: a trace replay makes its prompts from the trace's lengths and hash "
                              "ids; drop the dataset (or the trace)")
+        if self.load.trace is not None and self.workload.conversations is not None:
+            raise ValueError("workload.conversations: a trace replay sends each of its requests once, at its own "
+                             "time; drop the conversations (or the trace)")
         return self
 
     @model_validator(mode="after")

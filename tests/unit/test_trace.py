@@ -148,10 +148,12 @@ def test_a_bad_trace_line_is_reported_with_the_scenario_line_and_its_own(tmp_pat
                               "input_length: expected a positive integer, got -4"]
 
 
-def test_a_dataset_with_a_trace_is_refused(tmp_path):
+@pytest.mark.parametrize("workload,message", [("{dataset: t.jsonl}", "a trace replay makes its prompts"),
+                                              ("{conversations: {turns: 3}}", "sends each of its requests once")])
+def test_a_dataset_or_conversations_with_a_trace_are_refused(tmp_path, workload, message):
     jsonl(tmp_path, MOONCAKE)
-    with pytest.raises(ScenarioError, match="a trace replay makes its prompts"):
-        load_scenario(trace_scenario(tmp_path, "  mode: trace\n  file: t.jsonl", "workload: {dataset: t.jsonl}"))
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(trace_scenario(tmp_path, "  mode: trace\n  file: t.jsonl", f"workload: {workload}"))
 
 
 def test_the_schema_describes_the_trace_fields():
