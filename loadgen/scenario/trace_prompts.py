@@ -100,7 +100,7 @@ class TracePrompts(PromptSource):
             corpus, starts = _corpus(rng, k + width // 2 + 64)
             usable = int(np.searchsorted(starts, len(corpus) - width, side="right"))
             self._corpus = corpus
-            self._start = starts[rng.choice(usable, size=k, replace=False)].tolist()
+            self._start = starts[rng.choice(usable, size=k, replace=False)]  # an array: 8 bytes a block
             self._texts = None
             self._tail = (tail * CHARS_PER_TOKEN).tolist()
         else:
@@ -157,7 +157,7 @@ class TracePrompts(PromptSource):
         """The text of block number ``k`` (see :meth:`blocks_of`)."""
         if self._texts is not None:
             return self._texts[k]
-        s = self._start[k]
+        s = int(self._start[k])
         return self._corpus[s : s + self._b * CHARS_PER_TOKEN]
 
     def _text(self, i: int) -> str:
