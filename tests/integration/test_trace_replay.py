@@ -121,7 +121,7 @@ def test_the_bundled_trace_against_the_reference_server_in_its_own_tokens(tmp_pa
     assert t["added_tokens"] == df["added_tokens"].iloc[0] > 0  # the chat template, by the server's /tokenize
     write_outputs(res.rundir.path)
     html = (res.rundir.path / "report.html").read_text()
-    assert "trace_small.jsonl: 40 of 120 requests at speed 4" in html
+    assert "trace_small.jsonl: 40 of 100 requests at speed 4" in html
 
 
 def long_trace(tmp_path: Path) -> Path:
