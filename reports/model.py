@@ -301,6 +301,8 @@ def target_info(td: TargetData) -> list[tuple[str, str]]:
         if isinstance(server.get(k), (int, float)):
             rows.append((label, fmt.seconds(server[k])))
     rows.append(("tokens", token_info(s)))
+    if s.get("trace"):
+        rows.append(("trace", trace_info(s["trace"])))
     return rows
 
 
@@ -342,6 +344,21 @@ def cold_start_comparison(cs: dict) -> dict:
                      "cells": cells})
     return {"columns": [c[2] for c in START_COLUMNS], "rows": rows}
 
+
+
+def trace_info(trace: dict) -> str:
+    """A trace replay in one line: the slice, the speed, the limit and how many requests were clipped to it."""
+    parts = [f"{trace['file']}: {fmt.count(trace['requests'])} of {fmt.count(trace['trace_requests'])} requests "
+             f"at speed {trace['speed']:g}"]
+    limit = trace.get("max_model_len")
+    if limit:
+        src = {"scenario": "the scenario's", "target": "reported by the target"}.get(trace.get("max_model_len_source"))
+        parts.append(f"max_model_len {limit} ({src})")
+    else:
+        parts.append("no max_model_len known")
+    parts.append(f"{fmt.count(trace['clipped'])} clipped to fit ({trace['too_long']})")
+    parts.append(f"{trace['shared_blocks']} of {trace['distinct_blocks']} prefix blocks shared between requests")
+    return "; ".join(parts)
 
 
 def token_info(summary: dict) -> str:

@@ -27,6 +27,7 @@ COMMANDS = {
     "watch": "loadgen.cli.watch:watch",
     "alerts": "loadgen.cli.monitor:alerts",
     "dashboards": "loadgen.cli.monitor:dashboards",
+    "trace": "loadgen.cli.trace:trace",
 }
 
 

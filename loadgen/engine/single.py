@@ -37,7 +37,8 @@ def build_sender(mt: MeasuredTarget, fail_fast: float | None, k: int = 0, p: int
                               seed=sc.load.seed, burstiness=sc.load.burstiness, grace=sc.load.grace, worker=k,
                               failfast=failfast, cancel=sc.workload.cancel,
                               label=mt.name)
-    protocol, prompts = make_workload(mt.target, sc.workload, mt.model, mt.url, sc.load.seed, mt.loaded.path.parent)
+    protocol, prompts = make_workload(mt.target, sc.workload, mt.model, mt.url, sc.load.seed, mt.loaded.path.parent,
+                                      trace=sc.load.trace)
     return settings, protocol, prompts, transport_factory(mt.target)
 
 

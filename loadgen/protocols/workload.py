@@ -14,12 +14,14 @@ from loadgen.errors import UsageError
 from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.conversation import Sessions
 from loadgen.protocols.registry import make_protocol
+from loadgen.protocols.trace_workload import trace_prompts
 from loadgen.scenario.conversations import make_conversation_source
 from loadgen.scenario.datasets import DatasetError
-from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.model import Target, Trace, Workload
 from loadgen.scenario.prefix import with_prefix
 from loadgen.scenario.prompts import CHARS_PER_TOKEN, PromptSource, make_prompt_source
 from loadgen.scenario.tokenizer import ServerTokenizer, Tokenizer, TokenizerError, load_tokenizer
+from loadgen.scenario.trace import TraceError
 
 __all__ = ["describe_tokens", "make_workload"]
 
@@ -35,10 +37,11 @@ def _tokenizer(target: Target, workload: Workload, model: str | None, url: str |
 
 
 def make_workload(target: Target, workload: Workload, model: str | None, url: str | None, seed: int,
-                  base_dir: Path) -> tuple[ApiProtocol, PromptSource | Sessions]:
-    """(protocol, prompts) of one target: prompts by request number, or with ``workload.conversations`` the
-    :class:`~loadgen.protocols.conversation.Sessions` that build each turn. Raises UsageError for a tokenizer or
-    dataset that cannot be used."""
+                  base_dir: Path, trace: Trace | None = None) -> tuple[ApiProtocol, PromptSource | Sessions]:
+    """(protocol, prompts) of one target: prompts by request number (``trace``, the scenario's ``load.trace``:
+    the prompts of that replay), or with ``workload.conversations`` the
+    :class:`~loadgen.protocols.conversation.Sessions` that build each turn. Raises UsageError for a tokenizer,
+    dataset or trace that cannot be used."""
     tok = _tokenizer(target, workload, model, url, Path(base_dir))
     chat = target.api in CHAT_APIS
     try:
@@ -46,9 +49,12 @@ def make_workload(target: Target, workload: Workload, model: str | None, url: st
         if workload.conversations is not None:
             source = make_conversation_source(workload, seed, Path(base_dir), tok, chat=chat)
             return protocol, Sessions(protocol, source, chat)
-        prompts = with_prefix(make_prompt_source(workload, seed, Path(base_dir), tok, chat=chat), workload, seed,
-                              tok, chat)
-    except (TokenizerError, DatasetError) as exc:
+        if trace is not None:  # a trace's prompts share their prefixes by its hash ids (load.trace refuses prefix)
+            prompts = trace_prompts(target, trace, workload, tok, model, url, seed, chat)
+        else:
+            prompts = with_prefix(make_prompt_source(workload, seed, Path(base_dir), tok, chat=chat), workload,
+                                  seed, tok, chat)
+    except (TokenizerError, DatasetError, TraceError) as exc:
         raise UsageError(f"workload: {exc}") from None
     finally:
         if isinstance(tok, ServerTokenizer):

@@ -28,7 +28,8 @@ from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
-from loadgen.protocols.workload import describe_tokens
+from loadgen.protocols.trace_workload import describe_trace
+from loadgen.protocols.workload import CHAT_APIS, describe_tokens
 from loadgen.records.rundir import CAPACITY, COLD_START, REGRESSION, REPEATS, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.coldstart import make_cold, prepare_weights
@@ -240,13 +241,17 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
             metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
         mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index, metrics_url)
         tokens = describe_tokens(mt.target, loaded.scenario.workload, model, url, loaded.path.parent)
+        spec = loaded.scenario.load.trace
+        trace = (describe_trace(mt.target, loaded.scenario.workload, spec, model, url, loaded.path.parent,
+                                chat=target.api in CHAT_APIS) if spec is not None else None)
         res = opts.engine_for(target).run(mt, on_engine, fail_fast)
     finally:
         if server:
             server.stop()
     tr.interrupted = res.interrupted
     tr.failed_fast = res.failed_fast
-    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens)
+    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens,
+                                  trace=trace)
     write_json(tdir / SUMMARY, tr.summary, redactor)
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
@@ -256,18 +261,33 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     return tr
 
 
+def trace_note(trace: dict) -> str:
+    """The summary's note on a trace replay whose requests were clipped to fit the target."""
+    sources = {"scenario": "load.trace.max_model_len", "target": "the target's /v1/models"}
+    src = sources.get(trace["max_model_len_source"])
+    limit = f"max_model_len {trace['max_model_len']} ({src})" if trace["max_model_len"] else ""
+    if trace["max_input_tokens"]:
+        limit += (" and " if limit else "") + f"max_input_tokens {trace['max_input_tokens']}"
+    return (f"{trace['clipped']} of {trace['requests']} trace requests were clipped to fit {limit}: "
+            f"{trace['clipped_input_tokens']} input and {trace['clipped_output_tokens']} output tokens cut")
+
+
 def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
-                     capacity: dict | None = None, tokens: dict | None = None) -> dict:
+                     capacity: dict | None = None, tokens: dict | None = None, trace: dict | None = None) -> dict:
     """summary.json of one target from its records and its engine's result (``capacity``: see
-    :func:`capacity_fields`; ``tokens``: how its token counts were made)."""
+    :func:`capacity_fields`; ``tokens``: how its token counts were made; ``trace``: the trace replayed, with the
+    requests clipped to fit the target)."""
     sc = mt.loaded.scenario
+    notes = list(res.notes) + ([trace_note(trace)] if trace and trace["clipped"] else [])
     summary = summarize(read_records(mt.tdir / REQUESTS), plan_phases(sc.load), sc.slo, res.duration,
                         target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
-                        notes=res.notes, send_lag_threshold=sc.load.send_lag_threshold,
+                        notes=notes, send_lag_threshold=sc.load.send_lag_threshold,
                         cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
                         expected_qps=sc.load.expected_qps, capacity=capacity, goodput=sc.goodput,
                         tokens=tokens)
     summary["model"] = mt.model
     summary["engine"] = engine
+    if trace is not None:
+        summary["trace"] = trace
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
     return summary

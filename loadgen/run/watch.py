@@ -37,6 +37,7 @@ from loadgen.records.rundir import SUMMARY, RunDir, write_json
 from loadgen.run.runner import check_target_url, host_meta, resolve_model
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
+from loadgen.scenario.model import TRACE_FIELDS
 from loadgen.schedule.arrivals import PhasePlan
 
 log = logging.getLogger("latbench.watch")
@@ -309,7 +310,7 @@ def _write_scenario(rd: RunDir, loaded: LoadedScenario, settings: WatchSettings,
     objectives by those a watch judges (so the file loads, and re-renders the summary, as a run's does)."""
     data = loaded.redacted()
     load = dict(data.get("load") or {})
-    for key in ("mode", "sweep", "starts"):
+    for key in ("mode", "sweep", "starts", "trace", *TRACE_FIELDS):  # a trace's prompts are sent, not its times
         load.pop(key, None)
     load["phases"] = [{"name": PHASE, "duration": f"{duration:g}s" if duration else "168h", "qps": settings.qps}]
     data["load"] = load

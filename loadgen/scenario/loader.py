@@ -21,6 +21,7 @@ from loadgen.redact import ENV_REF, PLACEMENTS, Redactor
 from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.tokenizer import TokenizerError, resolve_local
+from loadgen.scenario.trace import Limits, TraceError, read_trace, resolve_trace_path, select, too_long_rows
 
 _ITEM = re.compile(r"^(slo|goodput)\[(\d+)\]:? ")
 
@@ -255,6 +256,7 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None, checks: Sequ
                 errors.append(f"{fname}:{_mark(node)}: {_path(ploc)}: {part[m.end():] if m else part}")
     if scenario is not None and not errors:  # the workload's files, before anything starts
         errors += _check_workload(scenario, path, root, fname)
+        errors += _check_trace(scenario, path, root, fname)
     if scenario is not None:
         for check in checks:
             errors += [f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {msg}" for loc, msg in check(scenario)]
@@ -277,6 +279,27 @@ def _check_workload(scenario: Scenario, path: Path, root: yaml.Node, fname: str)
     where = f"{fname}:{_mark(_locate(root, ('workload', 'dataset')))}: workload.dataset"
     errors += [f"{where}: {msg}" for msg in check_dataset(wl, base)]  # each with the dataset's own file:line
     return errors
+
+
+def _check_trace(scenario: Scenario, path: Path, root: yaml.Node, fname: str) -> list[str]:
+    """The trace of a trace replay, before anything is sent: it reads without a mistake (its own file:line:
+    field), its window holds requests, and with ``too_long: refuse`` every request fits the limits the scenario
+    gives. Its path is then made absolute, so that every sender process reads the same file."""
+    spec = scenario.load.trace
+    if spec is None:
+        return []
+    where = f"{fname}:{_mark(_locate(root, ('load', 'trace', 'file')))}: load.trace.file"
+    file = resolve_trace_path(spec, path.parent)
+    try:
+        data = read_trace(file)
+        sl = select(spec, data)
+    except TraceError as exc:
+        return [f"{where}: {msg}" for msg in exc.errors]
+    spec.file = str(file.resolve())
+    if spec.too_long == "refuse" and (spec.max_model_len is not None or spec.max_input_tokens is not None):
+        limits = Limits(spec.max_model_len, spec.max_input_tokens, source="scenario")
+        return [f"{where}: {msg}" for msg in too_long_rows(data, sl, limits, "load.trace")]
+    return []
 
 
 def scenario_schema() -> dict:

@@ -394,6 +394,43 @@ class Workload(Strict):
         return self
 
 
+def _trace_start(v: Any) -> Any:
+    return v if v == "first" else _duration(v)
+
+
+#: Trace options that may also be written directly under ``load`` (``load: {mode: trace, file: ..., speed: 2}``).
+TRACE_FIELDS = ("file", "speed", "start", "duration", "max_requests", "block_tokens", "too_long", "max_model_len",
+                "max_input_tokens")
+
+
+class Trace(Strict):
+    """Replay a request trace: each request sent at its timestamp divided by ``speed``, with its own input and
+    output length and prefix blocks (formats: :mod:`loadgen.scenario.trace`; Mooncake's JSONL as is)."""
+
+    file: str = Field(description="the trace, relative to the scenario: JSON lines (Mooncake: timestamp in ms, "
+                                  "input_length, output_length, hash_ids) or CSV with a header row")
+    speed: float = Field(1.0, gt=0, le=1_000_000, description="replay speed: 2 sends the trace twice as fast "
+                                                             "(run time = (timestamp - start) / speed)")
+    start: Annotated[Union[Literal["first"], float], BeforeValidator(_trace_start)] = Field(
+        0.0, description="trace time at which the replay starts (a duration, e.g. 10m; requests before it are "
+                         "skipped), or 'first': the first request's timestamp. Default 0: run time = timestamp")
+    duration: Optional[PositiveDuration] = Field(None, description="replay only this much trace time from start")
+    max_requests: Optional[int] = Field(None, ge=1, description="replay at most this many requests (the first "
+                                                                "ones from start)")
+    block_tokens: int = Field(512, ge=1, le=1_000_000, description="tokens of one hash-id block (Mooncake: 512); "
+                                                                  "requests sharing a hash id share that block")
+    too_long: Literal["clip", "refuse"] = Field(
+        "clip", description="a request longer than the target accepts: clip = cut its input to leave room for its "
+                            "output (an output that alone fills the context is cut instead), counted in the "
+                            "summary; refuse = an error naming the trace's lines, before anything is sent (exit 2)")
+    max_model_len: Optional[int] = Field(
+        None, ge=2, le=100_000_000, description="the target's context in tokens: prompt, plus what the server "
+                                                "adds, plus output must fit in it. Default: the max_model_len the "
+                                                "target reports at /v1/models (vLLM and the reference server do)")
+    max_input_tokens: Optional[int] = Field(None, ge=1, le=100_000_000,
+                                            description="the longest prompt the target accepts, in tokens")
+
+
 class Ramp(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     start: Union[float, str] = Field(alias="from")
@@ -468,19 +505,32 @@ class Sweep(Strict):
 
 
 class Load(Strict):
-    mode: Optional[Literal["open", "closed"]] = Field(
+    mode: Optional[Literal["open", "closed", "trace"]] = Field(
         None, description="open: every phase gives an arrival rate (qps); closed: every phase a concurrency; "
-                          "unset: each phase says which")
+                          "trace: replay load.trace (no phases); unset: each phase says which")
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
     burstiness: float = Field(1.0, gt=0, le=100, description="gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother")
     expected_qps: Optional[float] = Field(None, gt=0, le=MAX_QPS)
-    phases: list[Phase] = Field(min_length=1, description="consecutive phases; or give `sweep` instead")
+    phases: list[Phase] = Field(default_factory=list,
+                                description="consecutive phases; or give `sweep` instead (none with a trace)")
+    trace: Optional[Trace] = Field(None, description="replay a request trace instead of phases: one phase named "
+                                                     "'trace', open loop, at the trace's timestamps / speed")
     sweep: Optional[Sweep] = Field(None, description="a list of rates or concurrencies, expanded into phases")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of arrivals and prompts (numpy needs it non-negative)")
     max_in_flight: int = Field(10_000, ge=1, le=1_000_000)
     send_lag_threshold: PositiveDuration = Field(0.005,
                                                  description="p99 send lag above this marks the run generator-limited")
     grace: Duration = Field(5.0, description="after the last phase, how long in-flight requests may finish")
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_trace(cls, data: Any) -> Any:
+        """``load: {mode: trace, file: t.jsonl, speed: 2}`` is ``load: {mode: trace, trace: {file: ..., speed: 2}}``."""
+        if isinstance(data, dict) and data.get("mode") == "trace" and any(k in data for k in TRACE_FIELDS):
+            trace = dict(data["trace"]) if isinstance(data.get("trace"), dict) else {}
+            trace.update({k: data[k] for k in TRACE_FIELDS if k in data})
+            return {**{k: v for k, v in data.items() if k not in TRACE_FIELDS}, "trace": trace}
+        return data
+
     @model_validator(mode="before")
     @classmethod
     def _expand_sweep(cls, data: Any) -> Any:
@@ -498,6 +548,17 @@ class Load(Strict):
     @model_validator(mode="after")
     def _mode_fits_phases(self):
         """``mode`` is a promise about every phase: a phase that breaks it is named."""
+        if self.trace is not None or self.mode == "trace":
+            if self.trace is None:
+                raise ValueError("load.mode trace needs a trace: give load.file (or load.trace: {file: ...})")
+            if self.mode not in (None, "trace"):
+                raise ValueError(f"load.mode is {self.mode}, but a trace is given: its arrivals are the trace's "
+                                 "(mode: trace)")
+            if self.phases or self.sweep is not None:
+                raise ValueError("a trace replay has no phases or sweep: its one phase, 'trace', is the trace's")
+            return self
+        if not self.phases:
+            raise ValueError("expected at least one phase (load.phases), a sweep or a trace")
         if self.mode is not None:
             for i, ph in enumerate(self.phases):
                 closed = ph.concurrency is not None
@@ -506,6 +567,10 @@ class Load(Strict):
                     raise ValueError(f"phases[{i}] ({ph.name!r}): load.mode is {self.mode}, "
                                      f"so every phase gives {want}")
         return self
+
+    def phase_names(self) -> list[str]:
+        """The names of the run's phases (a trace replay has one: ``trace``)."""
+        return ["trace"] if self.trace is not None and not self.phases else [p.name for p in self.phases]
 
 
 class Repeat(Strict):
@@ -610,6 +675,19 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _trace_makes_the_prompts(self):
+        if self.load.trace is not None and self.workload.dataset is not None:
+            raise ValueError("workload.dataset: a trace replay makes its prompts from the trace's lengths and hash "
+                             "ids; drop the dataset (or the trace)")
+        if self.load.trace is not None and self.workload.conversations is not None:
+            raise ValueError("workload.conversations: a trace replay sends each of its requests once, at its own "
+                             "time; drop the conversations (or the trace)")
+        if self.load.trace is not None and self.workload.prefix is not None:
+            raise ValueError("workload.prefix: a trace's requests share prefixes as its hash ids say; drop the "
+                             "prefix (or the trace)")
+        return self
+
+    @model_validator(mode="after")
     def _targets(self):
         if (self.target is None) == (self.targets is None):
             raise ValueError("expected exactly one of target or targets")
@@ -634,7 +712,7 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _slo_scopes(self):
-        phases = {p.name for p in self.load.phases}
+        phases = set(self.load.phase_names())
         targets = ({t.name for t in (self.targets or [])}
                    | ({self.target.name} if self.target and self.target.name else set()))
         bad = []

@@ -11,6 +11,10 @@ Inter-arrival gaps in operational time:
 - constant: exactly 1 (the first arrival at the phase start);
 - poisson: exponential with mean 1 (coefficient of variation 1);
 - gamma: shape ``k = burstiness``, mean 1, so CV = 1/sqrt(k): k = 1 is Poisson, k < 1 burstier.
+
+A trace replay (``load.trace``) is one open-loop phase named ``trace`` whose arrivals are the trace's own
+timestamps, shifted and divided by the speed (:func:`loadgen.scenario.trace.run_times`): no randomness, the same
+times for every seed; the phase carries the slice it replays (file, rows, origin, speed).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
+
+from loadgen.scenario.trace import TraceSlice, read_trace, run_times, select
 
 CHUNK = 65536
 
@@ -38,6 +44,7 @@ class PhasePlan:
     recorded: bool = True
     arrival: str = "poisson"
     max_requests: int | None = None
+    trace: TraceSlice | None = None  # a trace replay: its arrivals are the slice's timestamps
 
     @property
     def duration(self) -> float:
@@ -63,7 +70,12 @@ class PhasePlan:
 
 
 def plan_phases(load) -> list[PhasePlan]:
-    """Resolve a scenario's ``load`` section into consecutive phase plans."""
+    """Resolve a scenario's ``load`` section into consecutive phase plans.
+
+    A trace replay (``load.trace`` and no phases of its own) is one phase, ``trace``, from 0 to its slice's end
+    (reads the trace file: its path must be resolved, as :func:`loadgen.scenario.loader.load_scenario` does)."""
+    if load.trace is not None and not load.phases:
+        return [trace_plan(load.trace)]
     plans, t = [], 0.0
     for i, ph in enumerate(load.phases):
         kw = dict(index=i, name=ph.name, start=t, end=t + ph.duration, recorded=ph.record,
@@ -75,6 +87,14 @@ def plan_phases(load) -> list[PhasePlan]:
             plans.append(PhasePlan(rate_start=r0, rate_end=r1, **kw))
         t += ph.duration
     return plans
+
+
+def trace_plan(spec) -> PhasePlan:
+    """The one phase of a trace replay (``spec``: the scenario's ``load.trace``); its rate is the slice's mean."""
+    sl = select(spec, read_trace(spec.file))
+    rate = sl.count / sl.end
+    return PhasePlan(index=0, name="trace", start=0.0, end=sl.end, rate_start=rate, rate_end=rate, arrival="trace",
+                     trace=sl)
 
 
 def _unit_gaps(rng: np.random.Generator, arrival: str, burstiness: float, n: int) -> np.ndarray:
@@ -99,6 +119,11 @@ def _inverse_lambda(u: np.ndarray, r0: float, r1: float, duration: float) -> np.
 def arrivals(plan: PhasePlan, seed: int = 0, burstiness: float = 1.0, chunk: int = CHUNK) -> Iterator[np.ndarray]:
     """Yield the phase's intended send times (absolute, ascending) in chunks of at most ``chunk``."""
     if plan.closed:
+        return
+    if plan.trace is not None:
+        times = plan.start + run_times(plan.trace)
+        for i in range(0, len(times), chunk):
+            yield times[i : i + chunk]
         return
     r0, r1 = plan.rate_start, plan.rate_end
     total = 0.5 * (r0 + r1) * plan.duration  # Lambda at the phase end

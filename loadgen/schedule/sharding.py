@@ -4,7 +4,8 @@ Open loop: the run has ONE arrival schedule (``loadgen.schedule.arrivals.arrival
 sender ``k`` of ``n`` sends arrivals ``k, k+n, k+2n, ...`` of each phase. The union over workers is
 exactly the native engine's schedule, request for request, and ``seq`` is the same number the native
 engine gives that arrival (its index among all arrivals of the run), so request ``seq`` carries the
-same prompt under both engines.
+same prompt under both engines. A trace replay's arrivals are dealt the same way (every sender reads the
+trace file itself, at the path the phase plan names).
 
 Closed loop: the phase's ``concurrency`` users (and its ``max_requests`` budget) are dealt across the
 senders as evenly as integers allow. Across Locust workers their ``seq`` cannot be dense without
@@ -22,6 +23,7 @@ from typing import Iterator
 
 import numpy as np
 
+from loadgen.scenario.trace import TraceSlice
 from loadgen.schedule.arrivals import PhasePlan, arrivals
 
 CLOSED_SEQ_BASE = 1 << 40
@@ -71,4 +73,4 @@ def plans_to_wire(plans: list[PhasePlan]) -> list[dict]:
 
 
 def plans_from_wire(data: list[dict]) -> list[PhasePlan]:
-    return [PhasePlan(**d) for d in data]
+    return [PhasePlan(**{**d, "trace": TraceSlice(**d["trace"]) if d.get("trace") else None}) for d in data]

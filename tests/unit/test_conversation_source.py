@@ -151,3 +151,12 @@ def test_by_turn_statistics():
     assert t[1]["latency"]["percentiles"]["p50"]["value"] == pytest.approx(0.2)
     assert t[2]["ttft"]["percentiles"]["p50"]["value"] == pytest.approx(0.03)
     assert t[0]["prompt_tokens_mean"] == 10 and t[2]["prompt_tokens_mean"] == 30
+
+
+def test_a_trace_refuses_a_prefix(tmp_path):
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 8, "output_length": 2}\n')
+    p = tmp_path / "s.yaml"
+    p.write_text("name: c\ntarget: {url: 'http://127.0.0.1:9/v1'}\nworkload: {prefix: {tokens: 16, groups: 2}}\n"
+                 "load: {mode: trace, file: t.jsonl}\n")
+    with pytest.raises(ScenarioError, match="workload.prefix: a trace"):
+        load_scenario(p)

@@ -64,7 +64,7 @@ def test_three_mistakes_are_reported_together_with_their_lines(tmp_path):
         (("qps: 20,", "qps: 1e12,"), "at most 1,000,000 requests per second"),
         (("qps: 20,", "qps: .nan,"), "finite"),
         (("duration: 500ms", "duration: soon"), "expected a duration"),
-        (("expected_qps: 100", "expected_qps: 100\n  mode: openn"), "'open' or 'closed'"),
+        (("expected_qps: 100", "expected_qps: 100\n  mode: openn"), "'open', 'closed' or 'trace'"),
         (("expected_qps: 100", "expected_qps: 100\n  mode: open"), "phases[3] ('closed'): load.mode is open, so every "
                                                                     "phase gives qps"),
         (("expected_qps: 100", "expected_qps: 100\n  mode: closed"), "phases[0] ('warmup'): load.mode is closed"),

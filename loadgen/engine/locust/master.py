@@ -69,6 +69,7 @@ def run_config(scenario_path: str, target_index: int, url: str, model: str) -> t
     cfg = {
         "target": target.model_dump(mode="json"),
         "workload": sc.workload.model_dump(mode="json"),
+        "trace": ld.trace.model_dump(mode="json") if ld.trace else None,  # its file resolved: it must exist there
         "url": url,
         "model": model,
         "base_dir": str(Path(scenario_path).resolve().parent),  # datasets must exist there on remote workers

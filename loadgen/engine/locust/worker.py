@@ -37,7 +37,7 @@ from loadgen.protocols.conversation import Sessions
 from loadgen.protocols.workload import make_workload
 from loadgen.records.schema import Outcome, RecordBuffer
 from loadgen.records.wire import batch_from_bytes, batch_to_bytes
-from loadgen.scenario.model import Target, Workload
+from loadgen.scenario.model import Target, Trace, Workload
 from loadgen.schedule.pacing import FLUSH_EVERY_S, sleep_for
 from loadgen.schedule.sharding import closed_seq, plans_from_wire, shard_arrivals, share
 
@@ -69,8 +69,9 @@ class WorkerRun:
         self.plans = plans_from_wire(cfg["plans"])
         target = Target.model_validate(cfg["target"])
         workload = Workload.model_validate(cfg["workload"])
+        trace = Trace.model_validate(cfg["trace"]) if cfg.get("trace") else None
         self.protocol, self.prompts = make_workload(target, workload, cfg["model"], cfg["url"], cfg["seed"],
-                                                    cfg["base_dir"])
+                                                    cfg["base_dir"], trace=trace)
         # workload.conversations: each session stays on this worker, its turns in one greenlet
         self.sessions: Sessions | None = self.prompts if isinstance(self.prompts, Sessions) else None
         self.cap = max(1, share(cfg["max_in_flight"], self.k, self.n))
