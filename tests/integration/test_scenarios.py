@@ -76,7 +76,7 @@ def test_cold_start_measures_each_fresh_start(tmp_path):
     for t in data["targets"]:
         t["reference"]["model"] = "tiny"
     data["load"]["starts"] = 2
-    data["load"]["phases"] = [{"name": "first_requests", "duration": "10s", "concurrency": 1, "max_requests": 4}]
+    data["load"]["phases"] = [{"name": "first_requests", "duration": "4s", "concurrency": 1, "max_requests": 4}]
     data["slo"] = []
     res, _, _ = run(tmp_path, yaml.safe_dump(data))
     assert res.exit_code == 0, res.reasons
