@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.scenario.model import Dataset, Workload, as_dataset, owned_fields_error
+from loadgen.scenario.problems import Problems
 
 __all__ = ["DatasetError", "Entry", "check_dataset", "entry_of", "read_dataset"]
 
@@ -52,25 +53,6 @@ class _Bad(ValueError):
 
     def __init__(self, path, line, message: str):
         super().__init__(f"{path}:{line}: {message}" if line is not None else f"{path}: {message}")
-
-
-class _Problems:
-    """The problems of one dataset, collected so that all of them (up to a limit) are reported at once."""
-
-    def __init__(self, path):
-        self.path, self.errors, self.more = path, [], 0
-
-    def add(self, message: str) -> None:
-        if len(self.errors) < MAX_DATASET_ERRORS:
-            self.errors.append(message)
-        else:
-            self.more += 1
-
-    def raise_any(self) -> None:
-        if self.more:
-            self.errors.append(f"{self.path}: ... and {self.more} more problems")
-        if self.errors:
-            raise DatasetError(self.errors)
 
 
 @dataclass(frozen=True)
@@ -175,7 +157,7 @@ def entry_of(obj, path, line) -> Entry | None:
                            f"got keys {sorted(obj)}")
 
 
-def _entries(items, path, problems: _Problems) -> list[Entry]:
+def _entries(items, path, problems: Problems) -> list[Entry]:
     """The entries of ``(line, object)`` pairs, each through :func:`entry_of`; problems collected in order."""
     entries = []
     for line, obj in items:
@@ -252,7 +234,7 @@ def _file(path: Path) -> list[Entry]:
             raise DatasetError([str(exc)]) from None
     else:
         items = list(_lines(raw, path))
-    problems = _Problems(path)
+    problems = Problems(path, DatasetError, MAX_DATASET_ERRORS)
     entries = _entries(items, path, problems)
     problems.raise_any()
     if not entries:
@@ -302,7 +284,7 @@ def _hf(spec: Dataset, base_dir: Path) -> list[Entry]:
         if "reply" in cols and isinstance(row[cols["reply"]], str) and "conversations" not in obj:
             obj["reply"] = row[cols["reply"]]
         rows.append((f"row {i}", obj))
-    problems = _Problems(name)
+    problems = Problems(name, DatasetError, MAX_DATASET_ERRORS)
     entries = _entries(rows, f"{name}[{spec.split}]", problems)
     problems.raise_any()
     if not entries:

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.scenario.model import Trace
+from loadgen.scenario.problems import Problems
 
 __all__ = ["Limits", "TraceData", "TraceError", "TraceSlice", "fit", "read_trace", "resolve_trace_path",
            "run_times", "select", "too_long_rows"]
@@ -80,23 +81,6 @@ class TraceData:
 
     def hash_ids(self, i: int) -> np.ndarray:
         return self.hash_values[self.hash_offsets[i] : self.hash_offsets[i + 1]]
-
-
-class _Problems:
-    def __init__(self, path):
-        self.path, self.errors, self.more = path, [], 0
-
-    def add(self, line: int | None, message: str) -> None:
-        if len(self.errors) < MAX_TRACE_ERRORS:
-            self.errors.append(f"{self.path}:{line}: {message}" if line is not None else f"{self.path}: {message}")
-        else:
-            self.more += 1
-
-    def raise_any(self) -> None:
-        if self.more:
-            self.errors.append(f"{self.path}: ... and {self.more} more problems")
-        if self.errors:
-            raise TraceError(self.errors)
 
 
 class _Bad(ValueError):
@@ -148,25 +132,25 @@ def _canonical(obj: dict) -> dict:
     return out
 
 
-def _json_lines(raw: bytes, problems: _Problems):
+def _json_lines(raw: bytes, problems: Problems):
     for lineno, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except UnicodeDecodeError:
-            problems.add(lineno, "not UTF-8 text")
+            problems.at(lineno, "not UTF-8 text")
             continue
         except ValueError as exc:
-            problems.add(lineno, f"expected a JSON object, got invalid JSON ({exc})")
+            problems.at(lineno, f"expected a JSON object, got invalid JSON ({exc})")
             continue
         if not isinstance(obj, dict):
-            problems.add(lineno, f"expected a JSON object, got {type(obj).__name__}")
+            problems.at(lineno, f"expected a JSON object, got {type(obj).__name__}")
             continue
         try:
             yield lineno, _row(_canonical(obj))
         except _Bad as exc:
-            problems.add(lineno, str(exc))
+            problems.at(lineno, str(exc))
 
 
 def _csv_number(text: str, field: str):
@@ -192,11 +176,11 @@ def _csv_hashes(text: str):
         raise _Bad(f"hash_ids: expected integers separated by spaces, got {text!r:.60}") from None
 
 
-def _csv_rows(raw: bytes, problems: _Problems):
+def _csv_rows(raw: bytes, problems: Problems):
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        problems.add(raw[: exc.start].count(b"\n") + 1, "not UTF-8 text")
+        problems.at(raw[: exc.start].count(b"\n") + 1, "not UTF-8 text")
         return
     reader = csv.reader(io.StringIO(text))
     header = None
@@ -208,12 +192,12 @@ def _csv_rows(raw: bytes, problems: _Problems):
             header = [FIELDS.get(c.strip(), c.strip()) for c in row]
             missing = [f for f in ("timestamp", "input_length", "output_length") if f not in header]
             if missing:
-                problems.add(lineno, f"{', '.join(missing)}: missing from the CSV header (columns: timestamp, "
+                problems.at(lineno, f"{', '.join(missing)}: missing from the CSV header (columns: timestamp, "
                                      "input_length or input_tokens, output_length or output_tokens, hash_ids)")
                 return
             continue
         if len(row) != len(header):
-            problems.add(lineno, f"expected {len(header)} columns as the header names, got {len(row)}")
+            problems.at(lineno, f"expected {len(header)} columns as the header names, got {len(row)}")
             continue
         try:
             obj = {}
@@ -224,7 +208,7 @@ def _csv_rows(raw: bytes, problems: _Problems):
                     obj[name] = _csv_number(cell.strip(), name)
             yield lineno, _row(obj)
         except _Bad as exc:
-            problems.add(lineno, str(exc))
+            problems.at(lineno, str(exc))
 
 
 def _parse(path: Path) -> TraceData:
@@ -232,7 +216,7 @@ def _parse(path: Path) -> TraceData:
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceError([f"{path}: cannot read the trace: {exc.strerror or exc}"]) from None
-    problems = _Problems(path)
+    problems = Problems(path, TraceError, MAX_TRACE_ERRORS)
     rows = _json_lines(raw, problems) if raw.lstrip()[:1] == b"{" else _csv_rows(raw, problems)
     # typed arrays, not lists of Python numbers: 8 bytes a value while a large trace is read
     times, offsets = array("d"), array("q", [0])
