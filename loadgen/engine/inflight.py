@@ -104,17 +104,23 @@ class InFlight:
                 self._live_tick()
 
     # -- requests: the callback path -----------------------------------------------------------
+    def _request(self, seq: int, session, out: Outcome):
+        """The Request of ``seq`` (a conversation's turn when ``session`` is given: ``out`` says which), its
+        prompt's counts copied into ``out``."""
+        if session is not None:
+            out.session, out.turn = session.id, session.turn
+            req = self.sessions.request(session)
+        else:
+            req = self._requests.get(seq)
+        out.counts = req.counts
+        return req
+
     def _start(self, seq: int, plan: PhasePlan, sched: float, closed: "ClosedPhase | None", session=None) -> None:
         """Hand request ``seq`` (a turn of ``session``, with conversations) to the transport (counted in flight
         by the caller); ``_on_done`` records it."""
         out = Outcome()
         try:
-            if session is not None:
-                out.session, out.turn = session.id, session.turn
-                req = self.sessions.request(session)
-            else:
-                req = self._requests.get(seq)
-            out.counts = req.counts
+            req = self._request(seq, session, out)
             self.live.sent += 1
             handler = self.protocol.handler()
             cancel = self.s.cancel if chosen(seq, self.s.cancel, self.s.seed) else None
@@ -262,12 +268,7 @@ class InFlight:
         pending = self._deadlines
         timer = None
         try:
-            if session is not None:
-                out.session, out.turn = session.id, session.turn
-                req = self.sessions.request(session)
-            else:
-                req = self._requests.get(seq)
-            out.counts = req.counts
+            req = self._request(seq, session, out)
             handler = self.protocol.handler()
             self.live.sent += 1
             task = asyncio.current_task()
