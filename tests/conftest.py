@@ -64,6 +64,12 @@ def _weights_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def weights_dir(tmp_path_factory):
+    """The reference server's weights folder of this test session (the one _weights_cache points it to)."""
+    return str(tmp_path_factory.getbasetemp() / "weights-cache")
+
+
+@pytest.fixture(scope="session")
 def bpe_dir(tmp_path_factory):
     """A model folder with a small byte-level BPE tokenizer trained offline (BOS on plain prompts, a chat
     template with header tokens), shared by the session: see loadgen.scenario.sample_data.train_sample_tokenizer."""

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from loadgen.scenario.slo import SLO, parse_slo
+from loadgen.scenario.slo import SLO, parse_slo, split_scope
 from loadgen.scenario.urls import url_problem
 from loadgen.units import parse_duration, parse_rate
 
@@ -630,12 +630,7 @@ class GoodputObjectives(Strict):
 
     def scope_parts(self) -> tuple[str | None, str | None]:
         """(target, phase_or_target) of the scope, as :meth:`SLO.scope_parts`."""
-        if not self.scope:
-            return None, None
-        if "/" in self.scope:
-            target, phase = self.scope.split("/", 1)
-            return target.strip(), phase.strip()
-        return None, self.scope.strip()
+        return split_scope(self.scope)
 
 
 def _goodput_list(v: Any) -> Any:

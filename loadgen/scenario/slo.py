@@ -46,6 +46,16 @@ JUDGES = ("median", "upper")
 RATES = ("achieved_qps", "goodput_qps")
 
 
+def split_scope(scope: str | None) -> tuple[str | None, str | None]:
+    """(target, phase_or_target) of a scope ``phase``, ``target`` or ``target/phase``; either may be None."""
+    if not scope:
+        return None, None
+    if "/" in scope:
+        target, phase = scope.split("/", 1)
+        return target.strip(), phase.strip()
+    return None, scope.strip()
+
+
 @dataclass(frozen=True)
 class SLO:
     """One parsed objective. ``threshold`` is in seconds for distributions, a fraction for rates."""
@@ -70,12 +80,7 @@ class SLO:
 
     def scope_parts(self) -> tuple[str | None, str | None]:
         """(target, phase_or_target) of the scope; either may be None."""
-        if not self.scope:
-            return None, None
-        if "/" in self.scope:
-            target, phase = self.scope.split("/", 1)
-            return target.strip(), phase.strip()
-        return None, self.scope
+        return split_scope(self.scope)
 
 
 def valid_stat(stat: str) -> bool:

@@ -28,11 +28,6 @@ from reference_server.weights import ensure_weights_file, read_weights_file
 TOL = dict(rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture(scope="session")
-def weights_dir(tmp_path_factory):
-    return str(tmp_path_factory.getbasetemp() / "weights-cache")
-
-
 @pytest.fixture(scope="module")
 def model(weights_dir):
     return NumpyModel(get_spec("tiny"), read_weights_file(ensure_weights_file(get_spec("tiny"), 0, weights_dir)))

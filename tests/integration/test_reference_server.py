@@ -21,11 +21,6 @@ from reference_server.config import ServerConfig
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def weights_dir(tmp_path_factory):
-    return str(tmp_path_factory.getbasetemp() / "weights-cache")
-
-
 def tiny(arch: str, weights_dir: str, **kw) -> ServerConfig:
     return ServerConfig.from_preset(arch, model="tiny", backend="numpy", cache_dir=weights_dir, **kw)
 

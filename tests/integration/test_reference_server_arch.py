@@ -9,16 +9,10 @@ import json
 import time
 
 import aiohttp
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reference_server.background import BackgroundServer
 from reference_server.config import ServerConfig
-
-
-@pytest.fixture(scope="session")
-def weights_dir(tmp_path_factory):
-    return str(tmp_path_factory.getbasetemp() / "weights-cache")
 
 
 def tiny(arch: str, weights_dir: str, **kw) -> ServerConfig:

@@ -19,11 +19,6 @@ from reference_server.torch_model import TorchModel  # noqa: E402
 from reference_server.weights import ensure_weights_file, read_weights_file  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def weights_dir(tmp_path_factory):
-    return str(tmp_path_factory.getbasetemp() / "weights-cache")
-
-
 @pytest.fixture(scope="module")
 def tiny_weights(weights_dir):
     return read_weights_file(ensure_weights_file(get_spec("tiny"), 0, weights_dir))

@@ -16,11 +16,6 @@ from reference_server.sim import get_profile
 from reference_server.weights import ensure_weights_file, read_weights_file
 
 
-@pytest.fixture(scope="session")
-def weights_dir(tmp_path_factory):
-    return str(tmp_path_factory.getbasetemp() / "weights-cache")
-
-
 @pytest.mark.parametrize("arch,preload,warmup,batch,cache", [
     ("naive", False, False, 1, 0),
     ("optimized", True, True, 32, 1024),
