@@ -7,13 +7,16 @@ What it does, start to end (nothing is downloaded but the two peers' packages, o
 2. Writes a tiny Llama-shaped model folder (``tiny_llama.py``: config, a BPE tokenizer trained here on
    latbench's prompt words and AIPerf's Shakespeare corpus, a chat template); no weights.
 3. Starts ``vllm serve MODEL --load-format dummy`` on 127.0.0.1, pinned to core 0 (``taskset``; vLLM's
-   OpenMP threads bound there too), and warms it up.
+   OpenMP threads bound there too), and warms it up (one request at a time, then batches of 2 to 8).
 4. Runs latbench (its CLI, a generated scenario), ``vllm bench serve`` and ``aiperf profile`` at the same
    load -- Poisson arrivals at ``--rate`` req/s, ``--requests`` requests, ``--isl`` prompt tokens and
-   exactly ``--osl`` output tokens (``ignore_eos``), streaming chat -- interleaved A B C, A B C, ...
-   (``--rounds``), every client pinned to core 1, so that a multi-process client cannot slow the engine
-   it measures. Before and after each run it reads vLLM's /metrics, so the engine's own count of
-   requests, prompt tokens and its own TTFT referee each tool's run.
+   exactly ``--osl`` output tokens (``ignore_eos``), streaming chat -- interleaved as a Latin square,
+   A B C, B C A, C A B, ... (``--rounds``; no tool always runs first), every client pinned to core 1, so
+   that a multi-process client cannot slow the engine it measures. Before and after each run it reads
+   vLLM's /metrics, so the engine's own count of requests, prompt tokens and its own TTFT, inter-token and
+   E2E means referee each tool's run: a tool's mean over the engine's own mean for the same requests does
+   not move with the engine's state (other load, a slower round), so it is what shows whether two tools
+   measure alike.
 5. Prints per-round figures, then the table: medians over the rounds, and latbench's figure over each
    peer's; then where the definitions differ, in numbers from the same runs.
 
@@ -42,6 +45,7 @@ import tempfile
 import textwrap
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +142,7 @@ class Engine:
         self.ready_s = time.perf_counter() - t0
 
     def metrics(self) -> dict[str, float]:
-        from loadgen.scrape import parse_samples
+        from loadgen.engine.scrape import parse_samples
 
         text = urllib.request.urlopen(self.root + "/metrics", timeout=10).read().decode()
         out: dict[str, float] = {}
@@ -243,7 +247,8 @@ def run_latbench(a, eng: Engine, model: Path, dataset: Path | None, features: se
     return {"ttft_p50": p("ttft", "p50"), "ttft_p99": p("ttft", "p99"), "ttft_mean": p("ttft", "mean"),
             "tpot_p50": p("tpot", "p50"),
             "itl_p50": p("itl", "p50"), "itl_mean": p("itl", "mean"), "e2e_p50": p("latency", "p50"),
-            "e2e_p99": p("latency", "p99"), "completed": int(s["ok"]), "failed": int(s["count"] - s["ok"]),
+            "e2e_mean": p("latency", "mean"), "e2e_p99": p("latency", "p99"), "completed": int(s["ok"]),
+            "failed": int(s["count"] - s["ok"]),
             "prompt_tokens": float(ok["prompt_tokens"].mean()), "output_tokens": float(ok["output_tokens"].mean()),
             "chunks": float(ok["token_times"].map(len).mean()),
             "ttft_sent_p50": float(from_sent.median()), "send_lag_p50": p("send_lag", "p50"),
@@ -266,7 +271,8 @@ def run_vllm_bench(a, eng: Engine, model: Path, seed: int, out: Path) -> dict:
     return {"ttft_p50": r["median_ttft_ms"], "ttft_p99": r["p99_ttft_ms"], "ttft_mean": r["mean_ttft_ms"],
             "tpot_p50": r["median_tpot_ms"],
             "itl_p50": r["median_itl_ms"], "itl_mean": r["mean_itl_ms"], "e2e_p50": r["median_e2el_ms"],
-            "e2e_p99": r["p99_e2el_ms"], "completed": r["completed"], "failed": r["failed"],
+            "e2e_mean": r["mean_e2el_ms"], "e2e_p99": r["p99_e2el_ms"], "completed": r["completed"],
+            "failed": r["failed"],
             "prompt_tokens": r["total_input_tokens"] / n, "output_tokens": r["total_output_tokens"] / n,
             "chunks": len(itls) / n + 1, "wall_s": wall}
 
@@ -290,7 +296,8 @@ def run_aiperf(a, eng: Engine, model: Path, seed: int, out: Path) -> dict:
             "ttft_mean": g("time_to_first_token", "avg"),
             "tpot_p50": g("inter_token_latency", "p50"), "itl_p50": g("inter_chunk_latency", "p50"),
             "itl_mean": g("inter_chunk_latency", "avg"), "e2e_p50": g("request_latency", "p50"),
-            "e2e_p99": g("request_latency", "p99"), "completed": int(g("request_count", "avg")),
+            "e2e_mean": g("request_latency", "avg"), "e2e_p99": g("request_latency", "p99"),
+            "completed": int(g("request_count", "avg")),
             "failed": sum(int(e.get("count", 1)) for e in r.get("error_summary") or [] if isinstance(e, dict)),
             "prompt_tokens": g("input_sequence_length", "avg"), "output_tokens": g("output_sequence_length", "avg"),
             "usage_prompt_tokens": g("usage_prompt_tokens", "avg"), "wall_s": wall}
@@ -308,6 +315,9 @@ ROWS = (  # key, label, digits
     ("engine.output_tokens", "output tokens/request (engine count)", 1),
     ("engine.ttft_mean_ms", "engine's own TTFT mean ms", 2),
     ("outside_ttft", "TTFT mean minus the engine's own, ms", 2),
+    ("engine.e2e_mean_ms", "engine's own E2E mean ms", 1),
+    ("e2e_vs_engine", "E2E mean / the engine's own", 3),
+    ("itl_vs_engine", "ITL mean / the engine's own", 3),
 )
 #: Within a round, the engine's own mean TTFT during the tools' runs may differ by this much before the
 #: script says that the engine, not the tools, made the difference (other load on a shared machine).
@@ -317,6 +327,9 @@ ENGINE_SPREAD = 0.15
 def _get(res: dict, key: str) -> float:
     if key == "outside_ttft":  # the client's share of TTFT: network, HTTP server, client, (latbench) send lag
         return float(res.get("ttft_mean", float("nan"))) - float(res["engine"]["ttft_mean_ms"])
+    if key in ("e2e_vs_engine", "itl_vs_engine"):  # the tool's figure over the engine's for the same requests:
+        ours, own = key.split("_vs_")[0] + "_mean", key.split("_vs_")[0] + "_mean_ms"  # the engine's state divides out
+        return float(res.get(ours, float("nan"))) / float(res["engine"].get(own, float("nan")))
     if key.startswith("engine."):
         return float(res["engine"].get(key.split(".", 1)[1], float("nan")))
     return float(res.get(key, float("nan")))
@@ -339,6 +352,9 @@ def print_tables(rounds: list[dict]) -> dict:
                  for t in TOOLS]
         ratio = [f"{_get(r['latbench'], k) / _get(r['vllm'], k):.3f}" for k in ("tpot_p50", "e2e_p50")]
         print(f"  round {i}: " + " | ".join(cells) + f" | latbench/vllm {ratio[0]}, {ratio[1]}")
+        norm = [_get(r[t], "e2e_vs_engine") for t in TOOLS]
+        print("           E2E mean over the engine's own E2E mean in the same run: "
+              + " / ".join(f"{v:.3f}" for v in norm) + f" (latbench/vllm {norm[0] / norm[1]:.3f})")
         if r["latbench"].get("verdict") == "invalid":
             lag = r["latbench"]["send_lag_p99"]
             print(f"           latbench judged its own run invalid (send lag p99 {lag:.1f} ms: its process did not "
@@ -436,9 +452,12 @@ def main(argv=None) -> int:
     try:
         for i in range(8):  # warm-up: prefill and decode paths compiled and paged in before anything counts
             eng.chat("warm up " * (4 + i), a.osl)
+        for width in (2, 3, 4, 6, 8):  # and batches of the sizes the runs reach (a CPU engine's first batch of a
+            with ThreadPoolExecutor(width) as pool:  # new size is slow; the first tool of round 1 would pay it)
+                list(pool.map(lambda i: eng.chat("warm up " * (8 + i), a.osl), range(2 * width)))
         for r in range(a.rounds):
             res = {}
-            for tool in TOOLS:
+            for tool in TOOLS[r % 3:] + TOOLS[:r % 3]:  # a Latin square: each tool runs first, second and last once
                 out = work / f"round{r + 1}" / tool
                 out.mkdir(parents=True, exist_ok=True)
                 before = eng.metrics()

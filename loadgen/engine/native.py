@@ -200,7 +200,7 @@ class NativeEngine(InFlight):
                 for k in range(i, j):  # every request due by now, in one go
                     launch(plan, seq0 + k * stride, times[k])
                 i = j
-        await self._sleep_until(plan.end)
+        await self._phase_end(plan, spent=lambda: plan.max_requests is not None)
 
     def _closed_share(self, plan: PhasePlan) -> tuple[int, float]:
         """Workers and request budget of a closed-loop phase for this engine."""
@@ -231,7 +231,21 @@ class NativeEngine(InFlight):
                 w = asyncio.ensure_future(worker())
                 self._tasks.add(w)
                 w.add_done_callback(self._tasks.discard)
-        await self._sleep_until(plan.end)  # requests still in flight finish on their own
+        await self._phase_end(plan, spent=lambda: state.budget <= 0)
+
+    async def _phase_end(self, plan: PhasePlan, spent) -> None:
+        """Wait out the phase (requests still in flight finish on their own), except that the run's last phase
+        ends as soon as its ``max_requests`` are all sent (``spent()``) and answered: nothing is left to measure,
+        and the run's duration (the window of every rate) is then the time it really took. A phase followed by
+        another keeps its length, so the later phases start at their planned times; so does a phase of
+        conversations (a session between turns is not in flight)."""
+        if plan.max_requests is None or plan is not self.s.plans[-1] or self.sessions is not None:
+            await self._sleep_until(plan.end)
+            return
+        while not self._stopping and self.now() < plan.end:
+            if spent() and self.live.in_flight <= 0:
+                return
+            await asyncio.sleep(min(0.01, max(0.0, plan.end - self.now())))
 
     async def _closed_session(self, state: ClosedPhase, session) -> None:
         """The Task path's closed-loop worker holds one session: turn after turn, each due at the last one's end
