@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -28,6 +29,8 @@ log = logging.getLogger("latbench.scrape")
 
 INTERVAL = 1.0
 MAX_BODY = 16 << 20  # bytes of one /metrics answer, at most (a server that never stops would grow memory)
+FINAL_SCRAPE_S = 0.25  # the most the last scrape, at the end of the run, may add to it
+FRESH_S = 0.02  # a scrape this recent already shows the end of the run
 GIVE_UP_AFTER = 5  # consecutive failures, once the target has answered at least once
 HEADER = ("time", "metric", "labels", "value")
 
@@ -70,6 +73,7 @@ class MetricsScraper:
         self.interval = interval
         self.timeout = timeout
         self.note: str | None = None
+        self._last_at = -math.inf  # perf_counter() of the last stored scrape
         self.scrapes = 0
         self._task: asyncio.Task | None = None
         self._session = None
@@ -87,13 +91,23 @@ class MetricsScraper:
             self._give_up(f"server metrics not scraped: {type(exc).__name__}: {exc}")
 
     async def stop(self) -> None:
+        """Stop polling, after one last scrape: the state at the end of the run (a run shorter than the interval
+        has a sample from its end, not only the one from its start), unless the target had stopped answering or
+        was scraped in the last ``FRESH_S``."""
         task, self._task = self._task, None
         if task is not None:
+            running = not task.done()
             task.cancel()
             try:
                 await task
             except BaseException:  # cancelled, or a bug in the loop: never the run's problem
                 pass
+            stale = time.perf_counter() - self._last_at >= FRESH_S
+            if running and stale and self.note is None and self._session is not None:
+                try:  # briefly: a slow endpoint must not hold up the end of the run
+                    await asyncio.wait_for(self._scrape_once(), min(self.timeout, FINAL_SCRAPE_S))
+                except Exception:  # the target went away at the end, or is slow: what was scraped stands
+                    pass
         if self._session is not None:
             try:
                 await self._session.close()
@@ -155,6 +169,7 @@ class MetricsScraper:
             return "no samples"
         self._write(t, samples)
         self.scrapes += 1
+        self._last_at = time.perf_counter()
         return True
 
     def _write(self, t: float, samples) -> None:

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from loadgen.engine.scrape import MetricsScraper, canonical_labels, parse_samples
+from loadgen.engine.scrape import FRESH_S, MetricsScraper, canonical_labels, parse_samples
 from reports.server import panel_series
 
 
@@ -81,7 +81,9 @@ def test_scrapes_prometheus_text_into_csv_and_the_report_derives_rates(tmp_path)
                                  "refserver:batch_size_bucket", "refserver:gpu_utilization_percent"}
     assert not df["metric"].str.endswith("_created").any()
     times = sorted(set(df["time"]))
-    assert len(times) == s.scrapes and 0 < times[0] < 0.5 and all(0.1 < b - a < 0.4 for a, b in zip(times, times[1:]))
+    # every interval, from the start; then once more as it stops (the state at the end of the run)
+    assert len(times) == s.scrapes and 0 < times[0] < 0.5 and all(0.1 < b - a < 0.4 for a, b in zip(times, times[1:-1]))
+    assert times[-1] == pytest.approx(1.1, abs=0.1) and times[-1] - times[-2] > FRESH_S
     hits = df[df["metric"] == "refserver:cache_hits_total"]
     assert (list(hits["value"]) == [3.0 * (i + 1) for i in range(s.scrapes)]
             and set(hits["labels"]) == {'backend="test"'})
