@@ -29,8 +29,8 @@ def scenario(url, qps=10):
 def test_capacity_brackets_the_known_capacity_and_steady_runs_agree(tmp_path, known_server):
     srv = known_server(delay=0.02, slots=1)  # M/D/1 at 50 req/s: p99 < 150 ms up to roughly 40 req/s
     path = write_scenario(tmp_path, scenario(srv.url))
-    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "10", "--max", "200", "--step-duration", "4s",
-                                   "--warmup", "1s", "--tolerance", "15%", "--out", str(tmp_path / "runs")],
+    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "200", "--step-duration", "3s",
+                                   "--warmup", "0.5s", "--tolerance", "15%", "--out", str(tmp_path / "runs")],
                        capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     (rd,) = list((tmp_path / "runs").iterdir())

@@ -22,7 +22,7 @@ MIXED = "{mean: 30, stddev: 30, min: 1, max: 160}"
 
 
 def counted_run(tmp_path, api: str, server_options: str, tokenizer: str, n: int = 150, stream: str = "true"):
-    """``n`` requests of mixed lengths (1 to 160 tokens) in 10 s, each prompt once; all of them finish."""
+    """``n`` requests of mixed lengths (1 to 160 tokens) in 3 s, each prompt once; all of them finish."""
     text = f"""
     name: tokens
     target:
@@ -36,7 +36,7 @@ def counted_run(tmp_path, api: str, server_options: str, tokenizer: str, n: int 
       arrival: constant
       grace: 120s
       phases:
-        - {{name: main, duration: 10s, qps: {n / 10}}}
+        - {{name: main, duration: 3s, qps: {n / 3}}}
     """
     return run(tmp_path, text)
 
