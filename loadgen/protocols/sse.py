@@ -107,6 +107,11 @@ class SSEParser:
         """The common read of a streaming API: whole events, LF line ends, nothing pending. An event that is one
         ``data: `` line is sliced out as it is; any other (comments, fields, several lines) goes through
         :meth:`_lines` with the blank line that ended it, so the result is the same as the general path's."""
+        if data[:6] == b"data: " and data.find(b"\n") == len(data) - 2:  # one event of one line: the usual read
+            if len(data) - 2 > self.max_bytes:
+                self._overflow()
+                return []
+            return [data[6:-2]]
         events: list[bytes] = []
         for block in data[:-2].split(b"\n\n"):
             if block[:6] == b"data: " and b"\n" not in block:
