@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
+from loadgen.engine.options import EngineOptions
 from loadgen.records.schema import read_records
 from tests.helpers import run
 
@@ -82,8 +83,9 @@ def test_perf_counter_is_the_monotonic_clock():
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="perf_counter is CLOCK_MONOTONIC on Linux")
-@pytest.mark.parametrize("transport", ["lean", "aiohttp"])
-def test_token_times_match_the_servers_stamps(tmp_path, stamping_server, transport):
+@pytest.mark.parametrize("transport, processes", [("lean", 1), ("aiohttp", 1), ("lean", 2)])
+def test_token_times_match_the_servers_stamps(tmp_path, stamping_server, transport, processes):
+    """One process, and the multi-process engine (each process its own event loop and record file, one t0)."""
     requests = 12
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": f"req-{i}"}) + "\n" for i in range(requests)))
     result, summary, _ = run(tmp_path, f"""
@@ -92,13 +94,14 @@ def test_token_times_match_the_servers_stamps(tmp_path, stamping_server, transpo
         workload: {{dataset: prompts.jsonl, max_tokens: {TOKENS}}}
         load:
           mode: closed
-          phases: [{{name: main, duration: 2s, concurrency: 3, max_requests: {requests}}}]
-        """)
+          phases: [{{name: main, duration: 2s, concurrency: 4, max_requests: {requests}}}]
+        """, opts=EngineOptions(processes=processes))
     meta = json.loads((result.rundir.path / "meta.json").read_text())
     (entry,) = meta["targets"]
     t0 = entry["t0_monotonic"]
     table = read_records(result.rundir.path / entry["dir"] / "requests.parquet").to_pylist()
     assert len(table) == requests and all(r["error"] == "" for r in table)
+    assert {r["worker"] for r in table} == set(range(processes)), "each process sent its share"
     errors, itl_errors = [], []
     for r in table:
         stamps = np.array(stamping_server.stamps[r["seq"]])  # dataset line seq is prompt req-<seq>
