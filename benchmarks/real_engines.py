@@ -363,8 +363,8 @@ def print_tables(rounds: list[dict]) -> dict:
         spread = (max(own) - min(own)) / min(own)
         print("           engine's own TTFT mean during each run: " + " / ".join(f"{v:.1f}" for v in own)
               + " ms" + (f"  <- {spread:.0%} apart: the engine was not in the same state for the three runs "
-                         "(other load on the machine); compare 'TTFT mean minus the engine's own'"
-                         if spread > ENGINE_SPREAD else ""))
+                         "(other load, or the CPU engine's own drift between runs); compare the figures "
+                         "over the engine's own" if spread > ENGINE_SPREAD else ""))
     med = {t: {k: _median([_get(r[t], k) for r in rounds]) for k, _, _ in ROWS} for t in TOOLS}
     head = (f"| medians of {len(rounds)} rounds | vllm bench serve | AIPerf | latbench | latbench/vllm "
             "| latbench/AIPerf |")
@@ -373,7 +373,22 @@ def print_tables(rounds: list[dict]) -> dict:
         v, ap, lb = med["vllm"][key], med["aiperf"][key], med["latbench"][key]
         ratio = lambda x: "-" if not (x == x and lb == lb and x) else f"{lb / x:.3f}"  # noqa: E731
         print(f"| {label} | {_fmt(v, digits)} | {_fmt(ap, digits)} | {_fmt(lb, digits)} | {ratio(v)} | {ratio(ap)} |")
+    print_agreement(rounds)
     return med
+
+
+def print_agreement(rounds: list[dict]) -> None:
+    """The acceptance line: do latbench and vllm bench agree within 5% in each round, raw and measured against
+    the engine's own account of the same requests (which divides out a round in which the engine was slower)?"""
+    print("\nlatbench / vllm bench, per round (within 5%?):")
+    for i, r in enumerate(rounds, 1):
+        raw = [_get(r["latbench"], k) / _get(r["vllm"], k) for k in ("tpot_p50", "e2e_p50")]
+        norm = [_get(r["latbench"], k) / _get(r["vllm"], k) for k in ("e2e_vs_engine", "itl_vs_engine")]
+        engine = _get(r["latbench"], "engine.e2e_mean_ms") / _get(r["vllm"], "engine.e2e_mean_ms")
+        ok = lambda x: "yes" if abs(x - 1) <= 0.05 else "no"  # noqa: E731
+        print(f"  round {i}: TPOT p50 {raw[0]:.3f} ({ok(raw[0])}), E2E p50 {raw[1]:.3f} ({ok(raw[1])}); the engine's "
+              f"own E2E mean was {engine:.3f}x as long during latbench's run; over the engine's own: E2E mean "
+              f"{norm[0]:.3f} ({ok(norm[0])}), ITL mean {norm[1]:.3f} ({ok(norm[1])})")
 
 
 def print_definitions(med: dict, counts: dict | None) -> None:
