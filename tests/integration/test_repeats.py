@@ -134,8 +134,8 @@ def test_capacity_repeat_reports_each_bracket_and_their_spread(tmp_path, known_s
         - {{name: steady, duration: 2s, qps: 10}}
     slo: ["latency.p99 < 150ms"]
     """)
-    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "10", "--max", "80", "--step-duration", "2s",
-                                   "--warmup", "0.5s", "--tolerance", "40%", "--repeat", "2",
+    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "80", "--step-duration", "2s",
+                                   "--warmup", "0.5s", "--tolerance", "45%", "--repeat", "2",
                                    "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300)
     (rd,) = list((tmp_path / "runs").iterdir())
     top = json.loads((rd / "capacity.json").read_text())
