@@ -200,7 +200,7 @@ class NativeEngine(InFlight):
                 for k in range(i, j):  # every request due by now, in one go
                     launch(plan, seq0 + k * stride, times[k])
                 i = j
-        await self._phase_end(plan, spent=lambda: plan.max_requests is not None)
+        await self._phase_end(plan, spent=lambda: True)  # every arrival of the phase has been launched
 
     def _closed_share(self, plan: PhasePlan) -> tuple[int, float]:
         """Workers and request budget of a closed-loop phase for this engine."""
