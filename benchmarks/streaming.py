@@ -17,6 +17,9 @@ send time on CLOCK_MONOTONIC, so each tool's recorded token times are compared w
      ``start_times + ttfts + cumsum(itls)`` of ``--save-detailed``; AIPerf: ``perf_ns`` of each response in
      ``--export-level raw``; Locust: ``perf_counter()`` right after each SSE line was read, in the user code).
      AIPerf's raw export costs CPU, so it is its own row ("aiperf raw"), run in the first round only.
+   - latbench runs as a CI job would (``--quiet --no-report``: the RunDir, summary.md and junit.xml, no charts),
+     its token times the kernel's arrival stamps; beneath it, *read-time* (``LATBENCH_RX_STAMPS=0``: stamped
+     when latbench's code reads them, as every peer stamps) and *+report* (report.html rendered too);
    - *floor*: the least a Python client does per event (uvloop, one asyncio.Protocol a connection, a clock
      reading per read, the stamps picked out of the bytes by a regex; no HTTP or SSE parsing): what any
      asyncio client pays on this machine at that moment, and the timestamp error the machine allows.
@@ -186,7 +189,9 @@ class Load:
         self.requests = int(rate * duration) if rate else max(1, int(streams * duration / stream_s))
 
 
-def latbench(load: Load, server: Server, tmp: Path) -> dict:
+def latbench(load: Load, server: Server, tmp: Path, report: bool = False, env: dict | None = None) -> dict:
+    """``latbench run`` (``report``: with report.html, else ``--no-report``; ``env``: e.g. the kernel's receive
+    stamps off)."""
     work = Path(tempfile.mkdtemp(dir=tmp, prefix="lb-"))
     with open(work / "prompts.jsonl", "w") as f:
         for i in range(load.requests + 10 * max(load.streams, 100)):
@@ -206,7 +211,8 @@ def latbench(load: Load, server: Server, tmp: Path) -> dict:
         """))
     exe = Path(sys.executable).parent / "latbench"  # the console script of the environment running this
     res = run_client([str(exe) if exe.exists() else "latbench", "run", str(work / "s.yaml"), "--out",
-                      str(work / "runs"), "--quiet"], server, load.duration + 120, cwd=work)
+                      str(work / "runs"), "--quiet", *([] if report else ["--no-report"])], server,
+                     load.duration + 120, env=env, cwd=work)
     rundir = next((work / "runs").iterdir())
     meta = json.loads((rundir / "meta.json").read_text())
     (entry,) = meta["targets"]
@@ -490,11 +496,14 @@ def show_efficiency(results: dict[str, list[dict]], load: Load) -> None:
         lb = rows.get("latbench")
         xs = lb[0] / steady if lb and name != "latbench" else float("nan")
         xw = lb[1] / whole if lb and name != "latbench" else float("nan")
+        name = name.replace("lb ", "  ", 1)  # latbench's variants under its row
         print(f"{name:<14}{len(ok):>3}{med([r['events'] for r in ok]):>9.0f}{med([r['failed'] for r in ok]):>6.0f}"
               f"{steady:>17,.0f}{xs:>7.1f}{whole:>16,.0f}{xw:>7.1f}{med([r['cpu'] for r in ok]):>7.2f}"
               f"{med([q(r['err'], 0.5) * 1e3 for r in ok]):>11.3f}{med([q(r['err'], 0.99) * 1e3 for r in ok]):>9.3f}")
     if len(rows) > 1:
         print("x = latbench's events per CPU-second divided by this tool's (how many times more latbench records)")
+    print("latbench: `latbench run --quiet --no-report` (the RunDir: records, summary.json, summary.md, junit.xml), "
+          "token times the kernel's arrival stamps; read-time: LATBENCH_RX_STAMPS=0; +report: report.html too")
 
 
 def show_scale(results: dict[str, list[dict]]) -> None:
@@ -551,14 +560,19 @@ def main(argv=None) -> None:
     ap.add_argument("--peer-rates", default="", help="scale: the peers' rates (default: none)")
     ap.add_argument("--scale-duration", type=float, default=20.0)
     ap.add_argument("--skip", default="",
-                    help="comma-separated: latbench,vllm,aiperf,aiperf-raw,locust,efficiency,scale")
+                    help="comma-separated: latbench,lb-read-time,lb-report,vllm,aiperf,aiperf-raw,locust,floor,"
+                         "efficiency,scale")
     a = ap.parse_args(argv)
     skip = set(filter(None, a.skip.split(",")))
     tmp = Path(tempfile.mkdtemp(prefix="latbench-streaming-"))
     tokenizer, hf_home = make_tokenizer(tmp)
     tools = {}
     if "latbench" not in skip:
-        tools["latbench"] = lambda load, srv, raw=False: latbench(load, srv, tmp)
+        tools["latbench"] = lambda load, srv: latbench(load, srv, tmp)
+    if "lb-read-time" not in skip:  # token times taken when read, not the kernel's arrival stamps
+        tools["lb read-time"] = lambda load, srv: latbench(load, srv, tmp, env={"LATBENCH_RX_STAMPS": "0"})
+    if "lb-report" not in skip:  # and report.html rendered, as `latbench run` does by default
+        tools["lb +report"] = lambda load, srv: latbench(load, srv, tmp, report=True)
     for peer in ("vllm", "aiperf", "locust"):
         if peer in skip:
             continue
@@ -603,7 +617,7 @@ def main(argv=None) -> None:
             server = Server(0.2, 0.2, 50)
             runs = [("latbench", float(r)) for r in a.rates.split(",") if r and "latbench" in tools]
             runs += [(p, float(r)) for r in a.peer_rates.split(",") if r for p in tools
-                     if p not in ("latbench", "aiperf raw", "floor")]
+                     if p not in ("latbench", "aiperf raw", "floor", "lb +report")]
             try:
                 for rnd in range(a.rounds):
                     for name, rate in runs:

@@ -10,16 +10,17 @@ from reports.markdown import write_markdown
 from reports.report import render_run, write_report
 
 
-def write_outputs(rundir_path) -> list[Path]:
-    """Write report.html, summary.md and junit.xml into the RunDir, from its files alone; return their paths.
+def write_outputs(rundir_path, html: bool = True) -> list[Path]:
+    """Write report.html (unless not ``html``), summary.md and junit.xml into the RunDir, from its files alone;
+    return their paths.
 
     Works for interrupted runs (meta.json ``complete: false``) and for targets left with only the
     partial record stream: their summaries are recomputed and the report is marked incomplete.
     """
     run = load_rundir(rundir_path)
     p = Path(rundir_path)
-    return [write_report(run, p / "report.html"), write_markdown(run, p / "summary.md"),
-            write_junit(run, p / "junit.xml")]
+    written = [write_report(run, p / "report.html")] if html else []
+    return written + [write_markdown(run, p / "summary.md"), write_junit(run, p / "junit.xml")]
 
 
 def render_report(path) -> str:

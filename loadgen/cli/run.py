@@ -37,6 +37,9 @@ from loadgen.units import parse_duration
               help="run against this base URL instead of the scenario's target(s)")
 @click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
 @click.option("--quiet", is_flag=True, help="no live status line")
+@click.option("--no-report", is_flag=True,
+              help="write no report.html (summary.md, junit.xml and the RunDir as always; `latbench report RUNDIR` "
+                   "renders it later): saves a CI job the second or so its charts take")
 @click.option("--fail-fast", is_flag=True, help="stop as soon as an SLO can no longer be met (exit 1)")
 @click.option("--baseline", metavar="RUNDIR", type=click.Path(file_okay=False),
               help="fail on a significant regression against this run")
@@ -59,7 +62,7 @@ from loadgen.units import parse_duration
                    "judge the SLOs and --baseline on the runs together [default: the scenario's repeat.runs, 1]")
 @click.option("--pause", metavar="DURATION", help="wait between repeated runs, e.g. 5s [default: repeat.pause]")
 @exits_on_errors
-def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fail_fast: bool,
+def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_report: bool, fail_fast: bool,
         baseline: str | None, max_regression: str, capacity: str | None, engine: str, workers: int,
         expect_workers: int, master_bind: str, processes: int, repeat_runs: int | None, pause: str | None) -> None:
     out_console = console()
@@ -108,7 +111,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
         sys.exit(exc.exit_code)
     finally:
         display.close()
-    write_reports(out_console, result.rundir.path)
+    write_reports(out_console, result.rundir.path, html=not no_report)
     repeats_file = result.rundir.path / "repeats.json"
     if repeats_file.is_file():  # per target, each run and across the runs, rather than a table per run
         for name, group in json.loads(repeats_file.read_text())["targets"].items():
@@ -126,10 +129,11 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, fai
     sys.exit(result.exit_code)
 
 
-def write_reports(out: Console, rundir: Path) -> None:
-    """report.html, summary.md and junit.xml; a report that fails to render never loses the run."""
+def write_reports(out: Console, rundir: Path, html: bool = True) -> None:
+    """report.html (unless not ``html``), summary.md and junit.xml; a report that fails to render never loses
+    the run."""
     try:
-        reports.write_outputs(rundir)
+        reports.write_outputs(rundir, html=html)
     except Exception as exc:  # the records and summaries are already on disk
         logging.getLogger("latbench").exception("the report could not be rendered")
         out.print(f"report not rendered: {type(exc).__name__}: {exc} (re-render with: latbench report {rundir})")
@@ -137,7 +141,10 @@ def write_reports(out: Console, rundir: Path) -> None:
 
 def print_verdict(out: Console, result: RunResult) -> None:
     print_reasons(out, result.verdict.outcome, result.reasons)
-    out.print(f"RunDir: {result.rundir.path}   report: {result.rundir.path / 'report.html'}", highlight=False)
+    html = result.rundir.path / "report.html"
+    out.print(f"RunDir: {result.rundir.path}   " + (f"report: {html}" if html.is_file() else
+                                                     f"report: none (latbench report {result.rundir.path})"),
+              highlight=False)
 
 
 @click.command(help="The verdict of an existing RunDir, optionally against a baseline RunDir. Sends nothing.\n\n"

@@ -36,6 +36,7 @@ from loadgen.protocols.base import Request, ResponseHandler
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import MAX_HEADER_BYTES
 from loadgen.transports.lean_conn import DNS_TTL, RETRY, Call, Conn, Site, clock
+from loadgen.transports.lean_socket import Offset, StampedSocket, enabled
 
 __all__ = ["LeanTransport", "UnsupportedURL"]
 
@@ -79,6 +80,7 @@ class LeanTransport:
         self.conns: set[Conn] = set()
         self._connects: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._offset: Offset | None = Offset() if enabled() else None  # kernel receive stamps (lean_socket)
 
     @staticmethod
     def supports(url: str) -> bool:
@@ -228,7 +230,11 @@ class LeanTransport:
         last: OSError | None = None
         for host, port in await self._addresses(site):
             try:
-                _, conn = await self._loop.create_connection(lambda: Conn(site, self), host, port)
+                if self._offset is not None:  # reads stamped by the kernel (lean_socket)
+                    _, conn = await StampedSocket.connect(self._loop, lambda: Conn(site, self), host, port,
+                                                          self._offset)
+                else:
+                    _, conn = await self._loop.create_connection(lambda: Conn(site, self), host, port)
                 return conn
             except OSError as exc:  # try the next address ('localhost' is often ::1 then 127.0.0.1)
                 last = exc

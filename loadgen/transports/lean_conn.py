@@ -5,7 +5,7 @@ A request is not an asyncio Task: :meth:`LeanTransport.submit <loadgen.transport
 makes a :class:`Call`, puts it on an idle connection (or a new one, or in the host's queue), and the
 connection's protocol callbacks drive it to its end, where ``call.on_done(call)`` is called once, from the
 event loop, never from inside ``submit``. Per request: one Call, one ``transport.write``, and per read one
-``clock()`` and one ``feed_data`` into httptools' C parser.
+stamp (the kernel's, :mod:`loadgen.transports.lean_socket`) and one ``feed_data`` into httptools' C parser.
 
 A connection is handed back to its host (and so to the next request, possibly from ``on_done``) only
 after the parser has returned: bytes that arrive with a response but after it are never taken as the
@@ -116,11 +116,16 @@ class Conn(asyncio.Protocol):
         self.owner.conns.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self.data_received_at(data, clock())
+
+    def data_received_at(self, data: bytes, now: float) -> None:
+        """A read, stamped ``now``: its arrival (the kernel's stamp on a :class:`~loadgen.transports.lean_socket.
+        StampedSocket`), else the moment this code ran."""
         call = self.call
         if call is None:  # bytes nobody asked for, on an idle connection: it cannot be trusted again
             self.drop()
             return
-        now = self._now = clock()
+        self._now = now
         if not self._got:
             self._got = True
             call.out.first_byte = now
@@ -153,6 +158,7 @@ class Conn(asyncio.Protocol):
         self.owner.conns.discard(self)
         if self.call is not None:
             if self._headers_done and not self._framed and exc is None and not self._interim:
+                self._now = clock()
                 self._complete()  # a body delimited by the end of the connection is complete now
             elif self.reused and not self._got:
                 self._end(RETRY)
@@ -222,7 +228,7 @@ class Conn(asyncio.Protocol):
         except Exception as exc:  # a handler bug must not lose the record nor hang the request
             result = ("other", f"{type(exc).__name__}: {exc}")
             self._keep = False
-        call.out.done = clock()
+        call.out.done = self._now  # the read that completed it (its arrival, with kernel stamps)
         self._end(result)
 
     def _end(self, result) -> None:

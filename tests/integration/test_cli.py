@@ -101,6 +101,20 @@ def test_secrets_never_reach_the_rundir_or_the_output(tmp_path, known_server):
     assert "${LB_TEST_KEY}" in (rd / "scenario.yaml").read_text()
 
 
+def test_no_report_writes_the_rundir_and_ci_outputs_but_no_html(tmp_path, known_server):
+    srv = known_server(delay=0.01)
+    path = write_scenario(tmp_path, scenario(srv.url, duration="1s", qps=20, extra="slo: ['latency.p99 < 1s']"))
+    p = start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-report"])
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, out
+    rd = only_rundir(tmp_path / "runs")
+    assert not (rd / "report.html").exists()
+    assert (rd / "summary.md").is_file() and (rd / "junit.xml").is_file() and (rd / "meta.json").is_file()
+    assert "report: none (latbench report" in out, out
+    later = subprocess.run(LATBENCH + ["report", str(rd)], capture_output=True, text=True)
+    assert later.returncode == 0 and (rd / "report.html").is_file(), later.stdout + later.stderr
+
+
 def test_missing_scenario_file_is_exit_2(tmp_path):
     r = subprocess.run(LATBENCH + ["run", str(tmp_path / "nope.yaml")], capture_output=True, text=True)
     assert r.returncode == 2 and "nope.yaml" in r.stderr

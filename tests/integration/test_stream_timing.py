@@ -116,3 +116,50 @@ def test_token_times_match_the_servers_stamps(tmp_path, stamping_server, transpo
     assert np.median(np.abs(itl_errors)) < 0.005
     itl = summary["overall"]["metrics"]["itl"]["percentiles"]["p50"]["value"]
     assert GAP * 0.9 < itl < GAP + 0.01, itl
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive stamps (SO_TIMESTAMPNS) are Linux's")
+@pytest.mark.parametrize("kernel_stamps", [True, False])
+def test_a_busy_client_still_stamps_tokens_when_they_arrived(stamping_server, monkeypatch, kernel_stamps):
+    """The client's event loop is blocked from 10 to 45 ms after the request, as the first token arrives (at 30 ms).
+    With the kernel's receive stamps (the default on Linux) every token keeps its arrival time; without them
+    (``LATBENCH_RX_STAMPS=0``) the first is stamped when the client got to it, ~15 ms late. (Two tokens that wait
+    in the socket together are one read, stamped with the later one's arrival: TCP keeps the last packet's.)"""
+    from loadgen.protocols.apis import StreamHandler
+    from loadgen.protocols.base import Request
+    from loadgen.records.schema import Outcome
+    from loadgen.transports.lean import LeanTransport
+
+    monkeypatch.setenv("LATBENCH_RX_STAMPS", "1" if kernel_stamps else "0")
+    busy, block_end = 0.035, []
+    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "req-7"}]}).encode()
+    url = f"http://127.0.0.1:{stamping_server.port}/v1/chat/completions"
+    req = Request("POST", url, "/v1/chat/completions", (("Content-Type", "application/json"),), body, True)
+
+    async def go():
+        t = LeanTransport()
+        await t.start()
+        out = Outcome()
+        loop = asyncio.get_running_loop()
+        def block():
+            time.sleep(busy)
+            block_end.append(time.perf_counter())
+
+        loop.call_later(0.01, block)  # TTFT 0.03, then a token every 0.02: only the first waits
+        await asyncio.wait_for(t.send(req, StreamHandler(chat=True), out), 10)
+        await t.close()
+        return out
+
+    out = asyncio.run(go())
+    assert out.error == "", out.error_detail
+    stamps = np.array(stamping_server.stamps[7])
+    got = np.array(out.token_times)
+    assert len(got) == TOKENS
+    late = got - stamps
+    waited = stamps < block_end[0]  # tokens that arrived while the client was blocked
+    assert waited.any(), (stamps, block_end)
+    assert late.min() > -1e-4, late  # never before the server wrote it
+    if kernel_stamps:
+        assert late.max() < 0.004, late  # the arrival, though the client read the first token ~15 ms later
+    else:
+        assert (got[waited] >= block_end[0]).all(), late  # read when the block ended
