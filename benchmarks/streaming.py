@@ -18,7 +18,7 @@ send time on CLOCK_MONOTONIC, so each tool's recorded token times are compared w
      ``--export-level raw``; Locust: ``perf_counter()`` right after each SSE line was read, in the user code).
      AIPerf's raw export costs CPU, so it is its own row ("aiperf raw"), run in the first round only.
    - latbench runs as a CI job would (``--quiet --no-report``: the RunDir, summary.md and junit.xml, no charts),
-     its token times the kernel's arrival stamps; beneath it, *read-time* (``LATBENCH_RX_STAMPS=0``: stamped
+     its token times the kernel's arrival stamps; beneath it, *read-time* (``receive_stamps: read``: stamped
      when latbench's code reads them, as every peer stamps) and *+report* (report.html rendered too);
    - *floor*: the least a Python client does per event (uvloop, one asyncio.Protocol a connection, a clock
      reading per read, the stamps picked out of the bytes by a regex; no HTTP or SSE parsing): what any
@@ -189,9 +189,9 @@ class Load:
         self.requests = int(rate * duration) if rate else max(1, int(streams * duration / stream_s))
 
 
-def latbench(load: Load, server: Server, tmp: Path, report: bool = False, env: dict | None = None) -> dict:
-    """``latbench run`` (``report``: with report.html, else ``--no-report``; ``env``: e.g. the kernel's receive
-    stamps off)."""
+def latbench(load: Load, server: Server, tmp: Path, report: bool = False, stamps: str = "auto") -> dict:
+    """``latbench run`` (``report``: with report.html, else ``--no-report``; ``stamps``: the target's
+    ``receive_stamps``)."""
     work = Path(tempfile.mkdtemp(dir=tmp, prefix="lb-"))
     with open(work / "prompts.jsonl", "w") as f:
         for i in range(load.requests + 10 * max(load.streams, 100)):
@@ -200,7 +200,8 @@ def latbench(load: Load, server: Server, tmp: Path, report: bool = False, env: d
              f"{{name: main, duration: {load.duration:g}s, concurrency: {load.streams}}}")
     (work / "s.yaml").write_text(textwrap.dedent(f"""
         name: streaming
-        target: {{url: "{server.url}/v1", api: openai-chat, stream: true, model: bench, timeout: 60s}}
+        target: {{url: "{server.url}/v1", api: openai-chat, stream: true, model: bench, timeout: 60s,
+                  receive_stamps: {stamps}}}
         workload: {{dataset: prompts.jsonl}}
         load:
           mode: {"open" if load.rate else "closed"}
@@ -212,7 +213,7 @@ def latbench(load: Load, server: Server, tmp: Path, report: bool = False, env: d
     exe = Path(sys.executable).parent / "latbench"  # the console script of the environment running this
     res = run_client([str(exe) if exe.exists() else "latbench", "run", str(work / "s.yaml"), "--out",
                       str(work / "runs"), "--quiet", *([] if report else ["--no-report"])], server,
-                     load.duration + 120, env=env, cwd=work)
+                     load.duration + 120, cwd=work)
     rundir = next((work / "runs").iterdir())
     meta = json.loads((rundir / "meta.json").read_text())
     (entry,) = meta["targets"]
@@ -503,7 +504,7 @@ def show_efficiency(results: dict[str, list[dict]], load: Load) -> None:
     if len(rows) > 1:
         print("x = latbench's events per CPU-second divided by this tool's (how many times more latbench records)")
     print("latbench: `latbench run --quiet --no-report` (the RunDir: records, summary.json, summary.md, junit.xml), "
-          "token times the kernel's arrival stamps; read-time: LATBENCH_RX_STAMPS=0; +report: report.html too")
+          "token times the kernel's arrival stamps; read-time: receive_stamps: read; +report: report.html too")
 
 
 def show_scale(results: dict[str, list[dict]]) -> None:
@@ -570,7 +571,7 @@ def main(argv=None) -> None:
     if "latbench" not in skip:
         tools["latbench"] = lambda load, srv: latbench(load, srv, tmp)
     if "lb-read-time" not in skip:  # token times taken when read, not the kernel's arrival stamps
-        tools["lb read-time"] = lambda load, srv: latbench(load, srv, tmp, env={"LATBENCH_RX_STAMPS": "0"})
+        tools["lb read-time"] = lambda load, srv: latbench(load, srv, tmp, stamps="read")
     if "lb-report" not in skip:  # and report.html rendered, as `latbench run` does by default
         tools["lb +report"] = lambda load, srv: latbench(load, srv, tmp, report=True)
     for peer in ("vllm", "aiperf", "locust"):

@@ -1,5 +1,8 @@
+import fcntl
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,72 @@ def bpe_dir(tmp_path_factory):
     """A model folder with a small byte-level BPE tokenizer trained offline (BOS on plain prompts, a chat
     template with header tokens), shared by the session: see loadgen.scenario.sample_data.train_sample_tokenizer."""
     return train_sample_tokenizer(tmp_path_factory.mktemp("bpe"))
+
+
+# --- two tests at a time (pytest-xdist, `-n 2` in pyproject.toml), timing-sensitive ones alone ------------------
+#
+# Most tests wait on servers and runs far more than they compute, so two workers nearly halve the suite. A test
+# marked `alone` asserts timing the other worker's CPU could disturb (send lag, a known server's latency, two runs
+# compared): it holds an exclusive lock that every other test holds shared while it runs. A module marked
+# `alone` (pytestmark) holds it from its first fixture to its last, since its module-scoped fixtures do the runs.
+# The gate lock keeps an `alone` test from waiting forever: once it holds the gate, no new test starts.
+
+_held: list[int] = []  # the exclusive lock's descriptors while a module of this process holds it
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: timing-sensitive; runs while no other test of the session runs")
+
+
+def _lock(path: Path, mode: int) -> int:
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, mode)
+    return fd
+
+
+def _unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def _base() -> Path | None:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in each worker of a distributed session
+    return None if run is None else Path(tempfile.gettempdir()) / f"latbench-tests-{run}"
+
+
+def _exclusive(base: Path) -> list[int]:
+    gate = _lock(base.with_suffix(".gate"), fcntl.LOCK_EX)
+    return [gate, _lock(base.with_suffix(".main"), fcntl.LOCK_EX)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_turn(request):
+    base = _base()
+    if base is None or request.node.get_closest_marker("alone") is None:
+        yield
+        return
+    _held.extend(_exclusive(base))
+    try:
+        yield
+    finally:
+        while _held:
+            _unlock(_held.pop())
+
+
+@pytest.fixture(autouse=True)
+def _cpu_turn(request):
+    base = _base()
+    if base is None or _held:  # not distributed, or this test's module already runs alone
+        yield
+        return
+    if request.node.get_closest_marker("alone") is not None:
+        fds = _exclusive(base)
+    else:
+        gate = _lock(base.with_suffix(".gate"), fcntl.LOCK_SH)
+        fds = [_lock(base.with_suffix(".main"), fcntl.LOCK_SH)]
+        _unlock(gate)
+    try:
+        yield
+    finally:
+        for fd in reversed(fds):
+            _unlock(fd)

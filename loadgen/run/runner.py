@@ -39,6 +39,7 @@ from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Repeat, Target
 from loadgen.scenario.urls import join_url, url_problem
 from loadgen.schedule.arrivals import plan_phases
+from loadgen.transports.factory import receive_stamps
 from loadgen.version import __version__
 
 log = logging.getLogger("latbench")
@@ -287,6 +288,7 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
                         tokens=tokens)
     summary["model"] = mt.model
     summary["engine"] = engine
+    summary["generator"]["receive_stamps"] = receive_stamps(mt.target, engine)  # arrival (kernel) or read time
     if trace is not None:
         summary["trace"] = trace
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study

@@ -10,13 +10,23 @@ import asyncio
 import socket
 import ssl
 import time
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
 
+if TYPE_CHECKING:
+    import aiohttp
+
 clock = time.perf_counter
+
+
+def _aiohttp():
+    """aiohttp, imported when a target first uses this transport: it is a tenth of a second of every run's start,
+    and the lean transport serves plain http://."""
+    import aiohttp
+
+    return aiohttp
 
 
 async def _conn_start(session, ctx, params):
@@ -33,6 +43,7 @@ async def _conn_end(session, ctx, params):
 
 def classify(exc: BaseException) -> str:
     """Map an aiohttp/OS exception to a record error class."""
+    aiohttp = _aiohttp()
     if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return "timeout"
     dns_error = getattr(aiohttp, "ClientConnectorDNSError", None)
@@ -69,6 +80,7 @@ class AiohttpTransport:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
+        aiohttp = _aiohttp()
         tc = aiohttp.TraceConfig()
         tc.on_connection_create_start.append(_conn_start)
         tc.on_connection_create_end.append(_conn_end)

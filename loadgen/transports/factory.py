@@ -8,12 +8,29 @@ from loadgen.transports.aiohttp_client import AiohttpTransport
 from loadgen.transports.grpc_client import GrpcTransport
 from loadgen.transports.httpx_client import HttpxTransport
 from loadgen.transports.lean import LeanTransport
+from loadgen.transports.lean_socket import available as kernel_stamps_available
+
+
+def receive_stamps(target: Target, engine: str = "native") -> str:
+    """How ``target``'s responses are stamped as received: "kernel" (their arrival: :mod:`loadgen.transports.
+    lean_socket`) or "read" (when latbench's code reads them). ``auto``: kernel for a streaming target on the lean
+    transport where the platform has the stamps (each read costs a few microseconds more: plain requests, where
+    a generator's rate matters most, are read-stamped)."""
+    choice = target.receive_stamps
+    lean = engine == "native" and target.transport in ("auto", "lean") and not target.http2 \
+        and LeanTransport.supports(target.url or "")
+    if choice == "read" or not lean or not kernel_stamps_available():
+        return "read"
+    return "kernel" if choice == "kernel" or target.stream else "read"
 
 
 def make_transport(target: Target):
     """``transport:`` when given; else gRPC for ``grpc://`` and ``grpcs://`` URLs, httpx for ``http2: true``, the
     lean asyncio transport for plain http://, and aiohttp for TLS (and whatever else the lean path does not do).
     Not started yet."""
+    if target.receive_stamps == "kernel" and receive_stamps(target) != "kernel":
+        raise TransportError("receive_stamps: kernel needs the lean transport (an http:// target, transport auto or "
+                             "lean, no http2) on Linux")
     choice = target.transport
     url = target.url or ""
     if choice == "grpc" or url.startswith(("grpc://", "grpcs://")):
@@ -25,7 +42,8 @@ def make_transport(target: Target):
     if choice == "lean":
         if not LeanTransport.supports(target.url or ""):
             raise TransportError(f"transport: lean sends to http:// only, not {target.url!r}; use transport: aiohttp")
-        return LeanTransport(max_header_bytes=target.max_header_bytes)
+        return LeanTransport(max_header_bytes=target.max_header_bytes,
+                             receive_stamps=receive_stamps(target) == "kernel")
     if choice == "httpx":
         return HttpxTransport(verify=target.verify, http2=target.http2)
     return AiohttpTransport(verify=target.verify)

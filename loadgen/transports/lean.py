@@ -36,7 +36,7 @@ from loadgen.protocols.base import Request, ResponseHandler
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import MAX_HEADER_BYTES
 from loadgen.transports.lean_conn import DNS_TTL, RETRY, Call, Conn, Site, clock
-from loadgen.transports.lean_socket import Offset, StampedSocket, enabled
+from loadgen.transports.lean_socket import Offset, StampedSocket, available
 
 __all__ = ["LeanTransport", "UnsupportedURL"]
 
@@ -63,14 +63,16 @@ class LeanTransport:
     :meth:`submit`, a callback path with no Task per request, which the native engine prefers.
 
     ``user_agent`` is sent unless the request's headers carry their own; ``max_connecting`` bounds the
-    connects in progress per host (see :data:`MAX_CONNECTING`). No ``Accept-Encoding`` is
+    connects in progress per host (see :data:`MAX_CONNECTING`); ``receive_stamps``: a response's reads are
+    stamped with their arrival, the kernel's receive timestamp (:mod:`loadgen.transports.lean_socket`), not
+    when they are read. No ``Accept-Encoding`` is
     sent, so servers answer uncompressed and ``bytes_in`` counts what crossed the wire.
     """
 
     name = "lean"
 
     def __init__(self, user_agent: str = "latbench", max_connecting: int = MAX_CONNECTING,
-                 max_header_bytes: int = MAX_HEADER_BYTES):
+                 max_header_bytes: int = MAX_HEADER_BYTES, receive_stamps: bool = False):
         self._ua = user_agent
         self._max_connecting = max_connecting
         self.max_header_bytes = max_header_bytes  # a response's header block, at most (read by Conn)
@@ -80,7 +82,8 @@ class LeanTransport:
         self.conns: set[Conn] = set()
         self._connects: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._offset: Offset | None = Offset() if enabled() else None  # kernel receive stamps (lean_socket)
+        # reads stamped with their arrival by the kernel (lean_socket), else when read
+        self._offset: Offset | None = Offset() if receive_stamps and available() else None
 
     @staticmethod
     def supports(url: str) -> bool:

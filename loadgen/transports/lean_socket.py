@@ -17,16 +17,16 @@ The stamp, on the program's one clock: the kernel's is CLOCK_REALTIME, turned in
 socket get a time at or before the read's (never later). A stamp that does not fall between the last
 write or read and now (no stamp came; the wall clock was stepped between two offset readings) is replaced by
 the read time, as without stamps: the lean client reads only answers, which cannot arrive before their
-request was written. ``LATBENCH_RX_STAMPS=0`` turns the stamps off (every read is stamped by the client's
-clock when its code runs, as before), for comparing the two.
+request was written. The target's ``receive_stamps`` chooses (:func:`loadgen.transports.factory.receive_stamps`);
+``read`` stamps every read by the client's clock when its code runs, as every other transport does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import struct
+import sys
 import time
 from collections import deque
 
@@ -38,10 +38,9 @@ OFFSET_EVERY_S = 1.0
 _TIMESPEC = struct.Struct("qq").unpack_from
 
 
-def enabled() -> bool:
-    """Whether reads are stamped by the kernel: on Linux, unless ``LATBENCH_RX_STAMPS=0``."""
-    return hasattr(socket.socket, "recvmsg") and os.environ.get("LATBENCH_RX_STAMPS", "1") != "0" \
-        and os.uname().sysname == "Linux"
+def available() -> bool:
+    """Whether this platform stamps received packets for ``recvmsg`` this way (Linux)."""
+    return sys.platform == "linux" and hasattr(socket.socket, "recvmsg")
 
 
 class Offset:
@@ -69,12 +68,13 @@ class Offset:
 class StampedSocket:
     """A connected non-blocking TCP socket driven by the event loop, for one protocol (see the module)."""
 
-    __slots__ = ("_sock", "_fd", "_loop", "_protocol", "_offset", "_out", "_closing", "_last", "_recvmsg")
+    __slots__ = ("_sock", "_fd", "_loop", "_protocol", "_offset", "_out", "_closing", "_last", "_recvmsg", "_feed")
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, protocol, offset: Offset):
         self._sock, self._loop, self._protocol, self._offset = sock, loop, protocol, offset
         self._fd = sock.fileno()
         self._recvmsg = sock.recvmsg
+        self._feed = protocol.data_received_at
         self._out: deque[memoryview] = deque()  # bytes the socket did not take yet
         self._closing = False
         self._last = clock()  # the last write's time or read's stamp: a read's stamp is not before it
@@ -113,17 +113,18 @@ class StampedSocket:
             self._protocol.eof_received()
             self._lost(None)
             return
-        t = now
         if anc:
             offset = self._offset
             if now - offset.at > OFFSET_EVERY_S:
                 offset.measure()
             sec, ns = _TIMESPEC(anc[0][2])
-            stamp = (sec * 1_000_000_000 + ns - offset.ns) * 1e-9
-            if self._last <= stamp <= now:
-                t = stamp
+            t = (sec * 1_000_000_000 + ns - offset.ns) * 1e-9
+            if not self._last <= t <= now:
+                t = now
+        else:
+            t = now
         self._last = t
-        self._protocol.data_received_at(data, t)
+        self._feed(data, t)
 
     # -- writing -------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:

@@ -10,6 +10,8 @@ from loadgen.analysis.capacity import Step, judge, knee, step_objectives
 from loadgen.scenario.slo import parse_slo
 from tests.helpers import run, write_scenario
 
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
+
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]
 
 

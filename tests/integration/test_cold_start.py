@@ -20,6 +20,8 @@ from reports import fmt, load_rundir, write_outputs
 from reports.model import get
 from tests.helpers import check_cells, read_headline, write_scenario
 
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 LINUX = resident_fraction(__file__) is not None  # mincore available
 

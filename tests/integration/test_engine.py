@@ -10,6 +10,8 @@ import pytest
 from loadgen.engine import native as engine_mod
 from tests.helpers import pct, run
 
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
+
 
 def scenario(url, phases, stream=False, extra=""):
     return f"""

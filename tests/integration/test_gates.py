@@ -24,6 +24,7 @@ def scenario(url, duration="3s", qps=40, slo="[]", stream="false"):
     """
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py)
 def test_same_server_twice_is_not_a_regression_slower_server_is(tmp_path, known_server):
     fast, slow = known_server(delay=0.1), known_server(delay=0.15)
     r1, _, _ = run(tmp_path / "a", scenario(fast.url))
@@ -48,6 +49,7 @@ def test_same_server_twice_is_not_a_regression_slower_server_is(tmp_path, known_
     assert g.returncode == 0 and "PASSED" in g.stdout
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py)
 def test_fail_fast_stops_once_the_slo_cannot_be_met(tmp_path, known_server):
     srv = known_server(delay=0.05)
     t = time.perf_counter()
@@ -65,6 +67,7 @@ def test_error_rate_gate_and_exit_codes(tmp_path, known_server):
     assert res.exit_code == 3
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py)
 def test_recovery_time_after_a_spike(tmp_path, known_server):
     srv = known_server(delay=0.01, stall_at=2.5, stall_for=1.5)  # the spike phase meets a stall
     text = f"""

@@ -24,6 +24,8 @@ from reports.model import get
 from tests.conftest import ServerProcess
 from tests.helpers import check_cells, read_headline, write_scenario
 
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
+
 
 def run(tmp_path: Path, text_: str, **kw):
     loaded = load_scenario(write_scenario(tmp_path, text_))

@@ -5,9 +5,13 @@ from __future__ import annotations
 import re
 import threading
 
+import pytest
+
 from loadgen.cli.display import status_line
 from tests.helpers import run
 from tests.servers import KnownServer
+
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
 
 
 def test_a_closed_loop_live_line_shows_achieved_rate_and_concurrency(tmp_path):

@@ -12,6 +12,8 @@ from loadgen.analysis.metrics import records_frame
 from loadgen.records.schema import read_records
 from tests.helpers import pct, run
 
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
+
 TTFT, GAP, TOKENS = 0.08, 0.01, 20
 
 

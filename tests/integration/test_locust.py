@@ -104,6 +104,7 @@ def run(path, url, tdir, **kw):
     return plan_phases(load_scenario(path).scenario.load), res, read_records(tdir / "requests.parquet")
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py)
 def test_two_workers_hold_the_rate_and_record_every_request_once(tmp_path, reference_server):
     url = reference_server + "/v1"
     before = requests_served(reference_server)

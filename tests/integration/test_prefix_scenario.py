@@ -5,12 +5,15 @@ shows the time to first token of each, the cached one lower."""
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from loadgen.analysis.metrics import records_frame
 from loadgen.records.schema import read_records
 from reports import write_outputs
 from tests.helpers import pct, run
+
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "prefix.yaml"
 

@@ -9,10 +9,13 @@ import json
 import time
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reference_server.background import BackgroundServer
 from reference_server.config import ServerConfig
+
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
 
 
 def tiny(arch: str, weights_dir: str, **kw) -> ServerConfig:

@@ -123,6 +123,7 @@ def test_each_repetition_starts_a_fresh_managed_server(tmp_path):
     assert all(e["server"]["ready_s"] > 0 for e in entries) and len(urls) == 2  # two servers, two free ports
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py)
 def test_capacity_repeat_reports_each_bracket_and_their_spread(tmp_path, known_server):
     srv = known_server(delay=0.02, slots=1)  # 50 req/s at most
     path = write_scenario(tmp_path, f"""

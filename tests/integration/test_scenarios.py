@@ -50,6 +50,7 @@ def shortened(path: Path, **load_changes) -> str:
     return yaml.safe_dump(data)
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py)
 def test_architectures_runs_and_compares_naive_with_optimized(tmp_path):
     src = Path(__file__).resolve().parents[2] / "scenarios" / "architectures.yaml"
     data = yaml.safe_load(src.read_text())
@@ -70,6 +71,7 @@ def test_architectures_runs_and_compares_naive_with_optimized(tmp_path):
     assert "naive" in html and "optimized" in html and ("lower p99" in html or "higher p99" in html)
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py)
 def test_cold_start_measures_each_fresh_start(tmp_path):
     src = Path(__file__).resolve().parents[2] / "scenarios" / "cold_start.yaml"
     data = yaml.safe_load(src.read_text())

@@ -11,11 +11,14 @@ import time
 
 import numpy as np
 import pytest
+import yaml
 from aiohttp import web
 
 from loadgen.engine.options import EngineOptions
 from loadgen.records.schema import read_records
 from tests.helpers import run
+
+pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
 
 TOKENS, TTFT, GAP = 8, 0.03, 0.02
 _ID = re.compile(r"req-(\d+)")
@@ -114,30 +117,31 @@ def test_token_times_match_the_servers_stamps(tmp_path, stamping_server, transpo
     assert errors.min() > -1e-4, errors.min()
     assert np.median(errors) < 0.005 and errors.max() < 0.1, (np.median(errors), errors.max())
     assert np.median(np.abs(itl_errors)) < 0.005
+    assert summary["generator"]["receive_stamps"] == ("kernel" if transport == "lean" else "read")
     itl = summary["overall"]["metrics"]["itl"]["percentiles"]["p50"]["value"]
     assert GAP * 0.9 < itl < GAP + 0.01, itl
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernel receive stamps (SO_TIMESTAMPNS) are Linux's")
 @pytest.mark.parametrize("kernel_stamps", [True, False])
-def test_a_busy_client_still_stamps_tokens_when_they_arrived(stamping_server, monkeypatch, kernel_stamps):
+def test_a_busy_client_still_stamps_tokens_when_they_arrived(stamping_server, kernel_stamps):
     """The client's event loop is blocked from 10 to 45 ms after the request, as the first token arrives (at 30 ms).
-    With the kernel's receive stamps (the default on Linux) every token keeps its arrival time; without them
-    (``LATBENCH_RX_STAMPS=0``) the first is stamped when the client got to it, ~15 ms late. (Two tokens that wait
-    in the socket together are one read, stamped with the later one's arrival: TCP keeps the last packet's.)"""
+    With the kernel's receive stamps (a streaming target's default on Linux) every token keeps its arrival time;
+    without them (``receive_stamps: read``) the first is stamped when the client got to it, ~15 ms late. (Two
+    tokens that wait in the socket together are one read, stamped with the later one's arrival: TCP keeps the last
+    packet's.)"""
     from loadgen.protocols.apis import StreamHandler
     from loadgen.protocols.base import Request
     from loadgen.records.schema import Outcome
     from loadgen.transports.lean import LeanTransport
 
-    monkeypatch.setenv("LATBENCH_RX_STAMPS", "1" if kernel_stamps else "0")
     busy, block_end = 0.035, []
     body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "req-7"}]}).encode()
     url = f"http://127.0.0.1:{stamping_server.port}/v1/chat/completions"
     req = Request("POST", url, "/v1/chat/completions", (("Content-Type", "application/json"),), body, True)
 
     async def go():
-        t = LeanTransport()
+        t = LeanTransport(receive_stamps=kernel_stamps)
         await t.start()
         out = Outcome()
         loop = asyncio.get_running_loop()
@@ -163,3 +167,30 @@ def test_a_busy_client_still_stamps_tokens_when_they_arrived(stamping_server, mo
         assert late.max() < 0.004, late  # the arrival, though the client read the first token ~15 ms later
     else:
         assert (got[waited] >= block_end[0]).all(), late  # read when the block ended
+
+
+@pytest.mark.parametrize("fields, engine, expected", [
+    ("stream: true", "native", "kernel"),
+    ("stream: false", "native", "read"),
+    ("stream: false, receive_stamps: kernel", "native", "kernel"),
+    ("stream: true, receive_stamps: read", "native", "read"),
+    ("stream: true, transport: aiohttp", "native", "read"),
+    ("stream: true", "locust", "read"),
+])
+def test_which_reads_are_stamped_by_the_kernel(fields, engine, expected):
+    from loadgen.scenario.model import Target
+    from loadgen.transports.factory import receive_stamps
+    from loadgen.transports.lean_socket import available
+
+    t = Target.model_validate(yaml.safe_load(f"{{url: 'http://127.0.0.1:9/v1', {fields}}}"))
+    assert receive_stamps(t, engine) == (expected if available() else "read")
+
+
+def test_kernel_stamps_where_they_cannot_be_taken_are_refused():
+    from loadgen.errors import TransportError
+    from loadgen.scenario.model import Target
+    from loadgen.transports.factory import make_transport
+
+    for url, extra in (("https://127.0.0.1:9/v1", {}), ("http://127.0.0.1:9/v1", {"transport": "aiohttp"})):
+        with pytest.raises(TransportError, match="receive_stamps: kernel needs the lean transport"):
+            make_transport(Target(url=url, receive_stamps="kernel", **extra))

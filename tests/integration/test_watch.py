@@ -81,7 +81,8 @@ def test_watch_metrics_match_the_records(known_server, tmp_path):
             time.sleep(0.1)
         m = scrape(url)
     finally:
-        proc.send_signal(signal.SIGINT)  # the first Ctrl-C stops lingering as it would stop the probe
+        proc.send_signal(signal.SIGINT)  # the first Ctrl-C stops the probe (stopped already); a second ends lingering
+        time.sleep(0.5)  # two at once may reach Python's handler as one (a busy host: both before it runs)
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=30)[0]
     assert proc.returncode == 0, out
