@@ -36,7 +36,7 @@ from loadgen.protocols.base import Request, ResponseHandler
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import MAX_HEADER_BYTES
 from loadgen.transports.lean_conn import DNS_TTL, RETRY, Call, Conn, Site, clock
-from loadgen.transports.lean_socket import Offset, StampedSocket, available
+from loadgen.transports.lean_socket import StampedSocket, Stamps, available
 
 __all__ = ["LeanTransport", "UnsupportedURL"]
 
@@ -83,7 +83,7 @@ class LeanTransport:
         self._connects: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         # reads stamped with their arrival by the kernel (lean_socket), else when read
-        self._offset: Offset | None = Offset() if receive_stamps and available() else None
+        self._stamps: Stamps | None = Stamps() if receive_stamps and available() else None
 
     @staticmethod
     def supports(url: str) -> bool:
@@ -233,9 +233,9 @@ class LeanTransport:
         last: OSError | None = None
         for host, port in await self._addresses(site):
             try:
-                if self._offset is not None:  # reads stamped by the kernel (lean_socket)
+                if self._stamps is not None:  # reads stamped by the kernel (lean_socket)
                     _, conn = await StampedSocket.connect(self._loop, lambda: Conn(site, self), host, port,
-                                                          self._offset)
+                                                          self._stamps)
                 else:
                     _, conn = await self._loop.create_connection(lambda: Conn(site, self), host, port)
                 return conn

@@ -9,7 +9,7 @@ bytes reached this host, whenever the client got to read them.
 
 :class:`StampedSocket` is the small part of ``asyncio.Transport`` that :class:`~loadgen.transports.lean_conn.Conn`
 uses (``write``, ``abort``, ``close``, ``is_closing``) over a non-blocking socket the event loop watches
-(``add_reader``); each read is one ``recvmsg`` whose stamp goes to ``protocol.data_received_at(data, t)``.
+(``add_reader``); each read is one ``recvmsg_into`` whose stamp goes to ``protocol.data_received_at(data, t)``.
 
 The stamp, on the program's one clock: the kernel's is CLOCK_REALTIME, turned into ``perf_counter`` time
 (CLOCK_MONOTONIC on Linux) by an offset measured as a tight pair of readings and measured again every
@@ -43,14 +43,18 @@ def available() -> bool:
     return sys.platform == "linux" and hasattr(socket.socket, "recvmsg")
 
 
-class Offset:
-    """CLOCK_REALTIME minus ``perf_counter`` time, in nanoseconds, from the tightest of a few reading pairs."""
+class Stamps:
+    """What the sockets of one transport (one event loop) share: the offset of CLOCK_REALTIME from
+    ``perf_counter`` time in nanoseconds, from the tightest of a few reading pairs, and one read buffer (each read
+    is copied out of it at once: a fresh 64 KiB buffer per read costs more than the read)."""
 
-    __slots__ = ("ns", "at")
+    __slots__ = ("ns", "at", "bufs", "view")
 
     def __init__(self) -> None:
         self.ns = 0
         self.at = -OFFSET_EVERY_S
+        buf = bytearray(READ_BYTES)
+        self.bufs, self.view = [buf], memoryview(buf)
         self.measure()
 
     def measure(self) -> None:
@@ -68,12 +72,12 @@ class Offset:
 class StampedSocket:
     """A connected non-blocking TCP socket driven by the event loop, for one protocol (see the module)."""
 
-    __slots__ = ("_sock", "_fd", "_loop", "_protocol", "_offset", "_out", "_closing", "_last", "_recvmsg", "_feed")
+    __slots__ = ("_sock", "_fd", "_loop", "_protocol", "_stamps", "_out", "_closing", "_last", "_recv", "_feed")
 
-    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, protocol, offset: Offset):
-        self._sock, self._loop, self._protocol, self._offset = sock, loop, protocol, offset
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, protocol, stamps: Stamps):
+        self._sock, self._loop, self._protocol, self._stamps = sock, loop, protocol, stamps
         self._fd = sock.fileno()
-        self._recvmsg = sock.recvmsg
+        self._recv = sock.recvmsg_into
         self._feed = protocol.data_received_at
         self._out: deque[memoryview] = deque()  # bytes the socket did not take yet
         self._closing = False
@@ -83,7 +87,7 @@ class StampedSocket:
 
     @classmethod
     async def connect(cls, loop: asyncio.AbstractEventLoop, protocol_factory, host: str, port: int,
-                      offset: Offset) -> tuple["StampedSocket", object]:
+                      stamps: Stamps) -> tuple["StampedSocket", object]:
         """Connect to ``host:port`` (an IP address): ``(transport, protocol)``, as ``loop.create_connection`` gives
         them; OSError when that fails."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -97,28 +101,29 @@ class StampedSocket:
             sock.close()
             raise
         protocol = protocol_factory()
-        return cls(sock, loop, protocol, offset), protocol
+        return cls(sock, loop, protocol, stamps), protocol
 
     # -- reading -------------------------------------------------------------------------------
     def _on_readable(self) -> None:
+        stamps = self._stamps
         try:
-            data, anc, _flags, _addr = self._recvmsg(READ_BYTES, _CMSG_SPACE)
+            n, anc, _flags, _addr = self._recv(stamps.bufs, _CMSG_SPACE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self._lost(exc)
             return
         now = clock()
-        if not data:
+        if not n:
             self._protocol.eof_received()
             self._lost(None)
             return
+        data = stamps.view[:n].tobytes()
         if anc:
-            offset = self._offset
-            if now - offset.at > OFFSET_EVERY_S:
-                offset.measure()
+            if now - stamps.at > OFFSET_EVERY_S:
+                stamps.measure()
             sec, ns = _TIMESPEC(anc[0][2])
-            t = (sec * 1_000_000_000 + ns - offset.ns) * 1e-9
+            t = (sec * 1_000_000_000 + ns - stamps.ns) * 1e-9
             if not self._last <= t <= now:
                 t = now
         else:

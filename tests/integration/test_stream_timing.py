@@ -51,7 +51,7 @@ class StampingServer:
 
     def _serve(self):
         self.loop = asyncio.new_event_loop()
-        app = web.Application()
+        app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/chat/completions", self.chat)
         self.runner = web.AppRunner(app, access_log=None)
         self.loop.run_until_complete(self.runner.setup())
@@ -194,3 +194,41 @@ def test_kernel_stamps_where_they_cannot_be_taken_are_refused():
     for url, extra in (("https://127.0.0.1:9/v1", {}), ("http://127.0.0.1:9/v1", {"transport": "aiohttp"})):
         with pytest.raises(TransportError, match="receive_stamps: kernel needs the lean transport"):
             make_transport(Target(url=url, receive_stamps="kernel", **extra))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive stamps (SO_TIMESTAMPNS) are Linux's")
+def test_a_request_larger_than_the_socket_buffer_is_written_whole_with_kernel_stamps(stamping_server):
+    """8 MB of prompt: the stamped socket writes what the kernel takes, the rest as it drains (add_writer)."""
+    from loadgen.protocols.apis import StreamHandler
+    from loadgen.protocols.base import Request
+    from loadgen.records.schema import Outcome
+    from loadgen.transports.lean import LeanTransport
+
+    url = f"http://127.0.0.1:{stamping_server.port}/v1/chat/completions"
+
+    def request(n: int) -> Request:
+        prompt = f"req-{n} " + "x" * (8 << 20)
+        body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": prompt}]})
+        return Request("POST", url, "/v1/chat/completions", (("Content-Type", "application/json"),), body.encode(),
+                       True)
+
+    async def go():
+        t = LeanTransport(receive_stamps=True)
+        await t.start()
+        outs = []
+        for n in (9, 10):  # and the connection is reused after it
+            out = Outcome()
+            await asyncio.wait_for(t.send(request(n), StreamHandler(chat=True), out), 30)
+            outs.append(out)
+        assert len(t.conns) == 1
+        await t.close()
+        return outs
+
+    outs = asyncio.run(go())
+    deadline = time.monotonic() + 5
+    while 10 not in stamping_server.stamps and time.monotonic() < deadline:  # the server logs after its last write
+        time.sleep(0.01)
+    for n, out in zip((9, 10), outs):
+        assert out.error == "", out.error_detail
+        late = np.array(out.token_times) - np.array(stamping_server.stamps[n])
+        assert late.min() > -1e-4 and late.max() < 0.004, late
