@@ -196,4 +196,9 @@ class StampedSocket:
         loop.remove_reader(self._fd)
         loop.remove_writer(self._fd)
         self._sock.close()
-        loop.call_soon(self._protocol.connection_lost, exc)
+        self._feed = None  # the protocol holds this transport: no cycle left for the garbage collector
+        loop.call_soon(self._call_lost, exc)
+
+    def _call_lost(self, exc: BaseException | None) -> None:
+        protocol, self._protocol = self._protocol, None
+        protocol.connection_lost(exc)
