@@ -8,7 +8,7 @@ process runs), and ``recvmsg`` hands that stamp over with the bytes: a token's t
 bytes reached this host, whenever the client got to read them.
 
 :class:`StampedSocket` is the small part of ``asyncio.Transport`` that :class:`~loadgen.transports.lean_conn.Conn`
-uses (``write``, ``abort``, ``close``, ``is_closing``) over a non-blocking socket the event loop watches
+uses (``write``, ``abort``, ``is_closing``) over a non-blocking socket the event loop watches
 (``add_reader``); each read is one ``recvmsg_into`` whose stamp goes to ``protocol.data_received_at(data, t)``.
 
 The stamp, on the program's one clock: the kernel's is CLOCK_REALTIME, turned into ``perf_counter`` time
@@ -174,18 +174,6 @@ class StampedSocket:
     def abort(self) -> None:
         """Close now, unsent bytes dropped; the protocol's ``connection_lost(None)`` follows from the loop."""
         self._lost(None)
-
-    close = abort  # nothing the lean transport writes needs flushing at a close (it drops, never half-closes)
-
-    def get_extra_info(self, name: str, default=None):
-        if name == "socket":
-            return self._sock
-        if name == "peername":
-            try:
-                return self._sock.getpeername()
-            except OSError:
-                return default
-        return default
 
     def _lost(self, exc: BaseException | None) -> None:
         if self._closing:
