@@ -95,7 +95,10 @@ class StampedSocket:
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:  # a kernel (or sandbox) without it: no stamp comes, every read keeps its read time
+                pass
             await loop.sock_connect(sock, (host, port))
         except BaseException:
             sock.close()

@@ -232,3 +232,50 @@ def test_a_request_larger_than_the_socket_buffer_is_written_whole_with_kernel_st
         assert out.error == "", out.error_detail
         late = np.array(out.token_times) - np.array(stamping_server.stamps[n])
         assert late.min() > -1e-4 and late.max() < 0.004, late
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive stamps (SO_TIMESTAMPNS) are Linux's")
+def test_a_kernel_that_refuses_the_stamps_leaves_reads_stamped_when_read(stamping_server, monkeypatch):
+    """A sandboxed kernel may refuse SO_TIMESTAMPNS (this one does not: the refusal is simulated). The request must
+    still succeed, its reads stamped when read."""
+    import socket
+
+    from loadgen.protocols.apis import StreamHandler
+    from loadgen.protocols.base import Request
+    from loadgen.records.schema import Outcome
+    from loadgen.transports.lean import LeanTransport
+    from loadgen.transports.lean_socket import SO_TIMESTAMPNS
+
+    real = socket.socket.setsockopt
+
+    def refuse(self, level, name, value):
+        if (level, name) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
+            raise OSError(92, "Protocol not available")
+        return real(self, level, name, value)
+
+    monkeypatch.setattr(socket.socket, "setsockopt", refuse)
+    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "req-11"}]}).encode()
+    url = f"http://127.0.0.1:{stamping_server.port}/v1/chat/completions"
+    req = Request("POST", url, "/v1/chat/completions", (("Content-Type", "application/json"),), body, True)
+    block_end = []
+
+    async def go():
+        t = LeanTransport(receive_stamps=True)
+        await t.start()
+        out = Outcome()
+
+        def block():
+            time.sleep(0.035)
+            block_end.append(time.perf_counter())
+
+        asyncio.get_running_loop().call_later(0.01, block)
+        await asyncio.wait_for(t.send(req, StreamHandler(chat=True), out), 10)
+        await t.close()
+        return out
+
+    out = asyncio.run(go())
+    assert out.error == "", out.error_detail
+    got, stamps = np.array(out.token_times), np.array(stamping_server.stamps[11])
+    waited = stamps < block_end[0]
+    assert len(got) == TOKENS and waited.any()
+    assert (got[waited] >= block_end[0]).all()  # read time: no stamp came
