@@ -235,6 +235,14 @@ class Target(Strict):
             raise ValueError("extra_body: applies to the OpenAI APIs; for api: http write the body in request.body")
         return self
 
+    @model_validator(mode="after")
+    def _kernel_stamps(self):
+        if self.receive_stamps == "kernel" and (self.transport not in ("auto", "lean") or self.http2
+                                                or (self.url or "").startswith(("https://", "grpc://", "grpcs://"))):
+            raise ValueError("receive_stamps: kernel needs the lean transport: an http:// target, transport auto "
+                             "or lean, no http2")
+        return self
+
 
 class TokenDist(Strict):
     mean: float = Field(gt=0, le=1_000_000)

@@ -5,6 +5,7 @@ record's times) must land just after those stamps, and the recorded inter-token 
 import asyncio
 import json
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -186,14 +187,22 @@ def test_which_reads_are_stamped_by_the_kernel(fields, engine, expected):
     assert receive_stamps(t, engine) == (expected if available() else "read")
 
 
-def test_kernel_stamps_where_they_cannot_be_taken_are_refused():
+def test_kernel_stamps_where_they_cannot_be_taken_are_refused_with_the_scenario_line(tmp_path):
     from loadgen.errors import TransportError
     from loadgen.scenario.model import Target
     from loadgen.transports.factory import make_transport
 
-    for url, extra in (("https://127.0.0.1:9/v1", {}), ("http://127.0.0.1:9/v1", {"transport": "aiohttp"})):
-        with pytest.raises(TransportError, match="receive_stamps: kernel needs the lean transport"):
-            make_transport(Target(url=url, receive_stamps="kernel", **extra))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: k\ntarget:\n  url: https://127.0.0.1:9/v1\n  stream: true\n  receive_stamps: kernel\n"
+                   "load:\n  phases: [{name: main, duration: 1s, qps: 2}]\n")
+    r = subprocess.run([sys.executable, "-m", "loadgen.cli", "validate", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2 and "bad.yaml:3" in r.stderr and "receive_stamps: kernel needs the lean transport" \
+        in r.stderr, r.stderr
+    # and a target built past the loader meets the same refusal where its transport is made
+    t = Target.model_construct(**{**Target(url="http://127.0.0.1:9/v1").__dict__, "url": "https://127.0.0.1:9/v1",
+                                  "receive_stamps": "kernel"})
+    with pytest.raises(TransportError, match="receive_stamps: kernel needs the lean transport"):
+        make_transport(t)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernel receive stamps (SO_TIMESTAMPNS) are Linux's")
