@@ -303,7 +303,7 @@ class NativeEngine(InFlight):
         # Collections during the run are the other stall: at thousands of streams in flight every full one walks
         # their objects (a 90 ms send-lag spike at 800 streams/s here). The first generation collects after
         # GC_GEN0 net new objects instead of 700 (garbage freed by reference counting does not count toward it),
-        # so cycles are still collected, rarely: send lag p99 at 800 streams/s 18-50 ms -> 4-10 ms, measured.
+        # so cycles are still collected, rarely: send lag p99 at 800 streams/s 18-50 ms -> 5-15 ms, measured.
         gc_threshold = gc.get_threshold()
         gc.set_threshold(max(GC_GEN0, gc_threshold[0]), *gc_threshold[1:])
         cpu0 = time.process_time()
