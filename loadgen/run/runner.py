@@ -34,6 +34,7 @@ from loadgen.records.rundir import CAPACITY, COLD_START, REGRESSION, REPEATS, RE
 from loadgen.records.schema import read_records
 from loadgen.run.coldstart import make_cold, prepare_weights
 from loadgen.run.repetitions import plan_runs
+from loadgen.run.signals import received
 from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Repeat, Target
@@ -175,9 +176,11 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     expected = len(plan)
     # cold-start studies: each target's weights drawn once, before (not in) any of its starts
     weights = {slot.index: prepare_weights(slot.target) for slot in plan if slot.start == 1}
+    signals_before, stopped = received(), False
     for i, slot in enumerate(plan):
-        if i and repeat.pause > 0:
-            time.sleep(repeat.pause)
+        if i and repeat.pause > 0 and _pause(repeat.pause, signals_before):
+            stopped = True  # Ctrl-C between two runs: no more runs, the ones taken are kept and judged
+            break
         cold = make_cold(weights[slot.index]) if slot.start is not None else None  # weights out of the page cache
         tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts)
         if slot.group is not None:
@@ -189,7 +192,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
         runs.append(tr)
         if tr.stops_run:
             break
-    interrupted = bool(runs) and runs[-1].interrupted
+    interrupted = stopped or (bool(runs) and runs[-1].interrupted)
     if sc.load.starts > 1:
         write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), redactor)
     groups = []
@@ -211,6 +214,17 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
                 exit_code=verdict.exit_code, verdict=verdict.to_json())
     rd.write_meta(meta, redactor)
     return RunResult(rd, runs, interrupted, verdict)
+
+
+def _pause(seconds: float, signals_before: int) -> bool:
+    """Wait ``seconds`` between two runs; True as soon as a Ctrl-C or SIGTERM has come since the first run began."""
+    end = time.monotonic() + seconds
+    while received() == signals_before:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(0.05, left))
+    return True
 
 
 def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: dict,

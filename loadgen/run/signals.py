@@ -7,6 +7,14 @@ from typing import Callable
 
 from loadgen.engine.base import RunControl
 
+_received = [0]  # SIGINT/SIGTERM the handlers took, in this process
+
+
+def received() -> int:
+    """How many SIGINT/SIGTERM the installed handlers have taken (0 when none are installed): a runner between
+    two runs (a repeat's pause) stops when it grows."""
+    return _received[0]
+
 
 def install_signal_handlers(get_engine: Callable[[], RunControl | None], announce: Callable[[str], None]) -> None:
     """SIGINT/SIGTERM: the first stops sending and lets in-flight requests finish; a second aborts.
@@ -16,6 +24,7 @@ def install_signal_handlers(get_engine: Callable[[], RunControl | None], announc
 
     def handler(signum, frame):
         count[0] += 1
+        _received[0] += 1
         eng = get_engine()
         if eng is None:
             raise KeyboardInterrupt

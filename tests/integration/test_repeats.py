@@ -150,3 +150,28 @@ def test_capacity_repeat_reports_each_bracket_and_their_spread(tmp_path, known_s
     html = (rd / "report.html").read_text()
     assert "Spread between searches" in html and "search1/report.html" in html
     assert (rd / "search1" / "report.html").is_file() and (rd / "search2" / "report.html").is_file()
+
+
+def test_ctrl_c_during_the_pause_between_runs_stops_before_the_next_and_keeps_the_runs_taken(tmp_path, known_server):
+    import signal
+    import time
+
+    srv = known_server(delay=0.01)
+    path = write_scenario(tmp_path, scenario(srv.url, srv.url, runs=3, slo="[]"))
+    out = tmp_path / "runs"
+    p = subprocess.Popen(LATBENCH + ["run", str(path), "--quiet", "--pause", "30s", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not list(out.glob("*/fast-rep1/summary.json")):  # the first run is done: the pause begins
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()[0]
+        time.sleep(0.05)
+    t = time.monotonic()
+    p.send_signal(signal.SIGINT)  # inside the 30 s pause before slow-rep1
+    text = p.communicate(timeout=30)[0]
+    assert time.monotonic() - t < 10, "the pause was not cut short"
+    assert p.returncode == 3, text
+    (rd,) = list(out.iterdir())
+    assert [d.name for d in rd.iterdir() if d.is_dir()] == ["fast-rep1"]
+    meta = json.loads((rd / "meta.json").read_text())
+    assert meta["complete"] is False and [e["dir"] for e in meta["targets"]] == ["fast-rep1"]
+    assert json.loads((rd / "repeats.json").read_text())["order"] == ["fast-rep1"]
