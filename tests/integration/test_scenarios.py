@@ -68,7 +68,8 @@ def test_architectures_runs_and_compares_naive_with_optimized(tmp_path):
 
     write_outputs(res.rundir.path)
     html = (res.rundir.path / "report.html").read_text()
-    assert "naive" in html and "optimized" in html and ("lower p99" in html or "higher p99" in html)
+    # the comparison sentence is there; which way it goes at 4 req/s for 3 s is the machine's (same within 5%)
+    assert "naive" in html and "optimized" in html and any(f"{w} p99" in html for w in ("lower", "higher", "same"))
 
 
 @pytest.mark.alone  # timing-sensitive (conftest.py)
