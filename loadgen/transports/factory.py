@@ -17,11 +17,20 @@ def receive_stamps(target: Target, engine: str = "native") -> str:
     transport where the platform has the stamps (each read costs a few microseconds more: plain requests, where
     a generator's rate matters most, are read-stamped)."""
     choice = target.receive_stamps
-    lean = engine == "native" and target.transport in ("auto", "lean") and not target.http2 \
-        and LeanTransport.supports(target.url or "")
+    lean = engine == "native" and _chosen(target) == "lean" and LeanTransport.supports(target.url or "")
     if choice == "read" or not lean or not kernel_stamps_available():
         return "read"
     return "kernel" if choice == "kernel" or target.stream else "read"
+
+
+def _chosen(target: Target) -> str:
+    """The transport ``target`` gets: its ``transport:``, or for ``auto`` the one its URL and ``http2`` call for."""
+    url = target.url or ""
+    if target.transport == "grpc" or url.startswith(("grpc://", "grpcs://")):
+        return "grpc"
+    if target.transport == "auto":
+        return "httpx" if target.http2 else "lean" if LeanTransport.supports(url) else "aiohttp"
+    return target.transport
 
 
 def make_transport(target: Target):
@@ -31,14 +40,12 @@ def make_transport(target: Target):
     if target.receive_stamps == "kernel" and receive_stamps(target) != "kernel":
         raise TransportError("receive_stamps: kernel needs the lean transport (an http:// target, transport auto or "
                              "lean, no http2) on Linux")
-    choice = target.transport
+    choice = _chosen(target)
     url = target.url or ""
-    if choice == "grpc" or url.startswith(("grpc://", "grpcs://")):
+    if choice == "grpc":
         if not url.startswith(("grpc://", "grpcs://")):
             raise TransportError(f"transport: grpc sends to grpc:// or grpcs:// URLs, not {url!r}")
         return GrpcTransport(url, verify=target.verify)
-    if choice == "auto":
-        choice = "httpx" if target.http2 else "lean" if LeanTransport.supports(target.url or "") else "aiohttp"
     if choice == "lean":
         if not LeanTransport.supports(target.url or ""):
             raise TransportError(f"transport: lean sends to http:// only, not {target.url!r}; use transport: aiohttp")
