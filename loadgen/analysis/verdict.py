@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from loadgen.analysis.failures import SERVICE_CLASSES, describe
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from loadgen.scenario.slo import show_value
 
@@ -18,24 +19,31 @@ UNREACHABLE_CLASSES = frozenset({"connect", "dns", "tls"})
 
 
 class Kind(str, Enum):
-    """Why a run did not pass. The first five make a run invalid (exit 3); the rest make it fail (exit 1)."""
+    """Why a run did not pass. Those in ``_INVALID`` make a run invalid (exit 3); the rest make it fail (exit 1);
+    a warning (``MOSTLY_FAILED``) changes no outcome."""
 
     INTERRUPTED = "interrupted"  # stopped by a signal, a dead worker, or a crash: the numbers are incomplete
     TARGET_ERROR = "target_error"  # a managed target did not start
+    PREFLIGHT = "preflight"  # the pre-flight check found the target unusable: nothing was sent
+    SERVER_EXITED = "server_exited"  # a managed server exited during the run: what followed measured a dead process
     UNREACHABLE = "unreachable"  # every request failed to connect
+    SETUP = "setup"  # every request failed in a way that says the measurement was set up wrong (404, 401, ...)
     GENERATOR_LIMITED = "generator_limited"  # the numbers describe the load generator, not the server
     MISSING_TARGETS = "missing_targets"  # fewer targets ran than the scenario has
     FAILED_FAST = "failed_fast"  # --fail-fast stopped a target: an objective can no longer be met
+    ALL_FAILED = "all_failed"  # every request failed, the service's own way (5xx, timeouts)
     SLO = "slo"  # an objective was missed
     REGRESSION = "regression"  # a significant regression against the baseline
+    MOSTLY_FAILED = "mostly_failed"  # a warning: over half the requests failed and no objective judges errors
 
     @property
     def invalid(self) -> bool:
         return self in _INVALID
 
 
-_INVALID = frozenset({Kind.INTERRUPTED, Kind.TARGET_ERROR, Kind.UNREACHABLE, Kind.GENERATOR_LIMITED,
-                      Kind.MISSING_TARGETS})
+_INVALID = frozenset({Kind.INTERRUPTED, Kind.TARGET_ERROR, Kind.PREFLIGHT, Kind.SERVER_EXITED, Kind.UNREACHABLE,
+                      Kind.SETUP, Kind.GENERATOR_LIMITED, Kind.MISSING_TARGETS})
+WARNINGS = frozenset({Kind.MOSTLY_FAILED})
 
 
 @dataclass(frozen=True)
@@ -60,16 +68,19 @@ class Verdict:
     outcome: str  # passed | failed | invalid
     exit_code: int
     reasons: list[Reason] = field(default_factory=list)
+    warnings: list[Reason] = field(default_factory=list)  # said beside the outcome, never changing it
 
     def texts(self) -> list[str]:
-        return [r.text for r in self.reasons]
+        return [r.text for r in self.reasons] + [f"warning: {w.text}" for w in self.warnings]
 
     def to_json(self) -> dict:
-        return {"outcome": self.outcome, "exit_code": self.exit_code, "reasons": [r.to_json() for r in self.reasons]}
+        return {"outcome": self.outcome, "exit_code": self.exit_code, "reasons": [r.to_json() for r in self.reasons],
+                "warnings": [w.to_json() for w in self.warnings]}
 
     @classmethod
     def from_json(cls, d: dict) -> "Verdict":
-        return cls(d["outcome"], int(d["exit_code"]), [Reason.from_json(r) for r in d.get("reasons", [])])
+        return cls(d["outcome"], int(d["exit_code"]), [Reason.from_json(r) for r in d.get("reasons", [])],
+                   [Reason.from_json(r) for r in d.get("warnings", [])])
 
 
 @dataclass
@@ -86,19 +97,45 @@ class TargetOutcome:
     failed_fast: str | None = None  # the objective --fail-fast stopped it on
     interrupted: bool = False
     slo: list[dict] | None = None  # None: the summary's objectives
+    error_kind: Kind = Kind.TARGET_ERROR  # what ``error`` was (a start that failed, or the pre-flight)
+
+
+def _failure_reasons(name: str, s: dict) -> list[Reason]:
+    """Every request failed: invalid when the failures say the set-up is wrong, failed when they are the
+    service's own; over half failed with no objective on errors: a warning."""
+    ov = s["overall"]
+    f = s.get("failures")
+    failed = sum(ov["errors"].values())
+    if not ov["count"] or not failed:
+        return []
+    if ov["ok"] == 0 and set(ov["errors"]) <= UNREACHABLE_CLASSES:
+        return [Reason(Kind.UNREACHABLE, name,
+                       f"{name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)")]
+    what = describe(f) if f and f.get("by_status") else ", ".join(f"{k} {v}" for k, v in sorted(ov["errors"].items()))
+    if ov["ok"] == 0 and s.get("server_exit") is None:
+        commonest = f["by_status"][0]["error"] if f and f.get("by_status") else max(ov["errors"], key=ov["errors"].get)
+        if commonest in SERVICE_CLASSES:
+            return [Reason(Kind.ALL_FAILED, name, f"{name}: every request failed: {what}")]
+        return [Reason(Kind.SETUP, name, f"{name}: every request failed, so the numbers describe no service: {what}")]
+    judged = any(sl.get("metric") == "error_rate" or "error_rate" in sl.get("expr", "") for sl in s.get("slo", []))
+    if failed > ov["count"] / 2 and not judged:
+        return [Reason(Kind.MOSTLY_FAILED, name, f"{name}: {failed} of {ov['count']} requests failed and no objective "
+                                                 f"judges errors: {what}")]
+    return []
 
 
 def target_reasons(t: TargetOutcome) -> list[Reason]:
     """The reasons one target gives, from its summary alone (also for one entry of a comparison)."""
     if t.error:
-        return [Reason(Kind.TARGET_ERROR, t.name, f"{t.name}: {t.error}")]
+        return [Reason(t.error_kind, t.name, f"{t.name}: {'pre-flight: ' if t.error_kind == Kind.PREFLIGHT else ''}"
+                                             f"{t.error}")]
     s = t.summary
     out = []
     if s is not None:
-        ov = s["overall"]
-        if ov["count"] and ov["ok"] == 0 and set(ov["errors"]) <= UNREACHABLE_CLASSES:
-            out.append(Reason(Kind.UNREACHABLE, t.name,
-                              f"{t.name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)"))
+        if s.get("server_exit"):
+            out.append(Reason(Kind.SERVER_EXITED, t.name, f"{t.name}: {s['server_exit']['text']}: the records after "
+                                                          "it measured a dead process (its log: server.log)"))
+        out += _failure_reasons(t.name, s)
         if s.get("generator_limited"):
             out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
     if t.failed_fast:
@@ -144,10 +181,11 @@ def judge(targets: list[TargetOutcome], *, interrupted: bool = False, expected_t
     expected = len(targets) if expected_targets is None else expected_targets
     if len(targets) < expected and not interrupted and not any(t.failed_fast for t in targets):
         reasons.append(Reason(Kind.MISSING_TARGETS, None, f"only {len(targets)} of {expected} targets ran"))
+    warnings = [r for r in reasons if r.kind in WARNINGS]
     invalid = [r for r in reasons if r.kind.invalid]
-    failed = [r for r in reasons if not r.kind.invalid]
+    failed = [r for r in reasons if not r.kind.invalid and r.kind not in WARNINGS]
     if invalid:
-        return Verdict("invalid", EXIT_INVALID, invalid + failed)
+        return Verdict("invalid", EXIT_INVALID, invalid + failed, warnings)
     if failed:
-        return Verdict("failed", EXIT_FAILED, failed)
-    return Verdict("passed", EXIT_OK, [])
+        return Verdict("failed", EXIT_FAILED, failed, warnings)
+    return Verdict("passed", EXIT_OK, [], warnings)

@@ -98,8 +98,9 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     out_console.print(f"capacity: {text}", style="bold")
     out_console.print(f"RunDir: {rd.path}   report: {rd.path / 'report.html'}", highlight=False)
     if result["unreachable"] or not result["complete"]:
-        out_console.print("the search is invalid: " + ("the target could not be reached" if result["unreachable"]
-                                                        else "it was interrupted"), style="bold yellow")
+        why = ("the target could not be reached" if result["unreachable"] else
+               (result.get("server_exit") or {}).get("text") or "it was interrupted")
+        out_console.print(f"the search is invalid: {why}", style="bold yellow")
         sys.exit(EXIT_INVALID)
     ok = result["max_sustainable_qps"] is not None and (result["headroom"] is None or result["headroom"] >= 0)
     sys.exit(EXIT_OK if ok else EXIT_FAILED)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 
 import click
@@ -14,7 +13,8 @@ from loadgen.analysis.dashboard import dashboard
 from loadgen.analysis.window import watchable
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import console, exits_on_errors
-from loadgen.engine.scrape import parse_samples
+from loadgen.engine.scrape import MAX_BODY, parse_samples
+from loadgen.fetch import fetch
 from loadgen.records.rundir import safe_name
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.slo import percentile_of
@@ -92,8 +92,10 @@ def alerts(scenario, out, for_, range_, window, qps, severity, labels) -> None:
 def server_exports(url: str, names=GPU_METRICS, timeout: float = 3.0) -> bool | None:
     """Whether the Prometheus endpoint ``url`` exports one of ``names`` (None: it could not be read)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            text = resp.read().decode("utf-8", "replace")
+        resp = fetch("GET", url, deadline_s=timeout, max_bytes=MAX_BODY)
+        if not resp.ok:
+            return None
+        text = resp.body.decode("utf-8", "replace")
         return any(name in names for name, _, _ in parse_samples(text))
     except Exception:
         return None

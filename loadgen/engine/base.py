@@ -91,6 +91,7 @@ class EngineResult:
     notes: list[str] = field(default_factory=list)
     failed_fast: str | None = None  # the objective that stopped the run early (--fail-fast)
     processes: int = 1  # generator processes that sent the load
+    error_example: dict | None = None  # the first failed request: error class, status, what it said (redact it)
 
 
 class RunControl(Protocol):

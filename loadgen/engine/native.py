@@ -63,6 +63,7 @@ class NativeEngine(InFlight):
         self._live_mark = 0  # buffer rows already counted in self.live
         self._log_failures = logging_failures()  # latbench -v: one log line per failed request
         self._init_in_flight(transport)
+        self.error_example: dict | None = None
 
     # -- control -------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -92,8 +93,11 @@ class NativeEngine(InFlight):
     def _record(self, seq: int, plan: PhasePlan, sched: float, out: Outcome) -> None:
         buffer = self.buffer
         buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
-        if out.error and self._log_failures:
-            log_failure(self.s.label, plan.name, seq, out)
+        if out.error:
+            if self.error_example is None and out.error != ABORTED:  # what the verdict quotes if every one fails
+                self.error_example = {"error": out.error, "status": out.status, "detail": out.error_detail[:200]}
+            if self._log_failures:
+                log_failure(self.s.label, plan.name, seq, out)
         ff = self.s.failfast
         if ff is not None and not self._stopping and out.error != ABORTED:  # aborted on purpose: no verdict
             t0 = self.t0
@@ -354,4 +358,5 @@ class NativeEngine(InFlight):
         # CPU time minus the time spent spinning before due sends: what the generator needed, so that a
         # high rate of precise sends is not mistaken for a saturated generator (send lag tells that).
         cpu = max(0.0, time.process_time() - cpu0 - self.spin_seconds)
-        return EngineResult(self.t0, wall0, end, self.count, self.interrupted, cpu, notes, ff)
+        return EngineResult(self.t0, wall0, end, self.count, self.interrupted, cpu, notes, ff,
+                            error_example=self.error_example)

@@ -23,6 +23,7 @@ import math
 import time
 from pathlib import Path
 
+from loadgen.fetch import FetchError, afetch
 from loadgen.redact import Redactor
 
 log = logging.getLogger("latbench.scrape")
@@ -76,16 +77,12 @@ class MetricsScraper:
         self._last_at = -math.inf  # perf_counter() of the last stored scrape
         self.scrapes = 0
         self._task: asyncio.Task | None = None
-        self._session = None
         self._file = None
         self._writer = None
 
     async def start(self, url: str, csv_path: Path, t0) -> None:
         self.url, self.csv_path, self.t0 = url, Path(csv_path), t0
         try:
-            import aiohttp
-
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
             self._task = asyncio.get_running_loop().create_task(self._loop())
         except Exception as exc:  # the run goes on without server metrics
             self._give_up(f"server metrics not scraped: {type(exc).__name__}: {exc}")
@@ -103,17 +100,12 @@ class MetricsScraper:
             except BaseException:  # cancelled, or a bug in the loop: never the run's problem
                 pass
             stale = time.perf_counter() - self._last_at >= FRESH_S
-            if running and stale and self.note is None and self._session is not None:
+            if running and stale and self.note is None:
                 try:  # briefly: a slow endpoint must not hold up the end of the run
-                    await asyncio.wait_for(self._scrape_once(), min(self.timeout, FINAL_SCRAPE_S))
+                    final = min(self.timeout, FINAL_SCRAPE_S)  # the fetch's own deadline: its thread ends too
+                    await asyncio.wait_for(self._scrape_once(final), final + 0.05)
                 except Exception:  # the target went away at the end, or is slow: what was scraped stands
                     pass
-        if self._session is not None:
-            try:
-                await self._session.close()
-            except Exception:
-                pass
-            self._session = None
         if self._file is not None:
             try:
                 self._file.close()
@@ -146,17 +138,15 @@ class MetricsScraper:
             next_at += self.interval
             await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
 
-    async def _scrape_once(self):
+    async def _scrape_once(self, deadline_s: float | None = None):
         """True when a scrape was stored, else the reason it was not."""
-        async with self._session.get(self.url) as resp:
-            if resp.status != 200:
-                return f"HTTP {resp.status}"
-            body = bytearray()
-            async for chunk in resp.content.iter_any():
-                body += chunk
-                if len(body) > MAX_BODY:
-                    return f"an answer over {MAX_BODY >> 20} MB"
-            text = body.decode("utf-8", "replace")  # the Prometheus text format is UTF-8
+        try:  # latbench's one non-load client, in a worker thread: a deadline, a size cap, no redirect elsewhere
+            resp = await afetch("GET", self.url, deadline_s=deadline_s or self.timeout, max_bytes=MAX_BODY)
+        except FetchError as exc:
+            return exc.detail
+        if resp.status != 200:
+            return f"HTTP {resp.status}"
+        text = resp.body.decode("utf-8", "replace")  # the Prometheus text format is UTF-8
         t0 = self.t0() if callable(self.t0) else self.t0
         if not t0:
             return True  # the run has not started its clock yet

@@ -14,13 +14,12 @@ trace's lines; the scenario's own limits are checked already when it is loaded.
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
 from loadgen.errors import UsageError
+from loadgen.fetch import FetchError, fetch
 from loadgen.scenario.model import Target, Trace, Workload
 from loadgen.scenario.tokenized import added_tokens
 from loadgen.scenario.tokenizer import ServerTokenizer, Tokenizer, TokenizerError, load_tokenizer
@@ -40,12 +39,11 @@ def target_max_model_len(target: Target, url: str | None, model: str | None) -> 
     if not url or target.api in NO_MODELS_APIS or not url.startswith(("http://", "https://")):
         return None
     try:
-        req = urllib.request.Request(join_url(url, "/models"), headers=target.headers)
-        with urllib.request.urlopen(req, timeout=MODELS_TIMEOUT_S) as resp:
-            cards = json.loads(resp.read(1 << 20))["data"]
+        resp = fetch("GET", join_url(url, "/models"), headers=target.headers, deadline_s=MODELS_TIMEOUT_S)
+        cards = resp.json()["data"] if resp.ok else []
         card = next((c for c in cards if c.get("id") == model), cards[0])
         value = card.get("max_model_len")
-    except Exception:  # no /models, not JSON, no data: no limit known
+    except (FetchError, ValueError, KeyError, IndexError, TypeError, AttributeError):  # no limit known
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else None
 

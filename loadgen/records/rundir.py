@@ -33,6 +33,7 @@ from loadgen.units import json_num
 REQUESTS = "requests.parquet"
 SUMMARY = "summary.json"
 SERVER_METRICS = "server_metrics.csv"
+SERVER_LOG = "server.log"  # what a managed server printed, redacted (loadgen.run.targets.ServerLog)
 META = "meta.json"
 REGRESSION = "regression.json"
 COLD_START = "cold_start.json"

@@ -25,12 +25,12 @@ from loadgen.analysis.capacity import (
 )
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.analysis.stats import stat_value
-from loadgen.engine.base import MeasuredTarget, OnEngine
+from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
 from loadgen.records.rundir import REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
-from loadgen.run.runner import check_target_url, host_meta, resolve_model
-from loadgen.run.targets import start_managed
+from loadgen.run.measurement import cli_target, exit_text, measure
+from loadgen.run.runner import check_target_url, host_meta
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.slo import SLO
 from loadgen.schedule.arrivals import plan_phases
@@ -132,9 +132,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     ``out`` is the RunDir itself (one search of a repeated one, :mod:`loadgen.run.capacity_repeat`)."""
     check_target_url(target_url)
     sc = loaded.scenario
-    target = sc.target_list()[0]
-    if target_url:
-        target = target.model_copy(update={"url": target_url, "reference": None, "command": None})
+    target = cli_target(sc.target_list(), target_url)[0]
     redactor = loaded.redactor
     redactor.add_url(target_url)
     rd = RunDir.create(out, f"capacity_{sc.name}", exact=exact_out)
@@ -142,16 +140,16 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     rd.write_metric_definitions()
     meta = host_meta(sc.name, "native", kind="capacity")
     rd.write_meta(meta, redactor)
-    server = start_managed(target)
     engine = SingleProcess()
-    try:
-        url = server.url_for(target.api, target.transport) if server else target.url
-        model = resolve_model(target, url, server)
-        measured = target.model_copy(update={"url": url})
+    t0 = [0.0]
+    # one server for the whole search, checked once before the first step; its log is the RunDir's server.log
+    with measure(loaded, target, rd.path, fix_prefix=bool(target_url)) as m:
+        url, model, server = m.url, m.model, m.server
 
         def run_step(step_loaded: LoadedScenario, tdir):
-            mt = MeasuredTarget(step_loaded, measured, url, model, tdir)
-            return engine.run(mt, on_engine, fail_fast=STEP_FAIL_FAST)
+            res = engine.run(m.measured(tdir, loaded=step_loaded), m.on_engine(on_engine), fail_fast=STEP_FAIL_FAST)
+            t0[0] = res.t0
+            return res
 
         def step_done(st: Step) -> None:
             meta["targets"].append({"name": st.dir, "dir": st.dir, "url": url, "model": model, "qps": st.qps,
@@ -162,9 +160,9 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
 
         result = find_capacity(loaded, run_step, rd, slos, qps_min, qps_max, step_duration, warmup, tolerance,
                                on_step=step_done)
-    finally:
-        if server:
-            server.stop()
+    if m.exited is not None:  # the search stopped at the step the server died in: invalid, not a capacity
+        result["server_exit"] = exit_text(m.exited, t0[0], [])
+        result["complete"] = False
     result["target"] = {"name": target.name, "url": url, "model": model,
                         "server": dict(server.config) if server else {}}
     write_json(rd.path / CAPACITY, result, redactor)

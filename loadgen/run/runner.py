@@ -14,31 +14,42 @@ import platform
 import socket
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen.analysis.between import baseline_reasons, compare_baseline
 from loadgen.analysis.coldstart import cold_start_summary
+from loadgen.analysis.failures import failure_summary
 from loadgen.analysis.metrics import summarize
 from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeats import RepeatRun, group_outcomes, repeats_summary
-from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
+from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
 from loadgen.protocols.trace_workload import describe_trace
 from loadgen.protocols.workload import CHAT_APIS, describe_tokens
-from loadgen.records.rundir import CAPACITY, COLD_START, REGRESSION, REPEATS, REQUESTS, SUMMARY, RunDir, write_json
+from loadgen.records.rundir import (
+    CAPACITY,
+    COLD_START,
+    REGRESSION,
+    REPEATS,
+    REQUESTS,
+    SERVER_LOG,
+    SUMMARY,
+    RunDir,
+    write_json,
+)
 from loadgen.records.schema import read_records
 from loadgen.run.coldstart import make_cold, prepare_weights
+from loadgen.run.measurement import PreflightFailed, cli_target, exit_text, measure
+from loadgen.run.preflight import Check
 from loadgen.run.repetitions import plan_runs
 from loadgen.run.signals import received
-from loadgen.run.targets import ManagedServer, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Repeat, Target
-from loadgen.scenario.urls import join_url, url_problem
+from loadgen.scenario.urls import url_problem
 from loadgen.schedule.arrivals import plan_phases
 from loadgen.transports.factory import receive_stamps
 from loadgen.version import __version__
@@ -60,15 +71,18 @@ class TargetRun:
     interrupted: bool = False
     group: str | None = None  # the target a fresh start or a repetition belongs to
     repetition: int | None = None  # repeated runs: which one (its objectives are judged over all of them)
+    error_kind: Kind = Kind.TARGET_ERROR  # what ``error`` was: a start that failed, or the pre-flight
+    server_exited: bool = False  # its managed server exited during the run (the summary says how)
 
     def outcome(self) -> TargetOutcome:
         return TargetOutcome(self.name, self.summary, self.error, self.failed_fast, self.interrupted,
-                             slo=[] if self.repetition is not None else None)
+                             slo=[] if self.repetition is not None else None, error_kind=self.error_kind)
 
     @property
     def stops_run(self) -> bool:
-        """Nothing after this target can run meaningfully: it failed to start, was interrupted, or failed fast."""
-        return bool(self.error or self.interrupted or self.failed_fast)
+        """Nothing after this target can run meaningfully: it failed to start or its pre-flight, its server died,
+        it was interrupted, or it failed fast."""
+        return bool(self.error or self.interrupted or self.failed_fast or self.server_exited)
 
 
 @dataclass
@@ -85,23 +99,6 @@ class RunResult:
     @property
     def reasons(self) -> list[str]:
         return self.verdict.texts()
-
-
-def resolve_model(target: Target, url: str, server: ManagedServer | None) -> str:
-    """The model name to send: the scenario's, the managed server's, or the first one ``/models`` lists."""
-    if target.model:
-        return target.model
-    if target.reference is not None:
-        return server.config.get("model_name") or target.reference.model
-    if target.api == "http":
-        return ""
-    try:
-        req = urllib.request.Request(join_url(url, "/models"), headers=target.headers)  # its credentials too
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            data = json.loads(resp.read(1 << 20))
-        return data["data"][0]["id"]
-    except Exception:  # no /models: send a neutral name; the server's answer will say if it matters
-        return "default"
 
 
 def host_meta(scenario: str, engine: str, **extra) -> dict:
@@ -133,7 +130,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
                  on_engine: OnEngine | None = None, exact_out: bool = False,
                  fail_fast: bool = False, baseline: str | None = None, max_regression: float = 0.10,
                  opts: EngineOptions | None = None, capacity: str | None = None,
-                 repeat: Repeat | None = None) -> RunResult:
+                 repeat: Repeat | None = None, preflight: bool = True) -> RunResult:
     """Run every target of a scenario, write the RunDir, and return the verdict.
 
     ``target_url`` replaces the scenario's target(s) by one URL (the ``--target`` flag).
@@ -143,7 +140,8 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     of a capacity search of the same target: the headroom headline then says how far the run's highest
     rate sits from its knee. ``repeat`` (default: the scenario's) runs everything several times,
     interleaved (:mod:`loadgen.run.repetitions`), and judges the objectives over the runs
-    (:mod:`loadgen.analysis.repeats`).
+    (:mod:`loadgen.analysis.repeats`). ``preflight``: check each target before its load
+    (:mod:`loadgen.run.preflight`; a ``--target`` URL without the ``/v1`` its API needs gains it there).
     """
     check_target_url(target_url)
     if baseline is not None:
@@ -161,10 +159,8 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     rd = RunDir.create(out, sc.name, exact=exact_out)
     rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
-    targets = sc.target_list()
-    if target_url:
-        targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
-    meta = host_meta(sc.name, opts.engine)
+    targets = cli_target(sc.target_list(), target_url)
+    meta = host_meta(sc.name, opts.engine, preflight=preflight)
     if cap is not None:
         meta["capacity"] = cap
     if repeat.runs > 1:
@@ -182,7 +178,8 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
             stopped = True  # Ctrl-C between two runs: no more runs, the ones taken are kept and judged
             break
         cold = make_cold(weights[slot.index]) if slot.start is not None else None  # weights out of the page cache
-        tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts)
+        tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts,
+                      check=preflight, fix_prefix=bool(target_url))
         if slot.group is not None:
             tr.group, tr.repetition = slot.group, slot.repetition
             meta["targets"][-1].update(slot.meta_fields())
@@ -228,16 +225,36 @@ def _pause(seconds: float, signals_before: int) -> bool:
 
 
 def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: dict,
-             on_engine: OnEngine | None, fail_fast: float | None, index: int, opts: EngineOptions) -> TargetRun:
-    """Start the target if latbench manages it, run the phases against it, summarize, stop it."""
+             on_engine: OnEngine | None, fail_fast: float | None, index: int, opts: EngineOptions,
+             check: bool = True, fix_prefix: bool = False) -> TargetRun:
+    """Measure one target (:func:`loadgen.run.measurement.measure`: start, check, watch, stop), summarize it."""
     redactor = loaded.redactor
     tdir = rd.new_target_dir(name)
     tr = TargetRun(name, tdir.name, target.url or "")
     entry = {"name": name, "dir": tr.dir}
     meta["targets"].append(entry)
     rd.write_meta(meta, redactor)
+    sc = loaded.scenario
     try:
-        server = start_managed(target)
+        with measure(loaded, target, tdir, check=check, generate=sc.load.starts == 1,
+                     fix_prefix=fix_prefix) as m:
+            tr.url, tr.server = m.url, m.server_meta()
+            entry.update(url=m.url, model=m.model, server=tr.server)
+            if m.check is not None:
+                entry["preflight"] = m.check.to_json()
+            rd.write_meta(meta, redactor)
+            mt = m.measured(tdir, index)
+            tokens = describe_tokens(mt.target, sc.workload, m.model, m.url, loaded.path.parent)
+            spec = sc.load.trace
+            trace = (describe_trace(mt.target, sc.workload, spec, m.model, m.url, loaded.path.parent,
+                                    chat=target.api in CHAT_APIS) if spec is not None else None)
+            res = opts.engine_for(target).run(mt, m.on_engine(on_engine), fail_fast)
+    except PreflightFailed as exc:
+        tr.error, tr.error_kind = exc.check.problem, Kind.PREFLIGHT
+        entry["preflight"] = exc.check.to_json()
+        log.error("target %s: pre-flight: %s (nothing was sent)", name, tr.error)
+        rd.write_meta(meta, redactor)
+        return tr
     except TargetStartError as exc:
         tr.error = str(exc)  # written and printed through the redactor, as everything is
         log.error("target %s did not start: %s", name, tr.error)
@@ -245,33 +262,18 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     except KeyboardInterrupt:  # Ctrl-C while it started (it is stopped): an interrupted run, exit 3
         tr.interrupted = True
         return tr
-    url = server.url_for(target.api, target.transport) if server else target.url
-    tr.url = url
-    if server:
-        tr.server = {**server.config, "listen_s": server.listen_s, "ready_s": server.ready_s}
-    try:
-        model = resolve_model(target, url, server)
-        metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
-        if metrics_url and target.command is not None:  # '{port}' is the started command's port, as in its url
-            metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
-        mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index, metrics_url)
-        tokens = describe_tokens(mt.target, loaded.scenario.workload, model, url, loaded.path.parent)
-        spec = loaded.scenario.load.trace
-        trace = (describe_trace(mt.target, loaded.scenario.workload, spec, model, url, loaded.path.parent,
-                                chat=target.api in CHAT_APIS) if spec is not None else None)
-        res = opts.engine_for(target).run(mt, on_engine, fail_fast)
-    finally:
-        if server:
-            server.stop()
-    tr.interrupted = res.interrupted
+    exited = exit_text(m.exited, res.t0, plan_phases(sc.load)) if m.exited is not None else None
+    tr.interrupted = res.interrupted and exited is None  # a dead server stopped it, not the user
     tr.failed_fast = res.failed_fast
+    tr.server_exited = exited is not None
     tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens,
-                                  trace=trace)
+                                  trace=trace, server_exit=exited, check=m.check)
     write_json(tdir / SUMMARY, tr.summary, redactor)
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
-    entry.update(url=url, model=model, server=tr.server, wall_start=res.wall_start, t0_monotonic=res.t0,
-                 duration_s=res.duration, requests=res.requests)
+    entry.update(wall_start=res.wall_start, t0_monotonic=res.t0, duration_s=res.duration, requests=res.requests)
+    if m.log is not None and m.log.path is not None:
+        entry["server_log"] = f"{tdir.name}/{SERVER_LOG}"
     rd.write_meta(meta, redactor)
     return tr
 
@@ -288,14 +290,17 @@ def trace_note(trace: dict) -> str:
 
 
 def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
-                     capacity: dict | None = None, tokens: dict | None = None, trace: dict | None = None) -> dict:
+                     capacity: dict | None = None, tokens: dict | None = None, trace: dict | None = None,
+                     server_exit: dict | None = None, check: Check | None = None) -> dict:
     """summary.json of one target from its records and its engine's result (``capacity``: see
     :func:`capacity_fields`; ``tokens``: how its token counts were made; ``trace``: the trace replayed, with the
     requests clipped to fit the target)."""
     sc = mt.loaded.scenario
     notes = list(res.notes) + ([trace_note(trace)] if trace and trace["clipped"] else [])
-    summary = summarize(read_records(mt.tdir / REQUESTS), plan_phases(sc.load), sc.slo, res.duration,
-                        target=mt.name, scenario=sc.name, complete=not (res.interrupted or res.failed_fast),
+    table = read_records(mt.tdir / REQUESTS)
+    summary = summarize(table, plan_phases(sc.load), sc.slo, res.duration,
+                        target=mt.name, scenario=sc.name,
+                        complete=not (res.interrupted or res.failed_fast or server_exit),
                         notes=notes, send_lag_threshold=sc.load.send_lag_threshold,
                         cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
                         expected_qps=sc.load.expected_qps, capacity=capacity, goodput=sc.goodput,
@@ -306,4 +311,8 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
     if trace is not None:
         summary["trace"] = trace
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
+    summary["failures"] = failure_summary(table, res.error_example)
+    if server_exit is not None:
+        summary["server_exit"] = server_exit
+    summary["preflight"] = check.to_json() if check is not None else {"ok": None, "skipped": True}
     return summary

@@ -4,6 +4,11 @@ The reference server is a separate program (``python -m reference_server``); lat
 free 127.0.0.1 port, reads the ``LATBENCH_SERVER_URL=`` and ``LATBENCH_SERVER_CONFIG=`` lines it
 prints, waits for ``/health``, and stops it with SIGTERM, then SIGKILL after a grace period.
 
+Everything a managed server prints goes to its :class:`ServerLog` (``<target>/server.log`` in the RunDir,
+redacted, bounded), from its first line: a server that does not start keeps its log too. While a run goes,
+:meth:`ManagedServer.watch` waits on the process: a server that exits before latbench stops it is reported at
+once (:class:`ServerExit`), so the run stops sending to a dead process and says why.
+
 Each managed server runs in a process group of its own, tied to latbench by a lifeline
 (:mod:`loadgen.engine.lifeline`): when latbench ends, however (SIGKILL included), the whole group ends too
 (a command's forked children, such as vLLM's engine process, included). Stopping a server ends its group.
@@ -20,16 +25,88 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 from loadgen.engine.lifeline import Lifeline, kill_group
 from loadgen.errors import TargetStartError
+from loadgen.fetch import FetchError, fetch
 from loadgen.scenario.model import CommandTarget, ReferenceTarget, Target
 
 STOP_GRACE_S = 5.0
 MAX_LOG_LINE = 8192  # characters of one line a managed server prints, at most (the rest makes further lines)
+MAX_LOG_BYTES = 8 << 20  # of server.log, at most: past it, lines are counted, not written
+KEEP_LINES = 200  # the last lines kept in memory, for messages
+
+
+class ServerLog:
+    """What a managed server prints: every line through ``redact`` into ``path`` (when given; at most
+    :data:`MAX_LOG_BYTES`), and the last :data:`KEEP_LINES` in :attr:`lines`. Thread-safe: stdout and stderr are
+    drained by a thread each."""
+
+    def __init__(self, path: Path | None = None, redact: Callable[[str], str] = str):
+        self.path, self.redact = path, redact
+        self.lines: list[str] = []
+        self.written = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
+        self._file = None
+        if path is not None:
+            try:
+                self._file = open(path, "w", encoding="utf-8", errors="replace")
+            except OSError:
+                self._file = None
+
+    def add(self, line: str, stream: str = "") -> None:
+        text = self.redact(line.rstrip("\r\n"))
+        with self._lock:
+            self.lines.append(text)
+            del self.lines[:-KEEP_LINES]
+            if self._file is None:
+                return
+            out = (f"[{stream}] " if stream else "") + text + "\n"
+            if self.written + len(out) > MAX_LOG_BYTES:
+                if not self.dropped:
+                    self._file.write(f"[latbench] server.log reached {MAX_LOG_BYTES >> 20} MiB: further lines "
+                                     "are not written\n")
+                self.dropped += 1
+            else:
+                self._file.write(out)
+                self.written += len(out)
+            self._file.flush()
+
+    def tail(self, n: int = 10) -> list[str]:
+        with self._lock:
+            return self.lines[-n:]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                if self.dropped:
+                    self._file.write(f"[latbench] {self.dropped} further lines were not written\n")
+                self._file.close()
+                self._file = None
+
+
+@dataclass(frozen=True)
+class ServerExit:
+    """A managed server that exited before latbench stopped it: its exit code (negative: the signal that
+    ended it) and when, on ``perf_counter``."""
+
+    what: str  # "reference server", "command 'vllm'"
+    code: int
+    at: float
+
+    @property
+    def how(self) -> str:
+        if self.code < 0:
+            try:
+                name = signal.Signals(-self.code).name
+            except ValueError:
+                name = f"signal {-self.code}"
+            return f"signal {-self.code}, {name}"
+        return f"exit code {self.code}"
 
 
 def free_port() -> int:
@@ -63,11 +140,24 @@ class ManagedServer:
     config: dict = field(default_factory=dict)
     listen_s: float = float("nan")  # start -> the port accepts connections
     ready_s: float = float("nan")  # start -> /health answers 200
-    log: list[str] = field(default_factory=list)
+    log: ServerLog = field(default_factory=ServerLog)
     lifeline: Lifeline | None = None  # cut when latbench ends, however: the server's process group ends then
+    what: str = "server"
+    exited: ServerExit | None = None  # set when it exited before stop() was called
+    _stopping: bool = False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def watch(self, on_exit: Callable[[ServerExit], None]) -> None:
+        """Call ``on_exit`` (in a thread of its own) as soon as the process exits, unless stop() ended it."""
+        def wait() -> None:
+            code = self.proc.wait()
+            if not self._stopping:
+                self.exited = ServerExit(self.what, code, time.perf_counter())
+                on_exit(self.exited)
+
+        threading.Thread(target=wait, name=f"latbench-watch-{self.proc.pid}", daemon=True).start()
 
     def url_for(self, api: str, transport: str = "auto") -> str:
         """The base URL for ``api``: the OpenAI-style APIs under ``/v1``; KServe v2 and Triton at the root, or
@@ -86,6 +176,7 @@ class ManagedServer:
         """SIGTERM, then, after a grace period, SIGKILL to whatever is left of the server's process group (a
         command's forked children too). Returns the exit code."""
         pgid = self.proc.pid  # started in a session of its own: its pid is its group's id
+        self._stopping = self.exited is None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -99,46 +190,49 @@ class ManagedServer:
         return self.proc.returncode
 
 
-def _drain(stream, sink: list[str], limit: int = 200) -> None:
-    for line in iter(lambda: stream.readline(MAX_LOG_LINE), ""):
-        sink.append(line.rstrip())
-        del sink[:-limit]
+def _drain(stream, sink: ServerLog, name: str = "") -> None:
+    try:
+        for line in iter(lambda: stream.readline(MAX_LOG_LINE), ""):
+            sink.add(line, name)
+    except (OSError, ValueError):  # the pipe closed under us at the end
+        pass
 
 
-def _wait_health(url: str, deadline: float, proc: subprocess.Popen, what: str, log: list[str] | None = None) -> None:
+def _wait_health(url: str, deadline: float, proc: subprocess.Popen, what: str, log: ServerLog | None = None) -> None:
     while True:
         if proc.poll() is not None:
             time.sleep(0.1)  # its last words, read by the log's thread
-            said = "".join(f"\n  {line}" for line in (log or [])[-10:])
+            said = "".join(f"\n  {line}" for line in (log.tail() if log else []))
             raise TargetStartError(f"{what} exited with code {proc.returncode} before it was ready" + said)
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError, ValueError):
+            if fetch("GET", url, deadline_s=2.0, max_redirects=0).status == 200:
+                return
+        except FetchError:
             pass
         if time.perf_counter() > deadline:
             raise TargetStartError(f"{what} was not ready at {url} within the start-up timeout")
         time.sleep(0.05)
 
 
-def start_reference(ref: ReferenceTarget, env: dict | None = None) -> ManagedServer:
-    """Start the reference server and wait until /health says ready."""
+def start_reference(ref: ReferenceTarget, env: dict | None = None, log: ServerLog | None = None) -> ManagedServer:
+    """Start the reference server and wait until /health says ready; what it prints goes to ``log``."""
     t_start = time.perf_counter()
+    log = log if log is not None else ServerLog()
     lifeline = Lifeline()
     proc = subprocess.Popen(reference_argv(ref) + ["--parent-fd", str(lifeline.child_fd)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, pass_fds=lifeline.pass_fds,
                             env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     lifeline.started()
-    log: list[str] = []
-    threading.Thread(target=_drain, args=(proc.stderr, log), daemon=True).start()
+    threading.Thread(target=_drain, args=(proc.stderr, log, "stderr"), daemon=True).start()
     deadline = t_start + ref.startup_timeout
     root, config = None, {}
     try:
         while root is None or not config:
             line = proc.stdout.readline(MAX_LOG_LINE)
             if not line:
-                raise TargetStartError("the reference server exited before it listened:\n" + "\n".join(log[-20:]))
+                time.sleep(0.1)  # its last words, read by the log's thread
+                raise TargetStartError("the reference server exited before it listened:\n" + "\n".join(log.tail(20)))
+            log.add(line, "stdout")
             if line.startswith("LATBENCH_SERVER_URL="):
                 root = line.split("=", 1)[1].strip()
                 listen = time.perf_counter() - t_start
@@ -146,16 +240,19 @@ def start_reference(ref: ReferenceTarget, env: dict | None = None) -> ManagedSer
                 config = json.loads(line.split("=", 1)[1])
             if time.perf_counter() > deadline:
                 raise TargetStartError("the reference server did not print its URL in time")
-        threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
-        _wait_health(root + "/health", deadline, proc, "the reference server")
+        threading.Thread(target=_drain, args=(proc.stdout, log, "stdout"), daemon=True).start()
+        _wait_health(root + "/health", deadline, proc, "the reference server", log)
     except BaseException:
         ManagedServer(proc, "", "", lifeline=lifeline).stop()
         raise
-    return ManagedServer(proc, root + "/v1", root, config, listen, time.perf_counter() - t_start, log, lifeline)
+    return ManagedServer(proc, root + "/v1", root, config, listen, time.perf_counter() - t_start, log, lifeline,
+                         "reference server")
 
 
-def start_command(cmd: CommandTarget) -> ManagedServer:
-    """Start any server command ('{port}' replaced by a free port) and wait for its readiness URL."""
+def start_command(cmd: CommandTarget, log: ServerLog | None = None) -> ManagedServer:
+    """Start any server command ('{port}' replaced by a free port) and wait for its readiness URL; what it prints
+    goes to ``log``."""
+    log = log if log is not None else ServerLog()
     port = str(free_port())
     sub = lambda s: s.replace("{port}", port)  # noqa: E731
     t_start = time.perf_counter()
@@ -166,7 +263,6 @@ def start_command(cmd: CommandTarget) -> ManagedServer:
     proc = subprocess.Popen(lifeline.wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             pass_fds=lifeline.pass_fds, start_new_session=True)
     lifeline.started()
-    log: list[str] = []
     threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
     url = sub(cmd.url)
     try:
@@ -177,16 +273,17 @@ def start_command(cmd: CommandTarget) -> ManagedServer:
     ready = time.perf_counter() - t_start
     # the port goes into the config so that the target's metrics_url may name '{port}' too
     return ManagedServer(proc, url.rstrip("/"), url, {"command": cmd.run, "port": int(port)}, float("nan"), ready,
-                         log, lifeline)
+                         log, lifeline, f"command {cmd.run[0]!r}")
 
 
-def start_managed(target: Target) -> ManagedServer | None:
-    """Start the target when latbench manages it (``reference:`` or ``command:``); None for a plain URL."""
+def start_managed(target: Target, log: ServerLog | None = None) -> ManagedServer | None:
+    """Start the target when latbench manages it (``reference:`` or ``command:``); None for a plain URL. What it
+    prints goes to ``log``."""
     if target.reference is not None:
         ref = target.reference
         if target.transport == "grpc" and "grpc_port" not in ref.options:  # KServe v2 over gRPC: serve it
             ref = ref.model_copy(update={"options": {**ref.options, "grpc_port": 0}})
-        return start_reference(ref)
+        return start_reference(ref, log=log)
     if target.command is not None:
-        return start_command(target.command)
+        return start_command(target.command, log)
     return None

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import math
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,8 +35,8 @@ from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import build_sender
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
 from loadgen.records.rundir import SUMMARY, RunDir, write_json
-from loadgen.run.runner import check_target_url, host_meta, resolve_model
-from loadgen.run.targets import ManagedServer, start_managed
+from loadgen.run.measurement import Measurement, cli_target, exit_text, measure
+from loadgen.run.runner import check_target_url, host_meta
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import TRACE_FIELDS
 from loadgen.schedule.arrivals import PhasePlan
@@ -158,9 +159,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
     check_target_url(target_url)
     redactor = loaded.redactor
     redactor.add_url(target_url)  # its password and keys are secret too, wherever they resurface
-    targets = sc.target_list()
-    if target_url:
-        targets = [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
+    targets = cli_target(sc.target_list(), target_url)
     rd = RunDir.create(out, f"{sc.name}-watch")
     rd.write_metric_definitions()
     exporter = WatchExporter(sc.name, settings.window_s)
@@ -171,27 +170,27 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                             "duration_s": settings.duration})
     _write_scenario(rd, loaded, settings, settings.duration)
     rd.write_meta(meta, redactor)
-    servers: list[ManagedServer] = []
     watched: list[WatchedTarget] = []
     group = EngineGroup()
     if on_engine:
         on_engine(group)
     stop_metrics = None
+    measurements: list[Measurement] = []
+    stack = ExitStack()  # every target's measurement (its managed server) ends with the watch
     try:
         mts = []
         for index, target in enumerate(targets):
-            server = start_managed(target)
-            if server:
-                servers.append(server)
-            url = server.url_for(target.api, target.transport) if server else target.url
-            model = resolve_model(target, url, server)
             tdir = rd.new_target_dir(target.name)
+            m = stack.enter_context(measure(loaded, target, tdir, fix_prefix=bool(target_url)))
+            m.on_engine(None)(group)  # a managed server that exits stops the whole watch
+            measurements.append(m)
+            url, model = m.url, m.model
             wt = WatchedTarget(target.name, tdir.name, url)
-            mt = MeasuredTarget(loaded, target.model_copy(update={"url": url}), url, model, tdir, index)
+            mt = MeasuredTarget(loaded, m.target, url, model, tdir, index)
             slos, skipped = watchable(list(sc.slo), target.name)
             wt.skipped = [f"{s.expr}: {why}" for s, why in skipped]
             meta["targets"].append({"name": target.name, "dir": wt.dir, "url": url, "model": model,
-                                    "server": ({**server.config, "ready_s": server.ready_s} if server else {}),
+                                    "server": ({**m.server.config, "ready_s": m.server.ready_s} if m.server else {}),
                                     "slo_not_watched": wt.skipped})
             watched.append(wt)
             mts.append((mt, slos))
@@ -217,9 +216,11 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                 await asyncio.gather(ticker, return_exceptions=True)
 
         results = run_async(main())
-        for wt, (mt, slos), res in zip(watched, mts, results):
+        for wt, (mt, slos), res, m in zip(watched, mts, results, measurements):
             wt.result = res
             wt.summary = _summary(mt, res, slos, settings, wt)
+            if m.exited is not None:
+                wt.summary["server_exit"] = exit_text(m.exited, res.t0, [settings.plan(sc.load.arrival)])
             write_json(mt.tdir / SUMMARY, wt.summary, redactor)
         elapsed = max((r.duration for r in results), default=0.0)
         _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
@@ -236,8 +237,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
     finally:
         if stop_metrics is not None:
             stop_metrics()
-        for s in servers:
-            s.stop()
+        stack.close()
     return WatchResult(rd, metrics_url, watched, verdict)
 
 

@@ -21,7 +21,6 @@ completions: :meth:`Tokenizer.special_tokens`) and the chat template's whole ren
 from __future__ import annotations
 
 import functools
-import http.client
 import importlib
 import json
 import os
@@ -30,6 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from loadgen.fetch import Client, FetchError
+
 __all__ = ["Tokenizer", "TokenizerError", "load_tokenizer", "resolve_local"]
 
 #: The files a model folder or cache snapshot may hold for its tokenizer.
@@ -37,6 +38,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
                    "tokenizer.model")
 _HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)?$")
 _SERVER_TIMEOUT_S = 30.0
+_SERVER_MAX_BYTES = 64 << 20  # a /tokenize answer of a long prompt: a few MB of ids at most
 
 
 class TokenizerError(ValueError):
@@ -280,38 +282,25 @@ class ServerTokenizer(Tokenizer):
     def __init__(self, url: str, headers: dict[str, str] | None = None, model: str | None = None):
         parts = urlsplit(url)
         base = parts.path.rstrip("/")
-        self._prefix = base[: -len("/v1")] if base.endswith("/v1") else base  # vLLM serves /tokenize at the root
-        self._scheme, self._netloc = parts.scheme, parts.netloc
-        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        prefix = base[: -len("/v1")] if base.endswith("/v1") else base  # vLLM serves /tokenize at the root
+        self._base = f"{parts.scheme}://{parts.netloc}{prefix}"
         self._model = model
-        self._conn: http.client.HTTPConnection | None = None
+        self._client = Client(headers, deadline_s=_SERVER_TIMEOUT_S, max_bytes=_SERVER_MAX_BYTES)
 
     def _post(self, path: str, body: dict) -> dict:
         if self._model:
             body = {"model": self._model, **body}
-        data = json.dumps(body).encode()
-        for attempt in (0, 1):  # a kept-alive connection the server closed meanwhile: once more on a new one
-            if self._conn is None:
-                cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-                self._conn = cls(self._netloc, timeout=_SERVER_TIMEOUT_S)
-            try:
-                self._conn.request("POST", self._prefix + path, data, self._headers)
-                resp = self._conn.getresponse()
-                raw = resp.read()
-            except (OSError, http.client.HTTPException) as exc:
-                self._conn.close()
-                self._conn = None
-                if attempt:
-                    raise TokenizerError(f"tokenizer: server: {path} did not answer: {exc}") from None
-                continue
-            if resp.status != 200:
-                raise TokenizerError(f"tokenizer: server: POST {path} answered {resp.status} (does the target serve "
-                                     f"vLLM's /tokenize and /detokenize?): {raw[:200].decode('utf-8', 'replace')}")
-            try:
-                return json.loads(raw)
-            except ValueError:
-                raise TokenizerError(f"tokenizer: server: {path} did not answer JSON") from None
-        raise AssertionError("unreachable")
+        try:
+            resp = self._client.post(self._base + path, json=body)
+        except FetchError as exc:
+            raise TokenizerError(f"tokenizer: server: {path} did not answer: {exc.detail}") from None
+        if resp.status != 200:
+            raise TokenizerError(f"tokenizer: server: POST {path} answered {resp.status} (does the target serve "
+                                 f"vLLM's /tokenize and /detokenize?): {resp.body[:200].decode('utf-8', 'replace')}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise TokenizerError(f"tokenizer: server: {path} did not answer JSON") from None
 
     def _tokens(self, body: dict) -> list[int]:
         tokens = self._post("/tokenize", body).get("tokens")
@@ -340,9 +329,7 @@ class ServerTokenizer(Tokenizer):
         return len(self._tokens({"messages": messages, "add_generation_prompt": True, "add_special_tokens": False}))
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._client.close()
 
 
 def load_tokenizer(spec: str | None, base_dir: Path, url: str | None = None, headers: dict[str, str] | None = None,

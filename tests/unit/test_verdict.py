@@ -27,7 +27,12 @@ ELSEWHERE = ("other: latency.p99 < 1ms", False, False)
     ([TargetOutcome("a", summary(slos=[MISSED]), failed_fast="latency.p99 < 300ms")], {}, "failed", 1,
      [Kind.FAILED_FAST, Kind.SLO]),
     ([TargetOutcome("a", summary(ok=0, errors={"connect": 100}))], {}, "invalid", 3, [Kind.UNREACHABLE]),
-    ([TargetOutcome("a", summary(ok=0, errors={"http_5xx": 100}))], {}, "passed", 0, []),  # reachable, just failing
+    # every request failed: the service's own failures fail the run; a set-up's (a 404, a 401) make it invalid
+    ([TargetOutcome("a", summary(ok=0, errors={"http_5xx": 100}))], {}, "failed", 1, [Kind.ALL_FAILED]),
+    ([TargetOutcome("a", summary(ok=0, errors={"http_4xx": 100}))], {}, "invalid", 3, [Kind.SETUP]),
+    ([TargetOutcome("a", summary(ok=0, errors={"bad_response": 100}))], {}, "invalid", 3, [Kind.SETUP]),
+    ([TargetOutcome("a", summary(ok=40, errors={"http_5xx": 60}))], {}, "passed", 0, []),  # a warning only
+    ([TargetOutcome("a", error="404", error_kind=Kind.PREFLIGHT)], {}, "invalid", 3, [Kind.PREFLIGHT]),
     ([TargetOutcome("a", summary(limited=True, slos=[MISSED]))], {}, "invalid", 3, [Kind.GENERATOR_LIMITED, Kind.SLO]),
     ([TargetOutcome("a", error="the reference server exited")], {}, "invalid", 3, [Kind.TARGET_ERROR]),
     ([TargetOutcome("a", summary())], {"interrupted": True}, "invalid", 3, [Kind.INTERRUPTED]),
@@ -56,3 +61,19 @@ def test_invalid_reasons_come_before_failed_ones():
     v = judge([TargetOutcome("a", summary(limited=True, slos=[MISSED]))])
     assert [r.kind for r in v.reasons] == [Kind.GENERATOR_LIMITED, Kind.SLO]
     assert all(r.kind.invalid for r in v.reasons[:1]) and not v.reasons[1].kind.invalid
+
+
+def test_a_run_that_mostly_failed_without_an_error_objective_passes_with_a_warning():
+    v = judge([TargetOutcome("a", summary(ok=40, errors={"http_5xx": 60}))])
+    assert v.outcome == "passed" and [w.kind for w in v.warnings] == [Kind.MOSTLY_FAILED]
+    assert "60 of 100 requests failed" in v.warnings[0].text and v.texts()[-1].startswith("warning: ")
+    assert Verdict.from_json(v.to_json()) == v
+
+
+def test_every_request_failed_names_the_commonest_failure_and_an_example():
+    s = summary(ok=0, errors={"http_4xx": 100})
+    s["failures"] = {"count": 100, "by_status": [{"error": "http_4xx", "status": 404, "count": 100}],
+                     "example": {"error": "http_4xx", "status": 404, "detail": "Not Found\x1b]0;pwned\x07"}}
+    (r,) = judge([TargetOutcome("a", s)]).reasons
+    assert r.kind == Kind.SETUP and "http_4xx (HTTP 404) on 100 of 100" in r.text and "Not Found" in r.text
+    assert "\x1b" not in r.text and "\x07" not in r.text

@@ -1,0 +1,161 @@
+"""One measurement of one target, the same for every command that sends load (``run``, ``capacity``, ``watch``).
+
+:func:`measure` is a context manager around the engine's run. On the way in it starts the target when latbench
+manages it (its output into ``server.log``), resolves its URL and model, and checks it before any load
+(:mod:`loadgen.run.preflight`); while the load runs it watches the managed process; on the way out it stops
+the process and keeps its log. What could have bent the numbers is measured here, once, for every command:
+
+- a managed server that exits during the run stops the load at once (in-flight requests are recorded as
+  cancelled, every record kept), and the summary says which process, how and when
+  (:func:`exit_text`): the run is invalid, not failed;
+- a target that cannot be reached, is not at its URL, refuses the credentials, lacks the model or does not
+  answer in its API's shape stops the run before any load (:class:`PreflightFailed`, exit 3).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
+from loadgen.errors import TargetError
+from loadgen.fetch import FetchError, fetch
+from loadgen.records.rundir import SERVER_LOG
+from loadgen.run.preflight import Check, preflight
+from loadgen.run.targets import ManagedServer, ServerExit, ServerLog, start_managed
+from loadgen.scenario.loader import LoadedScenario
+from loadgen.scenario.model import Target
+from loadgen.scenario.urls import join_url
+from loadgen.schedule.arrivals import PhasePlan
+
+log = logging.getLogger("latbench")
+
+
+class PreflightFailed(TargetError):
+    """The pre-flight check found the target unusable: nothing was sent (exit 3)."""
+
+    def __init__(self, check: Check):
+        self.check = check
+        super().__init__(f"pre-flight: {check.problem}")
+
+
+def cli_target(targets: list[Target], target_url: str | None) -> list[Target]:
+    """The scenario's targets, or with ``--target URL`` its first one sent to that URL (no managed server)."""
+    if not target_url:
+        return targets
+    return [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
+
+
+def resolve_model(target: Target, url: str, server: ManagedServer | None) -> str:
+    """The model name to send: the scenario's, the managed server's, or the first one ``/models`` lists."""
+    if target.model:
+        return target.model
+    if target.reference is not None and server is not None:
+        return server.config.get("model_name") or target.reference.model
+    if target.api == "http" or not url.startswith(("http://", "https://")):
+        return ""
+    try:  # latbench's one non-load client: a deadline, a size cap, the headers never sent to another origin
+        resp = fetch("GET", join_url(url, "/models"), headers=target.headers)
+        return str(resp.json()["data"][0]["id"]) if resp.ok else "default"
+    except (FetchError, ValueError, KeyError, IndexError, TypeError):  # no /models: a neutral name
+        return "default"
+
+
+@dataclass
+class Measurement:
+    """A target ready to be measured: started, resolved, checked, watched."""
+
+    loaded: LoadedScenario
+    target: Target  # with the resolved url
+    url: str
+    model: str
+    server: ManagedServer | None
+    metrics_url: str | None
+    check: Check | None
+    log: ServerLog | None
+    _control: RunControl | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def exited(self) -> ServerExit | None:
+        """The managed server's exit, when it ended before latbench stopped it."""
+        return self.server.exited if self.server is not None else None
+
+    def measured(self, tdir: Path, index: int = 0, loaded: LoadedScenario | None = None) -> MeasuredTarget:
+        return MeasuredTarget(loaded or self.loaded, self.target, self.url, self.model, tdir, index, self.metrics_url)
+
+    def server_meta(self) -> dict:
+        s = self.server
+        return {**s.config, "listen_s": s.listen_s, "ready_s": s.ready_s} if s else {}
+
+    def on_engine(self, inner: OnEngine | None) -> OnEngine:
+        """``inner``, and the engine remembered: a server that exits aborts it."""
+        def attach(control: RunControl) -> None:
+            with self._lock:
+                self._control = control
+                dead = self.exited is not None
+            if dead:
+                control.call_soon(control.abort)
+            if inner is not None:
+                inner(control)
+
+        return attach
+
+    def _on_exit(self, ex: ServerExit) -> None:
+        log.error("%s exited (%s) during the run: stopping the load", ex.what, ex.how)
+        with self._lock:
+            control = self._control
+        if control is not None:
+            control.call_soon(control.abort)
+
+
+def exit_text(ex: ServerExit, t0: float, plans: list[PhasePlan]) -> dict:
+    """A managed server's exit as the summary holds it: what, how, seconds into the run, the phase."""
+    t = ex.at - t0 if t0 else float("nan")
+    phase = next((p.name for p in plans if p.start <= t < p.end), plans[-1].name if plans and t >= 0 else None)
+    where = f" {t:.1f} s into phase {phase}" if phase is not None and t == t else ""
+    return {"what": ex.what, "code": ex.code, "t": t, "phase": phase,
+            "text": f"{ex.what} exited ({ex.how}){where}"}
+
+
+@contextmanager
+def measure(loaded: LoadedScenario, target: Target, log_dir: Path | None, *, check: bool = True,
+            generate: bool = True, fix_prefix: bool = False) -> Iterator[Measurement]:
+    """Start, resolve, check and watch ``target``; stop it and close its log on the way out.
+
+    ``log_dir``: where ``server.log`` goes (a managed target's output). ``check``: run the pre-flight;
+    ``generate``: with its minimal request (not in a fresh-start study); ``fix_prefix``: a URL given on the
+    command line may gain the ``/v1`` it lacks. Raises TargetStartError, or PreflightFailed."""
+    managed = target.reference is not None or target.command is not None
+    slog = ServerLog(Path(log_dir) / SERVER_LOG if (managed and log_dir is not None) else None,
+                     loaded.redactor.text) if managed else None
+    server = None
+    try:
+        server = start_managed(target, slog)
+        url = server.url_for(target.api, target.transport) if server else target.url
+        model = resolve_model(target, url, server)
+        result = None
+        if check:
+            result = preflight(target, url, model, loaded.scenario.workload, generate=generate,
+                               fix_prefix=fix_prefix and not managed)
+            for note in result.notes:
+                log.warning("%s: pre-flight: %s", target.name, note)
+            if not result.ok:
+                raise PreflightFailed(result)
+            url = result.url
+        metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
+        if metrics_url and target.command is not None:  # '{port}' is the started command's port, as in its url
+            metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
+        m = Measurement(loaded, target.model_copy(update={"url": url}), url, model, server, metrics_url, result, slog)
+        if server is not None:
+            server.watch(m._on_exit)
+        yield m
+    finally:
+        if server is not None:
+            server.stop()
+        if slog is not None:
+            slog.close()
