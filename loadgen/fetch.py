@@ -220,7 +220,8 @@ class Client:
                 if reused and attempt == 0 and isinstance(exc, (ConnectionError, http.client.RemoteDisconnected,
                                                                 http.client.BadStatusLine)):
                     continue
-                raise FetchError(*_classify(exc), shown) from None
+                kind, detail = _classify(exc)
+                raise FetchError(kind, shown, detail) from None
             finally:
                 watchdog.cancel()
         raise AssertionError("unreachable")
@@ -237,7 +238,7 @@ class Client:
         out = bytearray()
         while True:
             chunk = raw.read1(READ_CHUNK)
-            if not chunk:
+            if not chunk or watchdog.fired:
                 break
             try:
                 data, more = inflater.feed(chunk, cap - len(out))
@@ -269,7 +270,8 @@ class _Watchdog:
         self.fired = True
         sock = self.conn.sock
         if sock is not None:
-            try:
+            try:  # Linux still hands over data that arrives after SHUT_RD: a read that must wait now times out
+                sock.settimeout(0.001)
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass

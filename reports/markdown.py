@@ -122,6 +122,8 @@ def render_markdown(run: RunData) -> str:
     if rows:
         lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
                          "achieved req/s"], rows)
+    if v.get("logs"):
+        lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
     cmp = run_comparison(run)
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from loadgen.analysis.repeats import group_outcomes
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
+from loadgen.records.rundir import SERVER_LOG
 from reports import fmt
 from reports.loader import RunData, TargetData
 from reports.strips import REPEATS_SRC, strips_for
@@ -251,6 +252,7 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
     warnings += [r.text + ("; these numbers describe the load generator, not the server"
                            if r.kind is Kind.GENERATOR_LIMITED else "")
                  for r in v.reasons if r.kind is not Kind.SLO and r.kind is not Kind.INTERRUPTED]
+    warnings += [f"warning: {w.text}" for w in v.warnings]
     warnings += [f"{td.name}: summary recomputed from the records the run left behind"
                  for td in run.targets if td.recomputed]
     incomplete = not run.complete
@@ -267,8 +269,9 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
         headline = "no objectives defined"
     if state == "invalid":
         headline += ", but the run is not valid: see the warnings below"
+    logs = [(td.name, f"{td.dir.name}/{SERVER_LOG}") for td in run.targets if (td.dir / SERVER_LOG).is_file()]
     return {"state": state, "word": state.upper(), "headline": headline, "failed": failed,
-            "warnings": warnings, "incomplete": incomplete}
+            "warnings": warnings, "incomplete": incomplete, "logs": logs}
 
 
 def header(run: RunData) -> list[tuple[str, str]]:

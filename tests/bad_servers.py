@@ -387,6 +387,13 @@ async def redirect(req, w):
     w.write(_head(301, {"Location": req.path.replace("/redirect/", "/ok/", 1), "Content-Length": "0"}))
 
 
+async def redirect_away(req, w):
+    """302 to the same path on another origin: the port the query's ``to=`` names (the model lookup must not
+    follow it with the target's headers)."""
+    port = req.path.split("to=", 1)[1].split("&")[0] if "to=" in req.path else "1"
+    w.write(_head(302, {"Location": f"http://127.0.0.1:{port}/ok/v1/models", "Content-Length": "0"}))
+
+
 async def echo(req, w):
     """A hostile server: every request header echoed back in a 401 error body."""
     w.write(_full(401, json.dumps({"error": {"message": "bad key", "echo": req.headers}}).encode()))
@@ -423,6 +430,7 @@ MODES = {
     "big": big, "drip": drip, "slowdrip": slowdrip, "echo": echo, "echo_ok": echo_ok,
     "health": health, "metrics": metrics, "metrics_echo": metrics_echo,
     "sse_noline": sse_noline, "sse_noevent": sse_noevent, "headers_forever": headers_forever, "redirect": redirect,
+    "redirect_away": redirect_away, "s401": _status(401, b'{"error": {"message": "invalid api key"}}'),
 }
 
 

@@ -18,6 +18,7 @@ COMMANDS = {
     "validate": "loadgen.cli.scenario:validate",
     "schema": "loadgen.cli.scenario:schema",
     "run": "loadgen.cli.run:run",
+    "check": "loadgen.cli.check:check",
     "gate": "loadgen.cli.run:gate",
     "capacity": "loadgen.cli.capacity:capacity",
     "report": "loadgen.cli.report:report",

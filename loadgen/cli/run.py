@@ -61,10 +61,14 @@ from loadgen.units import parse_duration
               help="run the scenario N times (each from a fresh managed server, interleaved across targets) and "
                    "judge the SLOs and --baseline on the runs together [default: the scenario's repeat.runs, 1]")
 @click.option("--pause", metavar="DURATION", help="wait between repeated runs, e.g. 5s [default: repeat.pause]")
+@click.option("--no-preflight", is_flag=True,
+              help="skip the check of each target before its load (a model list and one minimal request; "
+                   "`latbench check` runs it alone): the summary says it was skipped")
 @exits_on_errors
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_report: bool, fail_fast: bool,
         baseline: str | None, max_regression: str, capacity: str | None, engine: str, workers: int,
-        expect_workers: int, master_bind: str, processes: int, repeat_runs: int | None, pause: str | None) -> None:
+        expect_workers: int, master_bind: str, processes: int, repeat_runs: int | None, pause: str | None,
+        no_preflight: bool) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
     try:
@@ -103,7 +107,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
                               baseline=baseline, max_regression=allowance, opts=opts, capacity=capacity,
-                              repeat=repeat)
+                              repeat=repeat, preflight=not no_preflight)
     except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
         display.close()
         click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "

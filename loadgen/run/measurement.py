@@ -146,7 +146,7 @@ def measure(loaded: LoadedScenario, target: Target, log_dir: Path | None, *, che
                 log.warning("%s: pre-flight: %s", target.name, note)
             if not result.ok:
                 raise PreflightFailed(result)
-            url = result.url
+            url, model = result.url, (model if target.model or server is not None else result.model or model)
         metrics_url = target.metrics_url or (server.root + "/metrics" if target.reference is not None else None)
         if metrics_url and target.command is not None:  # '{port}' is the started command's port, as in its url
             metrics_url = metrics_url.replace("{port}", str(server.config["port"]))
@@ -159,3 +159,34 @@ def measure(loaded: LoadedScenario, target: Target, log_dir: Path | None, *, che
             server.stop()
         if slog is not None:
             slog.close()
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """One target's answer to ``latbench check``: ``check`` (None when it did not start: ``error`` says why)."""
+
+    name: str
+    check: Check | None
+    model: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.check is not None and self.check.ok
+
+
+def check_targets(loaded: LoadedScenario, target_url: str | None = None) -> list[TargetCheck]:
+    """The pre-flight of every target of a scenario, nothing else: managed targets are started, checked and stopped
+    (their output is not kept); nothing is recorded. A fresh-start study's targets are asked only what does not
+    touch the model, as in its run."""
+    out = []
+    generate = loaded.scenario.load.starts == 1
+    for target in cli_target(loaded.scenario.target_list(), target_url):
+        try:
+            with measure(loaded, target, None, generate=generate, fix_prefix=bool(target_url)) as m:
+                out.append(TargetCheck(target.name, m.check, m.model))
+        except PreflightFailed as exc:
+            out.append(TargetCheck(target.name, exc.check))
+        except TargetError as exc:
+            out.append(TargetCheck(target.name, None, error=str(exc)))
+    return out

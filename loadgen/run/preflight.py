@@ -49,6 +49,7 @@ class Check:
     kind: str | None = None
     notes: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
+    model: str | None = None  # the model to send when the scenario names none: the first one listed here
     generated: bool = False  # the minimal request was sent
     seconds: float = 0.0
 
@@ -58,7 +59,7 @@ class Check:
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "url": self.url, "problem": self.problem, "kind": self.kind, "notes": self.notes,
-                "models": self.models, "generated": self.generated, "seconds": self.seconds}
+                "models": self.models, "model": self.model, "generated": self.generated, "seconds": self.seconds}
 
 
 def shown(body: bytes) -> str:
@@ -109,7 +110,7 @@ def _check(target: Target, url: str, model: str | None, workload: Workload, gene
         if not check.ok or not generate:
             return check
     if generate:
-        _generate(check, target, url, model, workload)
+        _generate(check, target, url, check.model or model, workload)
     elif target.api not in MODELS_APIS:
         _connect(check, url)
     return check
@@ -165,6 +166,8 @@ def _models(check: Check, target: Target, url: str, headers: dict, model: str | 
                                   f"list: {shown(resp.body)}")
             return
         check.models = ids
+        if not target.model and ids:
+            check.model = ids[0]
         if target.model and ids and target.model not in ids:
             _fail(check, "model", f"the server does not list model {target.model!r}; it lists: "
                                   + ", ".join(repr(i) for i in ids[:20]) + (" …" if len(ids) > 20 else ""))

@@ -1,0 +1,233 @@
+"""A verdict blames the service only when the service is to blame: a managed server that dies, a URL that is wrong,
+a run in which every request failed (issue 26, items 1-4). Real servers on 127.0.0.1: the reference server, the
+misbehaving BadServer, a port nothing listens on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loadgen.fetch import FetchError, fetch
+from loadgen.run.targets import free_port
+from tests.bad_servers import BadServer
+from tests.helpers import ROOT, run, start_reference, write_scenario
+
+LATBENCH = [sys.executable, "-m", "loadgen.cli"]
+
+
+def _latbench(*args, timeout=120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*LATBENCH, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.alone
+def test_a_managed_server_killed_mid_run_makes_the_run_invalid_at_once_and_keeps_everything(tmp_path):
+    """SIGKILL of the bundled server 2 s into a 12 s run: the load stops at once (the last record within a second
+    of the exit, on the records' clock: the wall time to exit 3 is mostly the report, and this host may be busy),
+    the reason names the server, the signal and the phase; the records before it are kept; its log is in the
+    RunDir and linked from summary.md."""
+    path = write_scenario(tmp_path, """
+    name: killed
+    target: {reference: {arch: optimized, model: tiny, backend: numpy}, stream: true}
+    workload: {max_tokens: 4}
+    load:
+      arrival: constant
+      phases: [{name: baseline, duration: 1s, qps: 10}, {name: burst, duration: 11s, qps: 10}]
+    slo: ["error_rate < 1%"]
+    """)
+    proc = subprocess.Popen([*LATBENCH, "run", str(path), "--out", str(tmp_path / "runs"), "--quiet"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        server = None
+        deadline = time.monotonic() + 60
+        while server is None and time.monotonic() < deadline:
+            server = next((p for p in _children(proc.pid) if "reference_server" in _cmdline(p)), None)
+            time.sleep(0.05)
+        assert server is not None, "the managed server never started"
+        while not list((tmp_path / "runs").glob("*/target/requests.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.0)  # into phase burst
+        os.kill(server, signal.SIGKILL)
+        killed = time.monotonic()
+        out, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, out
+    assert took < 30, took  # not 12 s of load, then the rest: the run ended with its server    rd = next((tmp_path / "runs").iterdir())
+    meta = json.loads((rd / "meta.json").read_text())
+    (reason,) = [r for r in meta["verdict"]["reasons"] if r["kind"] == "server_exited"]
+    assert "reference server exited (signal 9, SIGKILL)" in reason["text"] and "into phase burst" in reason["text"]
+    assert "reference server exited (signal 9, SIGKILL)" in out
+    summary = json.loads((rd / "target" / "summary.json").read_text())
+    assert summary["server_exit"]["phase"] == "burst" and summary["overall"]["ok"] >= 15
+    assert summary["duration_s"] - summary["server_exit"]["t"] < 1.0, summary["duration_s"]
+    log = (rd / "target" / "server.log").read_text()
+    assert "listening on http://127.0.0.1" in log
+    assert (rd / "report.html").is_file() and "server.log" in (rd / "summary.md").read_text()
+
+
+def test_a_server_that_does_not_start_keeps_its_log(tmp_path):
+    path = write_scenario(tmp_path, """
+    name: nostart
+    target: {command: {run: [python3, -c, "import sys; print('cannot bind: port taken'); sys.exit(4)"],
+             url: "http://127.0.0.1:{port}/v1", ready_url: "http://127.0.0.1:{port}/health"}}
+    load: {phases: [{name: main, duration: 1s, qps: 1}]}
+    """)
+    res = _latbench("run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-report")
+    assert res.returncode == 3, res.stdout + res.stderr
+    rd = next((tmp_path / "runs").iterdir())
+    assert "cannot bind: port taken" in (rd / "target" / "server.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    port = free_port()
+    proc = start_reference(port)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+STEADY = """
+name: steady
+target: {url: "http://127.0.0.1:1/v1", stream: true}
+workload: {max_tokens: 4}
+load: {arrival: constant, phases: [{name: main, duration: 1s, qps: 5}]}
+"""
+
+
+def test_a_target_url_without_v1_runs_against_v1_and_says_so(tmp_path, reference):
+    path = write_scenario(tmp_path, STEADY)
+    res = _latbench("run", str(path), "--target", reference, "--out", str(tmp_path / "runs"), "--quiet",
+                    "--no-report")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{reference} has no /v1 and answers 404; {reference}/v1 answers: using it" in res.stderr
+    rd = next((tmp_path / "runs").iterdir())
+    summary = json.loads((rd / "target" / "summary.json").read_text())
+    assert summary["overall"]["ok"] == summary["overall"]["count"] == 5
+    meta = json.loads((rd / "meta.json").read_text())
+    assert meta["targets"][0]["url"] == reference + "/v1"
+
+
+def test_a_scenario_url_without_v1_is_refused_with_the_fix(tmp_path, reference):
+    path = write_scenario(tmp_path, STEADY.replace("http://127.0.0.1:1/v1", reference))
+    res = _latbench("run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-report")
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert f"{reference}/v1 answers: add /v1 to the target's url" in res.stdout
+    assert not list((tmp_path / "runs").glob("*/target/requests.parquet"))  # nothing was sent
+
+
+def test_a_server_that_answers_404_to_everything_exits_3_before_any_load(tmp_path):
+    with BadServer(default_mode="nothing-here") as srv:
+        path = write_scenario(tmp_path, STEADY.replace("http://127.0.0.1:1/v1", f"http://127.0.0.1:{srv.port}/v1"))
+        t0 = time.monotonic()
+        res = _latbench("run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-report")
+        took = time.monotonic() - t0
+        hits = sum(srv.hits.values())
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "pre-flight" in res.stdout and "answered HTTP 404" in res.stdout, res.stdout
+    assert hits <= 4  # the model list and one minimal request (each with its /v1 probe): no load
+    assert not list((tmp_path / "runs").glob("*/target/requests.parquet")) and took < 30
+
+
+def test_an_unreachable_port_exits_3_within_seconds(tmp_path):
+    path = write_scenario(tmp_path, STEADY.replace("duration: 1s", "duration: 60s"))
+    t0 = time.monotonic()
+    res = _latbench("run", str(path), "--target", f"http://127.0.0.1:{free_port()}/v1", "--out",
+                    str(tmp_path / "runs"), "--quiet", "--no-report")
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert time.monotonic() - t0 < 5 + 5  # under 5 s asked; interpreter start-up on a busy host is the rest
+    assert "is unreachable: connection refused" in res.stdout
+
+
+def test_every_request_failing_after_the_preflight_is_invalid_with_the_commonest_error(tmp_path):
+    """The pre-flight skipped (--no-preflight, said in the summary): a 404 on every request is a set-up error,
+    exit 3, with the status and the body's first bytes; the same for the library call without a check."""
+    with BadServer(default_mode="nothing-here") as srv:
+        path = write_scenario(tmp_path, STEADY.replace("http://127.0.0.1:1/v1", f"http://127.0.0.1:{srv.port}/v1"))
+        res = _latbench("run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-report",
+                        "--no-preflight")
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "every request failed" in res.stdout and "http_4xx (HTTP 404) on 5 of 5" in res.stdout
+    assert "unknown mode" in res.stdout  # what the server said
+    summary = json.loads(next((tmp_path / "runs").glob("*/target/summary.json")).read_text())
+    assert summary["preflight"] == {"ok": None, "skipped": True}
+
+
+def test_every_request_failing_the_service_s_own_way_fails_the_run(tmp_path):
+    """5xx on every request: the service's own failure (exit 1), even with no objective in the scenario."""
+    with BadServer() as srv:
+        text = STEADY.replace("http://127.0.0.1:1/v1", srv.url("s500body"))
+        result, summary, _ = run(tmp_path, text, preflight=False)
+    assert result.exit_code == 1 and [r.kind.value for r in result.verdict.reasons] == ["all_failed"]
+    assert summary["failures"]["by_status"][0] == {"error": "http_5xx", "status": 500, "count": 5}
+
+
+def test_latbench_check_prints_one_line_per_target(tmp_path, reference):
+    path = write_scenario(tmp_path, f"""
+    name: two
+    targets:
+      - {{name: good, url: "{reference}/v1", stream: true}}
+      - {{name: wrongmodel, url: "{reference}/v1", stream: true, model: nosuchmodel}}
+    load: {{phases: [{{name: main, duration: 1s, qps: 1}}]}}
+    """)
+    res = _latbench("check", str(path))
+    assert res.returncode == 3, res.stdout + res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].startswith(f"good: ok: {reference}/v1 (model tiny; models tiny, a minimal request answered")
+    assert lines[1] == "wrongmodel: FAILED: the server does not list model 'nosuchmodel'; it lists: 'tiny'"
+    ok = _latbench("check", str(path), "--target", reference)
+    assert ok.returncode == 0 and ok.stdout.startswith("good: ok: "), ok.stdout + ok.stderr
+
+
+def test_credentials_refused_name_the_header_never_its_value(tmp_path):
+    with BadServer(default_mode="s401") as srv:
+        path = write_scenario(tmp_path, STEADY.replace("http://127.0.0.1:1/v1", f"http://127.0.0.1:{srv.port}/v1")
+                              .replace("stream: true}", "stream: true, headers: {X-Api-Key: '${KEY}'}}"))
+        res = _latbench("check", str(path), env={**os.environ, "KEY": "sk-very-secret-4242"})
+    assert res.returncode == 3
+    assert "answered HTTP 401" in res.stdout and "headers sent: X-Api-Key" in res.stdout
+    assert "sk-very-secret-4242" not in res.stdout + res.stderr
+
+
+def test_the_one_client_follows_no_redirect_to_another_origin_and_keeps_its_deadline():
+    """The model lookup's client: a 302 to another port is not followed (its headers, the key, stay home); a
+    server that dribbles its answer is cut at the deadline."""
+    with BadServer() as other, BadServer() as srv:
+        seen: list[str] = []
+        other.log = seen.append
+        with pytest.raises(FetchError) as exc:
+            fetch("GET", f"{srv.url('redirect_away')}/models?to={other.port}", headers={"Authorization": "Bearer k"})
+        assert exc.value.kind == "redirect" and not seen
+        t0 = time.monotonic()
+        with pytest.raises(FetchError) as exc:
+            fetch("GET", srv.url("slowdrip") + "/models", deadline_s=0.5)
+        assert exc.value.kind == "timeout" and time.monotonic() - t0 < 2.0
