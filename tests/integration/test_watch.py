@@ -219,7 +219,7 @@ def rundir_file(runs: Path, name: str):
     return lambda: next((d / name for d in runs.iterdir()), None) if runs.exists() else None
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
 def test_one_signal_during_the_linger_ends_it(known_server, tmp_path, sig):
     srv = known_server(ttft=0.05, gap=0.01, tokens=3)
     runs = tmp_path / "runs"
