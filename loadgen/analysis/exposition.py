@@ -36,12 +36,13 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 from loadgen.analysis.buckets import HISTOGRAM_METRICS, bucket_bounds
 from loadgen.analysis.metrics import itl_samples, records_frame
+from loadgen.analysis.metrics_http import MAX_CONNECTIONS, READ_TIMEOUT_S, MetricsServer
 from loadgen.analysis.window import SlidingWindow, WindowState
 from loadgen.errors import UsageError
 from loadgen.records.schema import ERROR_CLASSES
@@ -217,18 +218,17 @@ class WatchExporter:
         return generate_latest(self.registry)
 
 
-def serve(exporter: WatchExporter, host: str, port: int):
-    """Serve ``/metrics`` on ``host:port`` (0: a free port) in a thread; returns (url, stop)."""
+def serve(exporter: WatchExporter, host: str, port: int, read_timeout_s: float = READ_TIMEOUT_S,
+          max_connections: int = MAX_CONNECTIONS):
+    """Serve ``/metrics`` on ``host:port`` (0: a free port) in a thread; returns (url, stop).
+
+    A connection that has not sent its request within ``read_timeout_s`` seconds is closed, and at most
+    ``max_connections`` are open (:class:`~loadgen.analysis.metrics_http.MetricsServer`): half-open clients cost
+    neither threads nor the scrapes of others."""
     try:
-        server, thread = start_http_server(port, addr=host, registry=exporter.registry)
+        server = MetricsServer(exporter.registry, host, port, read_timeout_s, max_connections)
     except OSError as exc:  # the port is taken, the address is not this host's
         raise UsageError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+    server.start()
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{server.server_port}/metrics"
-
-    def stop() -> None:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-    return url, stop
+    return f"http://{shown}:{server.port}/metrics", server.stop

@@ -12,7 +12,7 @@ from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import console, exits_on_errors, redact_output
 from loadgen.errors import EXIT_OK, RunDirWriteError
 from loadgen.run.signals import install_signal_handlers
-from loadgen.run.watch import TargetStatus, WatchSettings, watch_scenario
+from loadgen.run.watch import EngineGroup, TargetStatus, WatchSettings, watch_scenario
 from loadgen.scenario.slo import show_value
 from loadgen.scenario.urls import on_loopback
 from loadgen.units import parse_duration
@@ -50,7 +50,10 @@ def status_line(st: TargetStatus) -> str:
                     "--duration) and serve Prometheus metrics: latency, TTFT and TPOT histograms whose buckets "
                     "include the SLO thresholds, requests by outcome, the probe's send lag, and one gauge per SLO "
                     "judged over a sliding window (1 = holding). Records go to a RunDir whose files rotate, so "
-                    "disk use stays bounded. Exit 0 after a normal stop; a watch is a monitor, not a gate "
+                    "disk use stays bounded. A Ctrl-C stops the probe (in-flight requests get the scenario's "
+                    "grace) and /metrics stays up for --linger; a Ctrl-C during the linger ends it. SIGTERM stops "
+                    "the probe the same way and ends without lingering. Exit 0 after a normal stop, 3 when stopped "
+                    "before the probe began (a managed server still starting); a watch is a monitor, not a gate "
                     "(`latbench run` is the gate).")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--qps", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True, max=1000),
@@ -67,7 +70,8 @@ def status_line(st: TargetStatus) -> str:
 @click.option("--target", "target_url", metavar="URL", help="probe this base URL instead of the scenario's target(s)")
 @click.option("--out", metavar="DIR", help="parent folder of the RunDir (default: runs/)")
 @click.option("--linger", default="0s", show_default=True,
-              help="keep serving /metrics this long after the probe stopped (a last scrape sees the final counts)")
+              help="keep serving /metrics this long after the probe stopped (a last scrape sees the final counts); "
+                   "a Ctrl-C or SIGTERM ends it")
 @click.option("--status-every", default="30s", show_default=True, help="print one status line per target this often")
 @click.option("--force-rate", is_flag=True, help=f"allow --qps above {MAX_REMOTE_QPS:g} at a target not on this "
                                                  "machine")
@@ -89,8 +93,16 @@ def watch(scenario, qps, metrics_port, metrics_host, window, duration, rotate_ev
         if url and not on_loopback(url) and qps > MAX_REMOTE_QPS and not force_rate:
             raise click.UsageError(f"--qps {qps:g} at {url}: a watch is a probe; above {MAX_REMOTE_QPS:g} req/s at "
                                    "a server not on this machine, say so with --force-rate")
-    current = {}
-    install_signal_handlers(lambda: current.get("engine"), lambda msg: click.echo(f"latbench watch: {msg}", err=True))
+    current: dict[str, EngineGroup] = {}
+
+    def announce(msg: str) -> None:
+        group = current.get("engine")
+        if group is not None and group.lingering:  # the probe had stopped: nothing in flight to wait for
+            msg = "ending the linger: /metrics closes"
+        click.echo(f"latbench watch: {msg}", err=True)
+
+    install_signal_handlers(lambda: current.get("engine"), announce,
+                            on_sigterm=lambda: current["engine"].skip_linger())
 
     def on_ready(url: str) -> None:
         names = ", ".join(t.name for t in loaded.scenario.target_list())

@@ -16,10 +16,13 @@ def received() -> int:
     return _received[0]
 
 
-def install_signal_handlers(get_engine: Callable[[], RunControl | None], announce: Callable[[str], None]) -> None:
+def install_signal_handlers(get_engine: Callable[[], RunControl | None], announce: Callable[[str], None],
+                            on_sigterm: Callable[[], None] | None = None) -> None:
     """SIGINT/SIGTERM: the first stops sending and lets in-flight requests finish; a second aborts.
 
-    Before an engine runs (a managed server still starting), a signal raises KeyboardInterrupt."""
+    Before an engine runs (a managed server still starting), a signal raises KeyboardInterrupt. ``on_sigterm``
+    (once an engine runs) is called first at each SIGTERM, in the handler: it may only set flags (a watch's: no
+    linger, since a service manager stopping it waits for no last scrape)."""
     count = [0]
 
     def handler(signum, frame):
@@ -28,6 +31,8 @@ def install_signal_handlers(get_engine: Callable[[], RunControl | None], announc
         eng = get_engine()
         if eng is None:
             raise KeyboardInterrupt
+        if signum == signal.SIGTERM and on_sigterm is not None:
+            on_sigterm()
         if count[0] == 1:
             announce("stopping: no new requests; waiting for those in flight (Ctrl-C again to abort)")
             eng.call_soon(eng.request_stop)

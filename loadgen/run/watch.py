@@ -107,17 +107,30 @@ class _ObservedWriter:
 
 
 class EngineGroup:
-    """The :class:`~loadgen.engine.base.RunControl` of several engines running at once (a watch's targets)."""
+    """The :class:`~loadgen.engine.base.RunControl` of several engines running at once (a watch's targets), and
+    the end of the watch: the linger after the probe stopped.
+
+    Its methods only set flags and hand each engine's stop to that engine's loop, so ``call_soon`` runs them at
+    once, from the signal handler: a stop is seen whenever it comes, before the engines start, while they run, or
+    during the linger once their loop has ended."""
 
     def __init__(self):
         self.engines: list[NativeEngine] = []
         self.live = LiveStats(math.inf)
         self._stopped = False
         self.aborted = False
+        self.stops = 0  # request_stop calls
+        self.no_linger = False  # skip_linger(): the watch ends once its records are summarized
+        self._stops_at_end: int | None = None  # stops when the probe ended (None: still probing)
 
     @property
     def t0(self) -> float:
         return min((e.t0 for e in self.engines if e.t0), default=0.0)
+
+    @property
+    def lingering(self) -> bool:
+        """The probe has stopped; /metrics is still served."""
+        return self._stops_at_end is not None
 
     def add(self, engine: NativeEngine) -> None:
         self.engines.append(engine)
@@ -129,20 +142,38 @@ class EngineGroup:
         return self.engines[0].now() if self.engines else 0.0
 
     def request_stop(self) -> None:
+        """Stop probing (in-flight requests get the grace); once the probe has stopped, end the linger."""
         self._stopped = True
+        self.stops += 1
         for e in self.engines:
-            e.request_stop()
+            e.call_soon(e.request_stop)
 
     def abort(self) -> None:
         self._stopped = self.aborted = True
         for e in self.engines:
-            e.abort()
+            e.call_soon(e.abort)
+
+    def skip_linger(self) -> None:
+        """No linger (a SIGTERM: a service manager stopping the watch waits for no last scrape)."""
+        self.no_linger = True
 
     def call_soon(self, fn: Callable[[], None]) -> None:
-        if self.engines:
-            self.engines[0].call_soon(fn)
-        else:
-            fn()
+        fn()  # the group's methods are safe anywhere (see the class)
+
+    def probe_ended(self) -> None:
+        """The engines have returned: from now on a stop ends the linger."""
+        self._stops_at_end = self.stops
+
+    def linger(self, seconds: float) -> None:
+        """Keep /metrics up ``seconds`` after the probe ended, for a last scrape; it ends at once on a stop asked
+        since the probe ended (the Ctrl-C that stopped the probe does not count: a second one does), on
+        :meth:`skip_linger`, or on an abort."""
+        deadline = time.monotonic() + seconds
+        while not (self.aborted or self.no_linger or self.stops != self._stops_at_end):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(0.05, left))
 
 
 def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | None = None,
@@ -153,8 +184,10 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
     """Probe every target of ``loaded`` at ``settings.qps`` and serve the metrics until stopped.
 
     ``on_ready(metrics_url)`` is called once /metrics is served and the targets are up; ``on_engine`` with the
-    :class:`EngineGroup` to stop it (the signal handler's); ``on_status`` every ``status_every_s`` seconds with
-    each target's judgement (called in a worker thread)."""
+    :class:`EngineGroup` to stop it (the signal handler's), once the targets are up, as the probe starts (a managed
+    server still starting is interrupted, not waited for); ``on_status`` every ``status_every_s`` seconds with
+    each target's judgement (called in a worker thread). After the probe, /metrics stays up ``settings.linger_s``
+    (:meth:`EngineGroup.linger`: a stop then, or :meth:`EngineGroup.skip_linger` at any time, ends it)."""
     sc = loaded.scenario
     check_target_url(target_url)
     redactor = loaded.redactor
@@ -172,8 +205,6 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
     rd.write_meta(meta, redactor)
     watched: list[WatchedTarget] = []
     group = EngineGroup()
-    if on_engine:
-        on_engine(group)
     stop_metrics = None
     measurements: list[Measurement] = []
     stack = ExitStack()  # every target's measurement (its managed server) ends with the watch
@@ -215,7 +246,12 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                 ticker.cancel()
                 await asyncio.gather(ticker, return_exceptions=True)
 
-        results = run_async(main())
+        if on_engine:  # from here a signal stops the probe; before, it interrupts the start (KeyboardInterrupt)
+            on_engine(group)
+        try:
+            results = run_async(main())
+        finally:
+            group.probe_ended()
         for wt, (mt, slos), res, m in zip(watched, mts, results, measurements):
             wt.result = res
             wt.summary = _summary(mt, res, slos, settings, wt)
@@ -231,9 +267,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         meta.update(complete=True, exit_code=verdict.exit_code, verdict=verdict.to_json())
         rd.write_meta(meta, redactor)
         write_json(rd.path / WATCH_JSON, _watch_facts(watched, exporter, settings), redactor)
-        deadline = time.monotonic() + settings.linger_s  # watch.json first: whoever sees it scrapes final counts
-        while time.monotonic() < deadline and not group.aborted:  # a second Ctrl-C ends the lingering
-            time.sleep(0.05)
+        group.linger(settings.linger_s)  # watch.json first: whoever sees it scrapes final counts
     finally:
         if stop_metrics is not None:
             stop_metrics()

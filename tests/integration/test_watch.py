@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,9 +82,7 @@ def test_watch_metrics_match_the_records(known_server, tmp_path):
             time.sleep(0.1)
         m = scrape(url)
     finally:
-        proc.send_signal(signal.SIGINT)  # the first Ctrl-C stops the probe (stopped already); a second ends lingering
-        time.sleep(0.5)  # two at once may reach Python's handler as one (a busy host: both before it runs)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)  # the probe stopped already: one Ctrl-C ends the lingering
         out = proc.communicate(timeout=30)[0]
     assert proc.returncode == 0, out
 
@@ -178,3 +177,142 @@ def test_injected_slowness_flips_the_slo_gauge_within_the_window(tmp_path):
     assert proc.returncode == 0
     assert not math.isnan(json.loads(next((tmp_path / "runs").iterdir()).joinpath("watch.json").read_text())
                           ["targets"][0]["window"]["count"])
+
+
+def known_scenario(tmp_path: Path, url: str) -> Path:
+    """A streaming scenario at the known server (its answers take ~0.1 s)."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps({
+        "name": "known", "target": {"url": url, "stream": True},
+        "workload": {"prompts": {"input_tokens": 8, "output_tokens": 3}},
+        "load": {"phases": [{"name": "steady", "duration": 10, "qps": 2}]},
+        "slo": ["latency.p99 < 1s"],
+    }))
+    return scenario
+
+
+def wait_for_file(proc: subprocess.Popen, path_of, limit_s: float = 30) -> Path:
+    """The path ``path_of()`` names once it exists (the watch still running); fails after ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        path = path_of()
+        if path is not None and path.exists():
+            return path
+        if proc.poll() is not None:
+            raise AssertionError("latbench watch ended:\n" + proc.stdout.read())
+        assert time.monotonic() < deadline, f"{path} did not appear within {limit_s} s"
+        time.sleep(0.05)
+
+
+def ends_within(proc: subprocess.Popen, limit_s: float) -> tuple[float, str]:
+    """(seconds until the process ended, its output); killed and failed when it outlives ``limit_s``."""
+    t0 = time.monotonic()
+    try:
+        out = proc.communicate(timeout=limit_s)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"still running {limit_s} s after the signal:\n{proc.communicate()[0]}") from None
+    return time.monotonic() - t0, out
+
+
+def rundir_file(runs: Path, name: str):
+    return lambda: next((d / name for d in runs.iterdir()), None) if runs.exists() else None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_one_signal_during_the_linger_ends_it(known_server, tmp_path, sig):
+    srv = known_server(ttft=0.05, gap=0.01, tokens=3)
+    runs = tmp_path / "runs"
+    proc, url = start_watch(known_scenario(tmp_path, srv.url), runs, "--qps", "5", "--duration", "1s",
+                            "--linger", "1h")
+    wait_for_file(proc, rundir_file(runs, "watch.json"))  # the probe has stopped: lingering
+    assert "latbench_requests_total" in scrape(url)  # /metrics still up
+    proc.send_signal(sig)
+    took, out = ends_within(proc, 10)
+    assert proc.returncode == 0 and took < 5, (took, out)
+    assert "ending the linger" in out
+
+
+def test_sigterm_while_probing_stops_and_does_not_linger(known_server, tmp_path):
+    srv = known_server(ttft=0.05, gap=0.01, tokens=3)
+    runs = tmp_path / "runs"
+    proc, url = start_watch(known_scenario(tmp_path, srv.url), runs, "--qps", "5", "--linger", "1h")
+    time.sleep(1.0)
+    assert scrape(url)
+    proc.send_signal(signal.SIGTERM)  # as a service manager stops it: within the grace (5 s), not after the linger
+    took, out = ends_within(proc, 15)
+    assert proc.returncode == 0 and took < 8, (took, out)
+    (rd,) = list(runs.iterdir())
+    assert json.loads((rd / "watch.json").read_text())["targets"][0]["rows_written"] > 0
+    assert (rd / "target" / "summary.json").exists()
+
+
+def test_ctrl_c_while_probing_keeps_metrics_up_for_the_linger_and_a_second_ends_it(known_server, tmp_path):
+    srv = known_server(ttft=0.05, gap=0.01, tokens=3)
+    runs = tmp_path / "runs"
+    proc, url = start_watch(known_scenario(tmp_path, srv.url), runs, "--qps", "5", "--linger", "1h")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)  # graceful: the probe stops, the last scrape still answers
+    facts = wait_for_file(proc, rundir_file(runs, "watch.json"))
+    time.sleep(0.5)
+    assert proc.poll() is None
+    m = scrape(url)
+    rows = json.loads(facts.read_text())["targets"][0]["rows_written"]
+    assert rows > 0 and sum(v for lab, v in m["latbench_requests_total"]) == rows  # the final counts
+    proc.send_signal(signal.SIGINT)
+    took, out = ends_within(proc, 10)
+    assert proc.returncode == 0 and took < 5, (took, out)
+
+
+def test_sigterm_while_a_managed_server_starts_ends_at_once(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps({
+        "name": "slowstart", "target": {"model": "m", "command": {
+            "run": ["sleep", "60"], "url": "http://127.0.0.1:{port}/v1", "ready_url": "http://127.0.0.1:{port}/health",
+            "startup_timeout": "60s"}},
+        "load": {"phases": [{"name": "steady", "duration": 10, "qps": 2}]},
+    }))
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen.cli", "watch", str(scenario), "--metrics-port", "0",
+                             "--out", str(runs)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    wait_for_file(proc, rundir_file(runs, "meta.json"))  # the signal handlers are in; the server is starting
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    took, out = ends_within(proc, 30)
+    assert proc.returncode == 3 and took < 5, (took, out)  # stopped before the probe began: interrupted
+    assert "interrupted" in out
+
+
+def threads_of(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="counts threads in /proc")
+def test_half_open_connections_neither_grow_threads_nor_block_a_scrape(known_server, tmp_path):
+    srv = known_server(ttft=0.05, gap=0.01, tokens=3)
+    proc, url = start_watch(known_scenario(tmp_path, srv.url), tmp_path / "runs", "--qps", "5", "--duration", "60s")
+    idle = []
+    try:
+        scrape(url)
+        scrape(url)
+        time.sleep(0.3)
+        before = threads_of(proc.pid)
+        host, port = url.split("/")[2].rsplit(":", 1)
+        for i in range(100):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            if i % 2:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # half a request
+            idle.append(s)
+        time.sleep(0.5)
+        during = threads_of(proc.pid)
+        t0 = time.monotonic()
+        m = scrape(url)  # a real scrape, the 100 still open
+        assert time.monotonic() - t0 < 3 and "latbench_requests_total" in m
+        assert during <= before + 3, (before, during)
+    finally:
+        for s in idle:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        out = ends_within(proc, 15)[1]
+    assert proc.returncode == 0, out

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 import socket
+import threading
+import time
+import urllib.request
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -16,7 +19,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.analysis.buckets import BASE_BOUNDS, bucket_bounds, bucket_of, bucket_quantile
-from loadgen.analysis.exposition import WatchExporter
+from loadgen.analysis.exposition import WatchExporter, serve
 from loadgen.analysis.stats import nearest_rank
 from loadgen.analysis.window import SlidingWindow, watchable
 from loadgen.cli.main import main
@@ -157,3 +160,44 @@ def test_watch_refuses_a_load_test_rate_at_someone_elses_server_and_a_taken_port
         res = CliRunner().invoke(main, ["watch", str(sc), "--target", "http://127.0.0.1:9/v1", "--metrics-port",
                                         str(taken.getsockname()[1]), "--duration", "1s", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "cannot serve metrics on 127.0.0.1:" in res.output, res.output
+
+
+def closed_within(sock: socket.socket, limit_s: float) -> bool:
+    """True once the server has closed ``sock`` (end of file, or a reset), within ``limit_s``."""
+    sock.settimeout(limit_s)
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_metrics_server_drops_half_open_connections_and_still_answers_a_scrape():
+    ex = WatchExporter("s", 60.0)
+    ex.add_target("a", [parse_slo("latency.p99 < 270ms")], 2.0, lambda: 10.0)
+    url, stop = serve(ex, "127.0.0.1", 0, read_timeout_s=0.5, max_connections=8)
+    port = int(url.split(":")[2].split("/")[0])
+    idle = []
+    try:
+        assert b"latbench_requests_total" in urllib.request.urlopen(url, timeout=5).read()
+        threads = threading.active_count()  # this process's, the server's included (its loop, one render thread)
+        t0 = time.monotonic()
+        for i in range(100):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            if i % 2:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # half a request; the others send nothing
+            idle.append(s)
+        assert threading.active_count() <= threads + 1  # a second render thread at most, never one a connection
+        assert b"latbench_requests_total" in urllib.request.urlopen(url, timeout=5).read()  # a scrape still answers
+        assert all(closed_within(s, 3.0) for s in idle)
+        took = time.monotonic() - t0
+        assert 0.4 <= took < 3.0, took  # the last ones held until the read timeout, not for good
+        late = socket.create_connection(("127.0.0.1", port), timeout=5)
+        t1 = time.monotonic()
+        assert closed_within(late, 3.0) and 0.4 <= time.monotonic() - t1 < 2.5  # alone, dropped after 0.5 s
+        late.close()
+    finally:
+        for s in idle:
+            s.close()
+        stop()
