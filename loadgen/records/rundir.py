@@ -23,11 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import yaml
 
 from loadgen.errors import RunDirError, RunDirWriteError, UsageError
 from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
-from loadgen.records.schema import records_exist
+from loadgen.records.schema import read_records, records_exist
 from loadgen.redact import Redactor
 from loadgen.units import json_num
 
@@ -220,6 +221,16 @@ class RunDir:
         if (self.path / META).exists():
             return {t["name"]: t["dir"] for t in self.meta().get("targets", [])}
         return {p.name: p.name for p in sorted(self.path.iterdir()) if records_exist(p / REQUESTS)}
+
+    def records_written(self) -> bool:
+        """Whether any folder of this RunDir holds at least one readable record (what a failed run keeps)."""
+        for d in (p for p in self.path.iterdir() if p.is_dir()) if self.path.is_dir() else ():
+            try:
+                if records_exist(d / REQUESTS) and read_records(d / REQUESTS).num_rows:
+                    return True
+            except (OSError, ValueError, pa.ArrowException):
+                continue  # a file that cannot be read keeps nothing
+        return False
 
     def targets(self) -> list[str]:
         """Target folder names in run order (from meta.json when present)."""
