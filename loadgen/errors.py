@@ -54,9 +54,13 @@ class RunDirError(LatbenchError):
 
 
 class RunDirWriteError(RunDirError, OSError):
-    """The RunDir could not be written (disk full, no permission). Records written before it are kept."""
+    """The RunDir could not be written (disk full, no permission). Records written before it are kept.
+
+    ``records_kept``: whether the RunDir holds records taken before the failure (set by the run that owned the
+    RunDir, ``loadgen.run.runner.run_scenario``; False where nobody said), so a message offers them only then."""
 
     exit_code = EXIT_INVALID
+    records_kept = False
 
 
 def exit_code_of(exc: BaseException) -> int:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from loadgen.analysis.metrics import records_frame
 from loadgen.records.rundir import REQUESTS, SERVER_METRICS
-from loadgen.records.schema import read_records
+from loadgen.records.schema import read_records, records_exist
 
 COLD_RESIDENT_MAX = 0.01  # a start is cold when at most this share of its weights file was in the page cache
 STEADY_WITHIN = 0.10  # "warm": latency within this fraction of the start's steady latency
@@ -89,7 +89,7 @@ def cold_start_summary(root: Path, meta: dict) -> dict:
                    "cold": (e.get("cold") or {}).get("cold"), "page_cache": e.get("cold")}
             lat = np.empty(0)
             ttft0 = None
-            if (tdir / REQUESTS).exists():
+            if records_exist(tdir / REQUESTS):  # also a killed run's partial stream or parts
                 df = records_frame(read_records(tdir / REQUESTS)).sort_values("scheduled")
                 lat = np.where(df["ok"], df["latency"], np.inf)
                 if len(df) and not math.isnan(df["ttft"].iloc[0]):

@@ -110,8 +110,9 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_
                               repeat=repeat, preflight=not no_preflight)
     except RunDirWriteError as exc:  # disk full, no permission: the records written so far are kept
         display.close()
-        click.echo(f"latbench: {exc}; the run stopped, records written before it are kept "
-                   "(latbench report RUNDIR renders them once there is space)", err=True)
+        kept = (", records written before it are kept (latbench report RUNDIR renders them once there is space)"
+                if exc.records_kept else "")
+        click.echo(f"latbench: {exc}; the run stopped{kept}", err=True)
         sys.exit(exc.exit_code)
     finally:
         display.close()

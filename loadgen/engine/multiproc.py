@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import math
 import multiprocessing as mp
+import os
 import signal
 import sys
 import threading
@@ -39,7 +40,7 @@ from loadgen.engine.logs import configure_logging
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import TransportFactory, build_sender
 from loadgen.records.rundir import REQUESTS
-from loadgen.records.schema import SCHEMA, RecordWriter, partial_path, read_records, records_exist
+from loadgen.records.schema import RecordWriter, merge_tables, part_path, partial_path, read_records, records_exist
 from loadgen.redact import RedactingStream
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 from loadgen.schedule.sharding import open_counts, seq_bases, shard_arrivals, share
@@ -236,13 +237,17 @@ class ProcessGroup:
 
 
 def merge_parts(parts: list[Path], dest: Path) -> int:
-    """Merge part files into ``dest`` sorted by (phase, key), ``seq`` renumbered 0..N-1; returns N."""
-    tables = [read_records(p) for p in parts if records_exist(p)]
-    table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
-    table = table.sort_by([("phase", "ascending"), ("seq", "ascending")])
-    table = table.set_column(table.schema.get_field_index("seq"), "seq",
-                             pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    pq.write_table(table, dest, compression="zstd")
+    """Merge part files into ``dest`` sorted by (phase, key), ``seq`` renumbered 0..N-1 (:func:`merge_tables`);
+    returns N. ``dest`` appears whole (written aside, then renamed) before any part is removed, so a kill at any
+    moment leaves either the parts or the merged file for :func:`read_records`."""
+    table = merge_tables([read_records(p) for p in parts if records_exist(p)])
+    tmp = dest.with_name(dest.name + ".tmp")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # the parts stay: they are the records
+        raise
     for p in parts:
         for f in (p, Path(partial_path(p))):
             if f.exists():
@@ -264,7 +269,7 @@ async def run_processes(mt: MeasuredTarget, on_engine: OnEngine | None, fail_fas
     tdir = Path(tdir)
     tdir.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")  # not fork: the parent has a running loop and threads
-    parts = [tdir / f"{REQUESTS}.part{k}" for k in range(processes)]
+    parts = [Path(part_path(tdir / REQUESTS, k)) for k in range(processes)]
     pipes, procs = [], []
     loop = asyncio.get_running_loop()
     try:

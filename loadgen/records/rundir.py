@@ -14,6 +14,7 @@ knows no secret still redacts the userinfo and credential parameters of every UR
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -22,11 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import yaml
 
 from loadgen.errors import RunDirError, RunDirWriteError, UsageError
 from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
-from loadgen.records.schema import records_exist
+from loadgen.records.schema import read_records, records_exist
 from loadgen.redact import Redactor
 from loadgen.units import json_num
 
@@ -117,6 +119,25 @@ def _write_atomic(path: Path, text: str) -> Path:
     return path
 
 
+_MAX_TRIES = 10_000  # RunDirs of one scenario started in one second
+
+
+def _mkdir(path: Path, out, exist_ok: bool = False) -> bool:
+    """Make folder ``path`` (and its parents); False when ``path`` exists and not ``exist_ok`` (another run made it
+    first). Any other failure is a :class:`UsageError` naming ``--out`` and the OS's reason."""
+    try:
+        path.mkdir(parents=True, exist_ok=exist_ok)
+    except FileExistsError:
+        if exist_ok or not path.is_dir():  # exist_ok: a file there (it raced the check above)
+            raise UsageError(f"--out {out}: cannot create {path}: it exists and is not a folder") from None
+        return False
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UsageError(f"--out {out}: cannot create {path}: {reason} "
+                         f"({errno.errorcode.get(exc.errno, exc.errno)})") from None
+    return True
+
+
 class RunDir:
     """A run's folder. Create with :meth:`create`, or open an existing one with ``RunDir(path)``."""
 
@@ -125,25 +146,31 @@ class RunDir:
 
     @classmethod
     def create(cls, out: str | os.PathLike | None, scenario_name: str, exact: bool = False) -> "RunDir":
-        """A new folder under ``out`` (default ``runs/``), named by time and scenario; ``exact`` uses ``out`` itself."""
+        """A new folder under ``out`` (default ``runs/``), named by time and scenario, ``-2``, ``-3``... appended when
+        another run took the name first; ``exact`` uses ``out`` itself (a folder the caller names inside a RunDir
+        it owns, as each search of a repeated capacity search; a failure there is a :class:`RunDirWriteError`).
+
+        The folder is made with one ``mkdir`` that fails if it exists, so runs started in the same second, in
+        threads or processes, never share one. An ``out`` that is a file, or where no folder can be made (read-only,
+        no permission), is a :class:`UsageError` (exit 2) naming the path and the OS's reason: a run calls this
+        before it sends anything."""
         parent = Path(out or "runs")
         for p in (parent, *parent.parents):  # --out naming a file (or a path through one) is a usage error
             if p.exists() and not p.is_dir():
                 raise UsageError(f"--out {out}: {p} is a file, not a folder")
-        if exact:
-            path = parent
-        else:
-            stamp = time.strftime("%Y-%m-%dT%H-%M-%S")
-            base = parent / f"{stamp}_{safe_name(scenario_name)}"
-            path, i = base, 1
-            while path.exists():
-                i += 1
-                path = base.with_name(f"{base.name}-{i}")
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RunDirWriteError(exc.errno, f"cannot create {path}: {exc.strerror or exc}") from exc
-        return cls(path)
+        if exact:  # inside a RunDir that is already written to: a failure is the RunDir's (exit 3)
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise RunDirWriteError(exc.errno, f"cannot create {parent}: {exc.strerror or exc}") from exc
+            return cls(parent)
+        _mkdir(parent, out or parent, exist_ok=True)
+        base = f"{time.strftime('%Y-%m-%dT%H-%M-%S')}_{safe_name(scenario_name)}"
+        for i in range(1, _MAX_TRIES + 1):
+            path = parent / (base if i == 1 else f"{base}-{i}")
+            if _mkdir(path, out or parent):
+                return cls(path)
+        raise UsageError(f"--out {out or parent}: {_MAX_TRIES} RunDirs named {base} already, none free")
 
     def new_target_dir(self, target: str) -> Path:
         """A new folder for target ``target``, which no folder already in this RunDir shares (its name is the
@@ -195,6 +222,16 @@ class RunDir:
         if (self.path / META).exists():
             return {t["name"]: t["dir"] for t in self.meta().get("targets", [])}
         return {p.name: p.name for p in sorted(self.path.iterdir()) if records_exist(p / REQUESTS)}
+
+    def records_written(self) -> bool:
+        """Whether any folder of this RunDir holds at least one readable record (what a failed run keeps)."""
+        for d in (p for p in self.path.iterdir() if p.is_dir()) if self.path.is_dir() else ():
+            try:
+                if records_exist(d / REQUESTS) and read_records(d / REQUESTS).num_rows:
+                    return True
+            except (OSError, ValueError, pa.ArrowException):
+                continue  # a file that cannot be read keeps nothing
+        return False
 
     def targets(self) -> list[str]:
         """Target folder names in run order (from meta.json when present)."""

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 from array import array
 from dataclasses import dataclass, field
@@ -357,9 +358,46 @@ def partial_path(path: str | os.PathLike) -> str:
     return os.fspath(path) + ".partial"
 
 
-def records_exist(path: str | os.PathLike) -> bool:
-    """Whether records were written to ``path``: the finished file or its partial stream."""
+def part_path(path: str | os.PathLike, k: int) -> str:
+    """Where engine process ``k`` of a multi-process run writes its share of ``path``'s records (merged into
+    ``path`` when the run ends; what a killed run leaves instead: :func:`part_paths`)."""
+    return f"{os.fspath(path)}.part{k}"
+
+
+_PART = re.compile(r"\.part(\d+)$")
+
+
+def part_paths(path: str | os.PathLike) -> list[str]:
+    """The part files of ``path`` on disk, by process number: those a multi-process run killed before its merge
+    left (a part with only its partial stream included)."""
+    path = os.fspath(path)
+    folder, name = os.path.split(path)
+    try:
+        entries = os.listdir(folder or ".")
+    except OSError:
+        return []
+    found = {int(m.group(1)) for e in entries if e.startswith(name) and (m := _PART.match(
+        e[len(name):].removesuffix(".partial")))}
+    return [part_path(path, k) for k in sorted(found)]
+
+
+def _whole(path: str | os.PathLike) -> bool:
     return os.path.exists(path) or os.path.exists(partial_path(path))
+
+
+def records_exist(path: str | os.PathLike) -> bool:
+    """Whether records were written to ``path``: the finished file, its partial stream, or the part files of a
+    multi-process run that did not merge them."""
+    return _whole(path) or bool(part_paths(path))
+
+
+def merge_tables(tables: list[pa.Table]) -> pa.Table:
+    """The records of a multi-process run's parts as one table: sorted by (phase, seq), ``seq`` renumbered
+    0..N-1 (a complete open-loop run gets the single-process run's very numbers)."""
+    table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    table = table.sort_by([("phase", "ascending"), ("seq", "ascending")])
+    return table.set_column(table.schema.get_field_index("seq"), "seq",
+                            pa.array(np.arange(table.num_rows, dtype=np.int64)))
 
 
 class RecordSink(Protocol):
@@ -459,7 +497,15 @@ class RecordWriter:
 
 
 def read_records(path: str | os.PathLike) -> pa.Table:
-    """Read a target's records, from ``requests.parquet`` or, for a run killed mid-write, the partial stream."""
+    """Read a target's records, from ``requests.parquet`` or, for a run killed mid-write, the partial stream;
+    for a multi-process run killed before it merged its parts, from the part files (each read as a single
+    file is, so a part cut mid-write keeps its whole batches), merged as the run would have (:func:`merge_tables`)."""
+    if not _whole(path) and (parts := part_paths(path)):
+        return merge_tables([_read_one(p) for p in parts])
+    return _read_one(path)
+
+
+def _read_one(path: str | os.PathLike) -> pa.Table:
     path = os.fspath(path)
     partial = partial_path(path)
     if os.path.exists(partial):

@@ -27,7 +27,7 @@ from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
 from loadgen.engine.options import EngineOptions
-from loadgen.errors import TargetStartError, UsageError
+from loadgen.errors import RunDirWriteError, TargetStartError, UsageError
 from loadgen.protocols.trace_workload import describe_trace
 from loadgen.protocols.workload import CHAT_APIS, describe_tokens
 from loadgen.records.rundir import (
@@ -166,51 +166,55 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     if repeat.runs > 1:
         meta["repeat"] = repeat.model_dump()
     rd.write_meta(meta, redactor)
-    runs: list[TargetRun] = []
-    slack = FAIL_FAST_SLACK if fail_fast else None
-    plan = plan_runs(targets, sc.load.starts, repeat.runs)
-    expected = len(plan)
-    # cold-start studies: each target's weights drawn once, before (not in) any of its starts
-    weights = {slot.index: prepare_weights(slot.target) for slot in plan if slot.start == 1}
-    signals_before, stopped = received(), False
-    for i, slot in enumerate(plan):
-        if i and repeat.pause > 0 and _pause(repeat.pause, signals_before):
-            stopped = True  # Ctrl-C between two runs: no more runs, the ones taken are kept and judged
-            break
-        cold = make_cold(weights[slot.index]) if slot.start is not None else None  # weights out of the page cache
-        tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts,
-                      check=preflight, fix_prefix=bool(target_url))
-        if slot.group is not None:
-            tr.group, tr.repetition = slot.group, slot.repetition
-            meta["targets"][-1].update(slot.meta_fields())
-            if slot.start is not None:
-                meta["targets"][-1].update(cold=cold, weights_prepared=weights[slot.index])
-            rd.write_meta(meta, redactor)
-        runs.append(tr)
-        if tr.stops_run:
-            break
-    interrupted = stopped or (bool(runs) and runs[-1].interrupted)
-    if sc.load.starts > 1:
-        write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), redactor)
-    groups = []
-    if repeat.runs > 1:
-        repeats = repeats_summary([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
-                                  sc.slo, repeat.judge, order=[tr.dir for tr in runs])
-        write_json(rd.path / REPEATS, repeats, redactor)
-        groups = group_outcomes(repeats)
-    regressions = []
-    if baseline is not None and not interrupted:
-        regression = compare_baseline(rd, RunDir(baseline), max_regression)
-        write_json(rd.path / REGRESSION, regression, redactor)
-        regressions = baseline_reasons(regression)
-        for note in regression["notes"]:
-            log.warning("baseline: %s", note)
-    verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
-                    regressions=regressions, groups=groups)
-    meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
-                exit_code=verdict.exit_code, verdict=verdict.to_json())
-    rd.write_meta(meta, redactor)
-    return RunResult(rd, runs, interrupted, verdict)
+    try:
+        runs: list[TargetRun] = []
+        slack = FAIL_FAST_SLACK if fail_fast else None
+        plan = plan_runs(targets, sc.load.starts, repeat.runs)
+        expected = len(plan)
+        # cold-start studies: each target's weights drawn once, before (not in) any of its starts
+        weights = {slot.index: prepare_weights(slot.target) for slot in plan if slot.start == 1}
+        signals_before, stopped = received(), False
+        for i, slot in enumerate(plan):
+            if i and repeat.pause > 0 and _pause(repeat.pause, signals_before):
+                stopped = True  # Ctrl-C between two runs: no more runs, the ones taken are kept and judged
+                break
+            cold = make_cold(weights[slot.index]) if slot.start is not None else None  # weights out of the page cache
+            tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts,
+                          check=preflight, fix_prefix=bool(target_url))
+            if slot.group is not None:
+                tr.group, tr.repetition = slot.group, slot.repetition
+                meta["targets"][-1].update(slot.meta_fields())
+                if slot.start is not None:
+                    meta["targets"][-1].update(cold=cold, weights_prepared=weights[slot.index])
+                rd.write_meta(meta, redactor)
+            runs.append(tr)
+            if tr.stops_run:
+                break
+        interrupted = stopped or (bool(runs) and runs[-1].interrupted)
+        if sc.load.starts > 1:
+            write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), redactor)
+        groups = []
+        if repeat.runs > 1:
+            repeats = repeats_summary([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
+                                      sc.slo, repeat.judge, order=[tr.dir for tr in runs])
+            write_json(rd.path / REPEATS, repeats, redactor)
+            groups = group_outcomes(repeats)
+        regressions = []
+        if baseline is not None and not interrupted:
+            regression = compare_baseline(rd, RunDir(baseline), max_regression)
+            write_json(rd.path / REGRESSION, regression, redactor)
+            regressions = baseline_reasons(regression)
+            for note in regression["notes"]:
+                log.warning("baseline: %s", note)
+        verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
+                        regressions=regressions, groups=groups)
+        meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
+                    exit_code=verdict.exit_code, verdict=verdict.to_json())
+        rd.write_meta(meta, redactor)
+        return RunResult(rd, runs, interrupted, verdict)
+    except RunDirWriteError as exc:  # what the CLI says: whether the records taken before it are kept
+        exc.records_kept = rd.records_written()
+        raise
 
 
 def _pause(seconds: float, signals_before: int) -> bool:

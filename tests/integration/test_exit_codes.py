@@ -94,6 +94,34 @@ def test_out_naming_a_file_is_a_usage_error(tmp_path):
     _clean(latbench("run", path, "--out", tmp_path / "afile" / "below"), 2, "--out", "is a file")
 
 
+def test_an_out_that_cannot_be_written_is_a_usage_error_before_anything_is_sent(tmp_path):
+    """Issue 27, item 16: a read-only --out exited 3 saying records written before it were kept, though nothing
+    was sent. As root (whom a 0o555 folder does not stop) --out is a read-only tmpfs mounted for the test, which
+    refuses root too (EROFS); as anyone else a 0o555 folder (EACCES)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:
+        if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs",
+                                                            str(ro)], capture_output=True).returncode:
+            pytest.skip("root, and no read-only tmpfs can be mounted here")
+        reason = "Read-only file system"
+    else:
+        ro.chmod(0o555)
+        reason = "Permission denied"
+    srv = KnownServer(delay=0.005).start()
+    try:
+        path = write_scenario(tmp_path, _scenario(srv.url))
+        r = latbench("run", path, "--out", ro / "runs", "--quiet")
+        _clean(r, 2, "--out", str(ro / "runs"), reason)
+        assert "kept" not in r.stdout + r.stderr
+        assert srv.requests == 0 and not srv.queries  # not one request sent
+        assert not any(ro.iterdir())
+    finally:
+        srv.stop()
+        if os.geteuid() == 0:
+            subprocess.run(["umount", "-l", str(ro)], capture_output=True)
+
+
 def test_report_and_compare_into_a_missing_folder_are_usage_errors(rundir, tmp_path):
     missing = tmp_path / "no" / "such" / "x.html"
     _clean(latbench("report", rundir, "-o", missing), 2, "does not exist")

@@ -6,12 +6,15 @@ the failing one's records.
 """
 
 import json
+import multiprocessing as mp
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from loadgen.records.rundir import RESERVED, folder_name
+from loadgen.records.rundir import RESERVED, RunDir, folder_name
 from loadgen.records.schema import read_records
 from tests.helpers import run
 
@@ -64,3 +67,42 @@ def test_folder_names_are_unique_stable_and_safe():
     for name in ("..", ".", "", "a/../../b", "x" * 300):
         f = folder_name(name)
         assert f and "/" not in f and f not in (".", "..")
+
+
+def _create_many(out: str, barrier, threads: int, each: int = 4) -> list[str]:
+    """``threads`` threads that each create ``each`` RunDirs under ``out`` in a row, all starting the moment every
+    creator is ready."""
+    def one(_):
+        barrier.wait(30)
+        return [str(RunDir.create(out, "same").path) for _ in range(each)]
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns between any two calls, as processes on many cores would
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return [p for made in pool.map(one, range(threads)) for p in made]
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _in_process(out: str, barrier, threads: int, results) -> None:
+    results.put(_create_many(out, barrier, threads))
+
+
+def test_runs_started_at_once_get_their_own_rundirs(tmp_path):
+    """Issue 27, item 5: RunDir.create checked exists() and then made the folder with exist_ok, so runs started with
+    one --out in the same second shared it (22 of 50 concurrent creates collided). 50 creators at once, 10
+    processes of 5 threads, 4 RunDirs each: every one a folder no other made."""
+    out, n, processes = str(tmp_path / "runs"), 50, 10
+    ctx = mp.get_context("fork")  # no re-import: the creators start within milliseconds of each other
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_in_process, args=(out, barrier, n // processes, results)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    try:
+        paths = [path for _ in procs for path in results.get(timeout=30)]
+    finally:
+        for p in procs:
+            p.join(10)
+    assert len(paths) == 4 * n and len(set(paths)) == 4 * n, f"{4 * n - len(set(paths))} shared"
+    assert sorted(os.listdir(out)) == sorted(os.path.basename(p) for p in paths)

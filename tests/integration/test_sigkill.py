@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loadgen.records.schema import read_records
 from tests.helpers import write_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,3 +102,48 @@ def test_no_child_survives_a_sigkill_of_latbench(tmp_path, known_server, case):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_report_of_a_killed_multi_process_run_reads_its_part_files(tmp_path, known_server):
+    """kill -9 of a ``--processes 2`` run once both processes have rows on disk: the part files they left (never
+    merged) are the target's records, and ``latbench report`` recomputes the summary from them (issue 27, item 4)."""
+    url = known_server(delay=0.01).url
+    path = write_scenario(tmp_path, f'name: kill\ntarget: {{url: "{url}", model: m, stream: false}}\n'
+                                    + LOAD.replace("qps: 5", "qps: 40"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen(LATBENCH + ["run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--processes", "2"],
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        me = psutil.Process(p.pid)
+        deadline = time.monotonic() + 60
+        while True:  # until both processes have flushed rows to their part files
+            partials = list((tmp_path / "runs").glob("*/*/requests.parquet.part[01].partial"))
+            if len(partials) == 2 and all(read_records(str(f).removesuffix(".partial")).num_rows for f in partials):
+                break
+            assert p.poll() is None, p.stderr.read()
+            assert time.monotonic() < deadline, "no rows on disk"
+            time.sleep(0.1)
+        pids = {k.pid for k in me.children(recursive=True)}
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        deadline = time.monotonic() + 15
+        while _alive(pids) and time.monotonic() < deadline:  # the engine processes end, as the test above checks
+            time.sleep(0.1)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    (rundir,) = (tmp_path / "runs").iterdir()
+    tdir = rundir / "target"
+    assert not (tdir / "requests.parquet").exists() and not (tdir / "summary.json").exists()
+    rows = [read_records(f).num_rows for f in sorted(tdir.glob("requests.parquet.part[01]"))]
+    assert len(rows) == 2 and all(rows), rows
+    r = subprocess.run(LATBENCH + ["report", str(rundir)], cwd=ROOT, capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    md = (rundir / "summary.md").read_text()
+    assert "did not run" not in md and "summary recomputed" in md, md
+    assert f"| target | {sum(rows)} |" in md, md
+    assert "INCOMPLETE RUN" in md
+    table = read_records(tdir / "requests.parquet")  # every reader of the target's records finds the parts
+    assert table.num_rows == sum(rows) and table.column("seq").to_pylist() == list(range(sum(rows)))

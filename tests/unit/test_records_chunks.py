@@ -9,7 +9,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen.records.schema import ABORTED, SCHEMA, Outcome, RecordBuffer, RecordWriter, read_records
+from loadgen.records.schema import (
+    ABORTED,
+    SCHEMA,
+    Outcome,
+    RecordBuffer,
+    RecordWriter,
+    read_records,
+    records_exist,
+)
 
 T0 = 100.0
 
@@ -73,3 +81,26 @@ def test_records_written_before_the_chunk_columns_are_read_with_them_filled_in(t
     assert [r["chunk_tokens"] for r in rows] == [[1, 1, 1], []]
     assert [r["chunk_tokens_source"] for r in rows] == ["chunks", ""]
     assert np.isnan([r["first_answer"] for r in rows]).all() and [r["reasoning_tokens"] for r in rows] == [0, 0]
+
+
+def test_a_killed_multi_process_runs_parts_are_its_records(tmp_path):
+    """Issue 27, item 4: part 0 closed (its writer finished), part 1 killed mid-batch (its parquet has no footer, its
+    partial stream a torn last batch): read_records of the target's file reads both parts, whole batches only,
+    merged as the run's end would have (sorted by phase and seq, renumbered)."""
+    dest = tmp_path / "requests.parquet"
+    writers = [RecordWriter(f"{dest}.part{k}") for k in range(2)]  # as the engine processes name them
+    for k, w in enumerate(writers):
+        for b in range(3):
+            buf = RecordBuffer(capacity=4)
+            for i in range(4):
+                buf.append(2 * (4 * b + i) + k, 0, True, 0.0, _outcome(2), T0)
+            w.write(buf.drain())
+    writers[0].close()
+    torn = writers[1].partial_path
+    with open(torn, "r+b") as f:
+        f.truncate(f.seek(0, 2) - 50)  # the third batch cut short
+    assert records_exist(dest)
+    table = read_records(dest)
+    assert table.num_rows == 12 + 8
+    assert table.column("seq").to_pylist() == list(range(20))
+    assert table.column("token_times").to_pylist()[0] == pytest.approx([0.0, 0.04])
