@@ -83,6 +83,14 @@ class CommandTarget(Strict):
     ready_url: str = Field(description="polled until it answers 200, '{port}' replaced")
     startup_timeout: PositiveDuration = 120.0
 
+    @field_validator("url", "ready_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        problem = url_problem(v.replace("{port}", "1"))  # '{port}' is the free port latbench picks
+        if problem:
+            raise ValueError(problem)
+        return v
+
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP field name (RFC 9110 token)
 
@@ -208,8 +216,10 @@ class Target(Strict):
 
     @field_validator("url", "metrics_url")
     @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        problem = url_problem(v) if v is not None else None
+    def _url(cls, v: str | None, info: ValidationInfo) -> str | None:
+        # a command target's metrics_url may name '{port}', its started server's port
+        probe = v.replace("{port}", "1") if v is not None and info.field_name == "metrics_url" else v
+        problem = url_problem(probe) if probe is not None else None
         if problem:
             raise ValueError(problem)
         return v

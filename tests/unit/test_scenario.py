@@ -243,3 +243,39 @@ slo: ["ramp (50%): latency.p99 < 1s"]
     ok = load_scenario(write_scenario(tmp_path, path.read_text().replace("timeout: 0s", "timeout: 1s")
                                       .replace('"a:b"', '"b"'), "ok.yaml"), env={})
     assert ok.scenario.slo[0].scope == "ramp (50%)"
+
+
+def test_a_port_out_of_range_or_not_a_number_is_refused_at_validation(tmp_path):
+    """Issue 27, item 7: ``http://127.0.0.1:99999/v1`` validated; every request then failed with ValueError and the
+    run passed. Refused with the field's line (a target's url and metrics_url, a command's urls, ``--target``),
+    never quoting the URL; a command target's '{port}' stays valid."""
+    from click.testing import CliRunner
+
+    from loadgen.cli.main import main
+
+    path = write_scenario(tmp_path, """\
+name: p
+targets:
+  - {name: a, url: "http://127.0.0.1:99999/v1"}
+  - {name: b, url: "http://127.0.0.1:bad/v1", metrics_url: "http://127.0.0.1:0/metrics"}
+  - name: c
+    command: {run: [srv, "{port}"], url: "http://127.0.0.1:{port}/v1", ready_url: "http://127.0.0.1:70000/health"}
+    metrics_url: "http://127.0.0.1:{port}/metrics"
+load: {phases: [{name: main, duration: 1s, qps: 1}]}
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    errs = e.value.errors
+    where = [err.split(": ", 2)[:2] for err in errs]
+    assert where == [[f"{path}:3:20", "targets[0].url"], [f"{path}:4:20", "targets[1].url"],
+                     [f"{path}:4:60", "targets[1].metrics_url"], [f"{path}:6:83", "targets[2].command.ready_url"]]
+    assert all("a port from 1 to 65535" in err and "99999" not in err and "bad" not in err for err in errs), errs
+    good = write_scenario(tmp_path, """\
+name: g
+target: {url: "http://127.0.0.1:8000/v1"}
+load: {phases: [{name: main, duration: 1s, qps: 1}]}
+""", name="g.yaml")
+    r = CliRunner().invoke(main, ["run", str(good), "--target", "http://127.0.0.1:99999/v1",
+                                  "--out", str(tmp_path / "runs")])
+    assert r.exit_code == 2 and "--target: expected a port from 1 to 65535" in r.output, r.output
+    assert not (tmp_path / "runs").exists()
