@@ -279,3 +279,28 @@ load: {phases: [{name: main, duration: 1s, qps: 1}]}
                                   "--out", str(tmp_path / "runs")])
     assert r.exit_code == 2 and "--target: expected a port from 1 to 65535" in r.output, r.output
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("workload, phase, field, limit", [
+    ("{prompts: {distinct: 1000000000000}}", "", "workload.prompts.distinct", "1000000"),
+    ("{prompts: {input_tokens: {mean: 5, stddev: 1e9}}}", "", "workload.prompts.input_tokens.stddev", "1000000"),
+    ("{prompts: {output_tokens: {mean: 5, min: 2000000}}}", "", "workload.prompts.output_tokens.min", "1000000"),
+    ("{max_tokens: 10000000000}", "", "workload.max_tokens", "1000000"),
+    ("{cancel: {fraction: 0.5, after_tokens: 1000000001}}", "", "workload.cancel.after_tokens", "1000000"),
+    ("{conversations: {turns: {mean: 2, min: 5000}}}", "", "workload.conversations.turns", "at most 1000 turns"),
+    ("{}", ", max_requests: 10000000000000", "load.phases[0].max_requests", "1000000000000"),
+])
+def test_every_count_and_length_has_a_maximum_checked_at_its_line(tmp_path, workload, phase, field, limit):
+    """Issue 27, item 11: ``prompts.distinct: 1e12`` validated, then numpy raised ArrayMemoryError (exit 1).
+    Every length and count of the model has a documented maximum, refused at validation with its line."""
+    path = write_scenario(tmp_path, f"""\
+name: m
+target: {{url: "http://127.0.0.1:8000/v1"}}
+workload: {workload}
+load: {{phases: [{{name: main, duration: 1s, qps: 1{phase}}}]}}
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    (err,) = e.value.errors
+    line = 4 if field.startswith("load") else 3
+    assert err.startswith(f"{path}:{line}:") and f": {field}: " in err and limit in err, err
