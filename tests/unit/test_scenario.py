@@ -304,3 +304,43 @@ load: {{phases: [{{name: main, duration: 1s, qps: 1{phase}}}]}}
     (err,) = e.value.errors
     line = 4 if field.startswith("load") else 3
     assert err.startswith(f"{path}:{line}:") and f": {field}: " in err and limit in err, err
+
+
+BOMB = "".join(f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
+
+
+@pytest.mark.timeout(20)
+def test_a_yaml_bomb_or_a_value_holding_itself_anywhere_is_refused_at_its_line(tmp_path):
+    """Issue 27, item 8: a 9-level bomb of aliases under extra_body made `latbench validate` run past 60 s at
+    0.94 GB (each alias expanded as a copy); an alias inside its own anchor recursed without end. Both refused
+    at their line and field, at once."""
+    head = "name: b\ntarget:\n  url: http://127.0.0.1:8000/v1\n  extra_body:\n"
+    tail = "load: {phases: [{name: main, duration: 1s, qps: 1}]}\n"
+    path = write_scenario(tmp_path, head + f"    l0: &l0 [{', '.join(['lol'] * 9)}]\n" + BOMB + tail)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    (err,) = e.value.errors
+    assert err.startswith(f"{path}:10:14: target.extra_body.l5[0]: more than 100,000 values with its aliases "
+                          "expanded"), err
+    path = write_scenario(tmp_path, head + "    tools: &t [{type: function, again: *t}]\n" + tail, "self.yaml")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    assert e.value.errors == [f"{path}:5:40: target.extra_body.tools[0].again: the alias *t is inside its own anchor "
+                              "(a value that holds itself)"]
+    shared = head + "    a: &a {x: [1, 2, 3]}\n    b: *a\n    c: *a\n" + tail  # a few aliases are as before
+    assert load_scenario(write_scenario(tmp_path, shared, "ok.yaml"), env={}).scenario.target.extra_body["c"] == {
+        "x": [1, 2, 3]}
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("nested, where", [
+    ("load:\n  " + "- " * 5000 + "x\n", "3:129: load[0][0]: "),
+    ("load: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", "2:259: load.a.a: "),
+])
+def test_yaml_nested_thousands_of_levels_is_refused_at_its_line(tmp_path, nested, where):
+    """Issue 27, item 12: YAML nested 5,000 levels raised RecursionError (a traceback, exit 1)."""
+    path = write_scenario(tmp_path, "name: d\n" + nested)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    assert e.value.errors == [f"{path}:{where}nested more than 64 levels deep (mappings and lists)"]
+
