@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from loadgen.scenario.files import MAX_DATA_BYTES, UnreadableFile, read_capped
 from loadgen.scenario.model import MAX_DURATION, MAX_TOKENS, Trace
 from loadgen.scenario.problems import Problems
 
@@ -147,6 +148,9 @@ def _json_lines(raw: bytes, problems: Problems):
         except ValueError as exc:
             problems.at(lineno, f"expected a JSON object, got invalid JSON ({exc})")
             continue
+        except RecursionError:
+            problems.at(lineno, "expected a JSON object, got JSON nested too deep to read")
+            continue
         if not isinstance(obj, dict):
             problems.at(lineno, f"expected a JSON object, got {type(obj).__name__}")
             continue
@@ -171,7 +175,7 @@ def _csv_hashes(text: str):
     if text.startswith("["):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a list nested too deep to read
             raise _Bad(f"hash_ids: expected a JSON list or integers separated by spaces, got {text!r:.60}") from None
     try:
         return [int(t) for t in text.replace(",", " ").split()]
@@ -216,9 +220,9 @@ def _csv_rows(raw: bytes, problems: Problems):
 
 def _parse(path: Path) -> TraceData:
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceError([f"{path}: cannot read the trace: {exc.strerror or exc}"]) from None
+        raw = read_capped(path, MAX_DATA_BYTES)
+    except UnreadableFile as exc:
+        raise TraceError([f"{path}: cannot read the trace: {exc}"]) from None
     problems = Problems(path, TraceError, MAX_TRACE_ERRORS)
     rows = _json_lines(raw, problems) if raw.lstrip()[:1] == b"{" else _csv_rows(raw, problems)
     # typed arrays, not lists of Python numbers: 8 bytes a value while a large trace is read

@@ -344,3 +344,31 @@ def test_yaml_nested_thousands_of_levels_is_refused_at_its_line(tmp_path, nested
         load_scenario(path, env={})
     assert e.value.errors == [f"{path}:{where}nested more than 64 levels deep (mappings and lists)"]
 
+
+@pytest.mark.timeout(20)
+def test_a_device_a_pipe_or_an_oversized_file_is_refused_naming_it(tmp_path):
+    """Issue 27, item 12: a scenario or dataset path of /dev/zero was read without limit (MemoryError, a
+    traceback). The scenario, its dataset and its trace are read as regular files only, each up to a size cap:
+    otherwise a clear error naming the file, exit 2."""
+    import os
+
+    from click.testing import CliRunner
+
+    from loadgen.cli.main import main
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # no writer: reading it would wait for ever
+    big = tmp_path / "big.yaml"
+    big.write_text(GOOD + "#" * (8 << 20) + "\n")  # past the 8 MiB of a scenario file
+    ds = write_scenario(tmp_path, DATASET.replace("DATA", "/dev/zero"), "ds.yaml")
+    tr = write_scenario(tmp_path, "name: t\ntarget: {url: http://127.0.0.1:8000/v1}\n"
+                                  "load: {mode: trace, file: /dev/zero}\n", "tr.yaml")
+    r = CliRunner().invoke(main, ["validate", "/dev/zero", str(fifo), str(big), str(ds), str(tr)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    lines = r.output.splitlines()
+    device = "not a regular file (a device, a pipe or a socket)"
+    for want in (f"/dev/zero: cannot read: {device}", f"{fifo}: cannot read: {device}",
+                 f"{big}: cannot read: {big.stat().st_size:,} bytes, more than the 8 MiB a file may hold",
+                 f"{ds}:4:12: workload.dataset: /dev/zero: cannot read dataset: {device}",
+                 f"{tr}:3:27: load.trace.file: /dev/zero: cannot read the trace: {device}"):
+        assert any(line.startswith(want) for line in lines), (want, r.output)
