@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loadgen.scenario.datasets import DatasetError, read_dataset
-from loadgen.scenario.model import TokenDist, Workload, as_dataset
+from loadgen.scenario.model import MAX_TURNS, TokenDist, Workload, as_dataset
 from loadgen.scenario.prompts import approx_tokens, draw_tokens, flatten, make_prompt_source
 from loadgen.scenario.tokenized import count_many
 from loadgen.scenario.tokenizer import Tokenizer
@@ -91,7 +91,7 @@ def _thinks(workload: Workload, n: int, rng: np.random.Generator) -> list[float]
 def _turn_counts(spec: TokenDist | None, n: int, rng: np.random.Generator, default: int):
     if spec is None:
         return [default] * n
-    return draw_tokens(spec, n, rng).tolist()
+    return draw_tokens(spec, n, rng, cap=MAX_TURNS).tolist()
 
 
 def make_conversation_source(workload: Workload, seed: int, base_dir: Path, tokenizer: Tokenizer | None = None,

@@ -30,6 +30,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.scenario.files import MAX_DATA_BYTES, UnreadableFile, read_capped
 from loadgen.scenario.model import Dataset, Workload, as_dataset, owned_fields_error
 from loadgen.scenario.problems import Problems
 
@@ -186,6 +187,8 @@ def _lines(raw: bytes, path):
             yield lineno, json.loads(text)
         except ValueError as exc:
             yield lineno, _Bad(path, lineno, f"expected a JSON object, got invalid JSON ({exc})")
+        except RecursionError:
+            yield lineno, _Bad(path, lineno, "expected a JSON object, got JSON nested too deep to read")
 
 
 def _array(text: str, path) -> list[tuple[int, object]]:
@@ -205,6 +208,8 @@ def _array(text: str, path) -> list[tuple[int, object]]:
             obj, end = dec.raw_decode(text, i)
         except ValueError as exc:
             raise _Bad(path, line_of(i), f"invalid JSON in the array ({exc.args[0].split(':')[0]})") from None
+        except RecursionError:
+            raise _Bad(path, line_of(i), "JSON nested too deep to read in the array") from None
         out.append((line_of(i), obj))
         i = end
         while i < len(text) and text[i] in ws:
@@ -221,9 +226,9 @@ def _array(text: str, path) -> list[tuple[int, object]]:
 
 def _file(path: Path) -> list[Entry]:
     try:
-        raw = path.read_bytes()
-    except OSError as exc:  # missing, a folder, unreadable
-        raise DatasetError([f"{path}: cannot read dataset: {exc.strerror or exc}"]) from None
+        raw = read_capped(path, MAX_DATA_BYTES)
+    except UnreadableFile as exc:  # missing, a folder, a device, unreadable, too large
+        raise DatasetError([f"{path}: cannot read dataset: {exc}"]) from None
     if raw.lstrip()[:1] == b"[":  # a JSON array (ShareGPT's own format)
         try:
             items = _array(raw.decode("utf-8"), path)

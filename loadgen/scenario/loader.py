@@ -2,6 +2,11 @@
 
 Each error is one line, ``file:line:column: field.path: message``. All mistakes are collected and
 raised together as :class:`ScenarioError`, before any traffic is sent.
+
+**Limits of the file.** A scenario is a regular file of at most 8 MiB (:data:`MAX_SCENARIO_BYTES`), nested at most
+:data:`MAX_YAML_DEPTH` levels deep, and at most :data:`MAX_YAML_NODES` values once every alias (``*name``) is
+expanded, wherever in the document the aliases are: a "billion laughs" of nested aliases, or a 5,000-level
+nesting, is an error at its line, found before the document is built.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from pydantic import ValidationError
 from loadgen.errors import ScenarioError
 from loadgen.redact import ENV_REF, PLACEMENTS, Redactor
 from loadgen.scenario.datasets import check_dataset
+from loadgen.scenario.files import MAX_SCENARIO_BYTES, UnreadableFile, read_capped
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.tokenizer import TokenizerError, resolve_local
 from loadgen.scenario.trace import Limits, TraceError, read_trace, resolve_trace_path, select, too_long_rows
 
 _ITEM = re.compile(r"^(slo|goodput)\[(\d+)\]:? ")
+MAX_YAML_DEPTH = 64  # mappings and lists nested in one another, at most
+MAX_YAML_NODES = 100_000  # values (keys, scalars, mappings, lists) of the document with its aliases expanded
 
 
 @dataclass
@@ -137,6 +145,48 @@ def _mark(node: yaml.Node | None) -> str:
     return f"{node.start_mark.line + 1}:{node.start_mark.column + 1}"
 
 
+def _shape_problem(text: str) -> tuple[yaml.Mark, tuple, str] | None:
+    """Where (mark, field path) and why the YAML in ``text`` nests too deep or expands too far (None when it does
+    neither), read from its events, before a node is composed: composing recurses once a level (RecursionError
+    past ~1,000), and what reads the document walks each alias as a copy of its anchor (9 levels of 9 aliases
+    are 387 million values). An alias inside its own anchor (a value that holds itself) is refused too."""
+    sizes: dict[str, int] = {}  # anchor -> values of its node, aliases expanded
+    open_: list[list] = []  # each open mapping or list: [anchor, count at its start, is a mapping, children, key]
+    count = 0
+
+    def path() -> tuple:
+        return tuple((o[4] if o[2] else o[3] - 1) for o in open_ if o[3])
+
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.NodeEvent) and open_:  # a child of the innermost open collection
+            parent = open_[-1]
+            parent[3] += 1
+            if parent[2] and parent[3] % 2:  # a mapping's key
+                parent[4] = str(ev.value) if isinstance(ev, yaml.ScalarEvent) else "?"
+        if isinstance(ev, yaml.CollectionStartEvent):
+            open_.append([ev.anchor, count, isinstance(ev, yaml.MappingStartEvent), 0, None])
+            count += 1
+            if len(open_) > MAX_YAML_DEPTH:
+                return ev.start_mark, path()[:3], f"nested more than {MAX_YAML_DEPTH} levels deep (mappings and lists)"
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            anchor, start = open_.pop()[:2]
+            if anchor is not None:
+                sizes[anchor] = count - start
+        elif isinstance(ev, yaml.AliasEvent):
+            if any(o[0] == ev.anchor for o in open_):
+                why = f"the alias *{ev.anchor} is inside its own anchor (a value that holds itself)"
+                return ev.start_mark, path(), why
+            count += sizes.get(ev.anchor, 1)  # an undefined alias: the composer says so
+        elif isinstance(ev, yaml.ScalarEvent):
+            count += 1
+            if ev.anchor is not None:
+                sizes[ev.anchor] = 1
+        if count > MAX_YAML_NODES:
+            return ev.start_mark, path(), (f"more than {MAX_YAML_NODES:,} values with its aliases expanded (each "
+                                           "alias is a copy of its anchor)")
+    return None
+
+
 def _expand(data: dict, raw: dict, root: yaml.Node, fname: str, env: dict, errors: list[str],
             redactor: Redactor) -> None:
     """Expand ``${ENV}`` in every string of each placement field of each target (however nested), registering
@@ -211,14 +261,18 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None, checks: Sequ
     fname = str(path)
     env = dict(os.environ) if env is None else env
     try:
-        raw_bytes = path.read_bytes()
-    except OSError as exc:
-        raise ScenarioError([f"{fname}: cannot read: {exc.strerror or exc}"]) from None
+        raw_bytes = read_capped(path, MAX_SCENARIO_BYTES)
+    except UnreadableFile as exc:
+        raise ScenarioError([f"{fname}: cannot read: {exc}"]) from None
     try:
         text = raw_bytes.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScenarioError([f"{fname}:{_offset_mark(raw_bytes, exc.start)}: not UTF-8 text: {exc.reason}"]) from None
     try:
+        shape = _shape_problem(text)
+        if shape is not None:
+            mark, loc, why = shape
+            raise ScenarioError([f"{fname}:{mark.line + 1}:{mark.column + 1}: {_path(loc)}: {why}"])
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -30,6 +30,13 @@ MAX_CONCURRENCY = 100_000
 MAX_DURATION = 7 * 24 * 3600.0
 MAX_HEADER_BYTES = 64 * 1024  # default cap of a response's header block (target.max_header_bytes)
 MAX_EVENT_BYTES = 1 << 20  # default cap of one SSE line or event (target.max_event_bytes)
+#: A prompt's or an output's length in tokens at most (a synthetic prompt of 1e6 tokens is 4 MB of text): the
+#: bound of every length a scenario, a dataset filter or a trace row gives.
+MAX_TOKENS = 1_000_000
+MAX_DISTINCT = 1_000_000  # distinct prompts at most (prompts.distinct, dataset.sample): ~200 MB made up front
+#: A phase's (or a trace's) max_requests at most: more than any phase can send (1e6 req/s for 7 days is 6e11).
+MAX_REQUESTS = 10**12
+MAX_PHASES = 10_000  # phases of a scenario at most (load.phases, or the steps of a sweep)
 
 
 def _duration(v: Any) -> float:
@@ -82,6 +89,14 @@ class CommandTarget(Strict):
     url: str = Field(description="base URL of the API, '{port}' replaced")
     ready_url: str = Field(description="polled until it answers 200, '{port}' replaced")
     startup_timeout: PositiveDuration = 120.0
+
+    @field_validator("url", "ready_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        problem = url_problem(v.replace("{port}", "1"))  # '{port}' is the free port latbench picks
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP field name (RFC 9110 token)
@@ -208,8 +223,10 @@ class Target(Strict):
 
     @field_validator("url", "metrics_url")
     @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        problem = url_problem(v) if v is not None else None
+    def _url(cls, v: str | None, info: ValidationInfo) -> str | None:
+        # a command target's metrics_url may name '{port}', its started server's port
+        probe = v.replace("{port}", "1") if v is not None and info.field_name == "metrics_url" else v
+        problem = url_problem(probe) if probe is not None else None
         if problem:
             raise ValueError(problem)
         return v
@@ -245,10 +262,12 @@ class Target(Strict):
 
 
 class TokenDist(Strict):
-    mean: float = Field(gt=0, le=1_000_000)
-    stddev: float = Field(0.0, ge=0)
-    min: int = Field(1, ge=1)
-    max: Optional[int] = Field(None, ge=1)
+    """A length drawn per prompt: Normal(mean, stddev), rounded, clipped to [min, max]; each at most MAX_TOKENS."""
+
+    mean: float = Field(gt=0, le=MAX_TOKENS)
+    stddev: float = Field(0.0, ge=0, le=MAX_TOKENS)
+    min: int = Field(1, ge=1, le=MAX_TOKENS)
+    max: Optional[int] = Field(None, ge=1, le=MAX_TOKENS)
 
 
 def _tokens(v: Any) -> Any:
@@ -261,7 +280,8 @@ Tokens = Annotated[TokenDist, BeforeValidator(_tokens)]
 class Prompts(Strict):
     input_tokens: Tokens = Field(default_factory=lambda: TokenDist(mean=128))
     output_tokens: Tokens = Field(default_factory=lambda: TokenDist(mean=64))
-    distinct: int = Field(1000, ge=1, description="number of distinct prompts; requests cycle through them")
+    distinct: int = Field(1000, ge=1, le=MAX_DISTINCT,
+                          description="number of distinct prompts (at most 1,000,000); requests cycle through them")
 
 
 class Cancel(Strict):
@@ -271,7 +291,8 @@ class Cancel(Strict):
 
     fraction: float = Field(gt=0, le=1, description="share of requests aborted (the same requests every run)")
     after: Optional[Duration] = Field(None, description="abort this long after the request was sent")
-    after_tokens: Optional[int] = Field(None, ge=1, description="abort once this many token chunks arrived")
+    after_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS,
+                                        description="abort once this many token chunks arrived")
 
     @model_validator(mode="after")
     def _one_trigger(self):
@@ -289,7 +310,7 @@ class Prefix(Strict):
     prefix. A chat API gets the prefix as a ``system`` message, the other APIs as the text's opening
     paragraph; input_tokens counts it."""
 
-    tokens: int = Field(ge=1, le=1_000_000, description="length of each shared prefix in tokens: exact with "
+    tokens: int = Field(ge=1, le=MAX_TOKENS, description="length of each shared prefix in tokens: exact with "
                                                           "workload.tokenizer, else 4 characters a token")
     groups: int = Field(1, ge=1, le=100_000, description="how many different prefixes; prompt i opens with "
                                                          "prefix i % groups")
@@ -311,13 +332,17 @@ class Dataset(Strict):
     columns: dict[str, str] = Field(default_factory=dict,
                                     description="hf: which column holds each field, e.g. {prompt: question, "
                                                 f"reply: answer}}; fields: {', '.join(DATASET_COLUMNS)}")
-    sample: Optional[int] = Field(None, ge=1, description="use this many entries, drawn with load.seed (default: "
-                                                          "every entry, in file order)")
-    min_input_tokens: Optional[int] = Field(None, ge=0, description="skip prompts shorter than this (in tokens "
-                                                                    "of workload.tokenizer, else approximated)")
-    max_input_tokens: Optional[int] = Field(None, ge=1, description="skip prompts longer than this")
-    min_output_tokens: Optional[int] = Field(None, ge=0, description="skip entries asking for fewer output tokens")
-    max_output_tokens: Optional[int] = Field(None, ge=1, description="skip entries asking for more output tokens")
+    sample: Optional[int] = Field(None, ge=1, le=MAX_DISTINCT,
+                                  description="use this many entries, drawn with load.seed (default: every entry, "
+                                              "in file order)")
+    min_input_tokens: Optional[int] = Field(None, ge=0, le=MAX_TOKENS,
+                                            description="skip prompts shorter than this (in tokens of "
+                                                        "workload.tokenizer, else approximated)")
+    max_input_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS, description="skip prompts longer than this")
+    min_output_tokens: Optional[int] = Field(None, ge=0, le=MAX_TOKENS,
+                                             description="skip entries asking for fewer output tokens")
+    max_output_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS,
+                                             description="skip entries asking for more output tokens")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -368,7 +393,7 @@ class Conversations(Strict):
     @field_validator("turns")
     @classmethod
     def _turns(cls, v):
-        if v is not None and (v.mean > MAX_TURNS or (v.max is not None and v.max > MAX_TURNS)):
+        if v is not None and (v.mean > MAX_TURNS or v.min > MAX_TURNS or (v.max is not None and v.max > MAX_TURNS)):
             raise ValueError(f"at most {MAX_TURNS} turns a session")
         return v
 
@@ -382,7 +407,7 @@ class Workload(Strict):
     dataset: Optional[Union[str, Dataset]] = Field(None, description="prompts from a dataset: a file path "
                                                                      "(relative to the scenario), or an object")
     ignore_eos: bool = False
-    max_tokens: Optional[int] = Field(None, ge=1,
+    max_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS,
                                       description="fixed max_tokens; default: output_tokens drawn per request")
     cancel: Optional[Cancel] = Field(None, description="abort a share of requests client-side, e.g. "
                                                        "{fraction: 0.1, after: 500ms} or {fraction: 0.1, "
@@ -427,9 +452,9 @@ class Trace(Strict):
         0.0, description="trace time at which the replay starts (a duration, e.g. 10m; requests before it are "
                          "skipped), or 'first': the first request's timestamp. Default 0: run time = timestamp")
     duration: Optional[PositiveDuration] = Field(None, description="replay only this much trace time from start")
-    max_requests: Optional[int] = Field(None, ge=1, description="replay at most this many requests (the first "
-                                                                "ones from start)")
-    block_tokens: int = Field(512, ge=1, le=1_000_000, description="tokens of one hash-id block (Mooncake: 512); "
+    max_requests: Optional[int] = Field(None, ge=1, le=MAX_REQUESTS,
+                                        description="replay at most this many requests (the first ones from start)")
+    block_tokens: int = Field(512, ge=1, le=MAX_TOKENS, description="tokens of one hash-id block (Mooncake: 512); "
                                                                   "requests sharing a hash id share that block")
     too_long: Literal["clip", "refuse"] = Field(
         "clip", description="a request longer than the target accepts: clip = cut its input to leave room for its "
@@ -457,7 +482,8 @@ class Phase(Strict):
     concurrency: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY, description="closed loop: N workers")
     record: bool = Field(True, description="false: traffic is sent and stored but left out of statistics")
     arrival: Optional[Literal["constant", "poisson", "gamma"]] = None
-    max_requests: Optional[int] = Field(None, ge=1, description="stop the phase after this many requests")
+    max_requests: Optional[int] = Field(None, ge=1, le=MAX_REQUESTS,
+                                        description="stop the phase after this many requests")
 
     @field_validator("qps")
     @classmethod
@@ -498,8 +524,9 @@ class Phase(Strict):
 class Sweep(Strict):
     """Sugar for a list of steady phases: one per rate (open loop) or per concurrency (closed loop)."""
 
-    qps: Optional[list[Union[float, str]]] = Field(None, description="rates, numbers or percentages of expected_qps")
-    concurrency: Optional[list[int]] = None
+    qps: Optional[list[Union[float, str]]] = Field(None, max_length=MAX_PHASES,
+                                                   description="rates, numbers or percentages of expected_qps")
+    concurrency: Optional[list[int]] = Field(None, max_length=MAX_PHASES)
     duration: Duration = Field(description="length of each step")
     warmup: Duration = Field(0.0, description="an unrecorded warm-up at the first step's load")
 
@@ -523,8 +550,9 @@ class Load(Strict):
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
     burstiness: float = Field(1.0, gt=0, le=100, description="gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother")
     expected_qps: Optional[float] = Field(None, gt=0, le=MAX_QPS)
-    phases: list[Phase] = Field(default_factory=list,
-                                description="consecutive phases; or give `sweep` instead (none with a trace)")
+    phases: list[Phase] = Field(default_factory=list, max_length=MAX_PHASES,
+                                description="consecutive phases (at most 10,000); or give `sweep` instead (none "
+                                            "with a trace)")
     trace: Optional[Trace] = Field(None, description="replay a request trace instead of phases: one phase named "
                                                      "'trace', open loop, at the trace's timestamps / speed")
     sweep: Optional[Sweep] = Field(None, description="a list of rates or concurrencies, expanded into phases")

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loadgen.scenario.datasets import DatasetError, Entry, read_dataset
-from loadgen.scenario.model import TokenDist, Workload, as_dataset
+from loadgen.scenario.model import MAX_TOKENS, TokenDist, Workload, as_dataset
 from loadgen.scenario.tokenized import added_tokens, count_many, exact_texts
 from loadgen.scenario.tokenizer import Tokenizer
 
@@ -139,15 +139,16 @@ class ListPrompts(PromptSource):
         return self._prompts[seq % len(self._prompts)]
 
 
-def draw_tokens(dist: TokenDist, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n token counts ~ Normal(mean, stddev), rounded and clipped to [min, max] (max may be None)."""
+def draw_tokens(dist: TokenDist, n: int, rng: np.random.Generator, cap: int = MAX_TOKENS) -> np.ndarray:
+    """n token counts ~ Normal(mean, stddev), rounded and clipped to [min, max]; ``max`` None is ``cap`` (a wide
+    stddev never draws past the documented maximum, MAX_TOKENS for a length)."""
     import numpy as np
 
     if dist.stddev > 0:
         x = rng.normal(dist.mean, dist.stddev, size=n)
     else:
         x = np.full(n, float(dist.mean))
-    hi = dist.max if dist.max is not None else np.inf
+    hi = min(dist.max, cap) if dist.max is not None else cap
     return np.clip(np.rint(x), max(dist.min, 1), hi).astype(np.int64)
 
 

@@ -6,9 +6,10 @@ whose first non-blank character is ``{`` is JSON lines, anything else CSV. Field
 
 ============================  =====================================================================================
 ``timestamp``                 arrival time in **milliseconds** from the trace's start (a number >= 0; fractions
-                              allowed)
-``input_length``              prompt length in tokens (an integer >= 1); ``input_tokens`` is the same field
-``output_length``             output length in tokens (>= 1), sent as the request's ``max_tokens``;
+                              allowed); a replayed request is due at most 7 days into the run, as a phase lasts
+``input_length``              prompt length in tokens (an integer from 1 to 1,000,000); ``input_tokens`` is the
+                              same field
+``output_length``             output length in tokens (1 to 1,000,000), sent as the request's ``max_tokens``;
                               ``output_tokens`` is the same field
 ``hash_ids`` (optional)       the prompt's blocks in order: block k is tokens ``[k*B, (k+1)*B)`` of the prompt
                               (B = ``load.trace.block_tokens``, 512 as in Mooncake). Requests that have the same id
@@ -43,7 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.scenario.model import Trace
+from loadgen.scenario.files import MAX_DATA_BYTES, UnreadableFile, read_capped
+from loadgen.scenario.model import MAX_DURATION, MAX_TOKENS, Trace
 from loadgen.scenario.problems import Problems
 
 __all__ = ["Limits", "TraceData", "TraceError", "TraceSlice", "fit", "read_trace", "resolve_trace_path",
@@ -92,6 +94,8 @@ def _count(value, field: str) -> int:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise _Bad(f"{field}: expected a positive integer, got {value!r:.40}")
+    if value > MAX_TOKENS:  # a prompt of 1e10 tokens would be 40 GB of text, made for each request
+        raise _Bad(f"{field}: expected at most {MAX_TOKENS:,} tokens, got {value!r:.40}")
     return value
 
 
@@ -144,6 +148,9 @@ def _json_lines(raw: bytes, problems: Problems):
         except ValueError as exc:
             problems.at(lineno, f"expected a JSON object, got invalid JSON ({exc})")
             continue
+        except RecursionError:
+            problems.at(lineno, "expected a JSON object, got JSON nested too deep to read")
+            continue
         if not isinstance(obj, dict):
             problems.at(lineno, f"expected a JSON object, got {type(obj).__name__}")
             continue
@@ -168,7 +175,7 @@ def _csv_hashes(text: str):
     if text.startswith("["):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a list nested too deep to read
             raise _Bad(f"hash_ids: expected a JSON list or integers separated by spaces, got {text!r:.60}") from None
     try:
         return [int(t) for t in text.replace(",", " ").split()]
@@ -213,9 +220,9 @@ def _csv_rows(raw: bytes, problems: Problems):
 
 def _parse(path: Path) -> TraceData:
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceError([f"{path}: cannot read the trace: {exc.strerror or exc}"]) from None
+        raw = read_capped(path, MAX_DATA_BYTES)
+    except UnreadableFile as exc:
+        raise TraceError([f"{path}: cannot read the trace: {exc}"]) from None
     problems = Problems(path, TraceError, MAX_TRACE_ERRORS)
     rows = _json_lines(raw, problems) if raw.lstrip()[:1] == b"{" else _csv_rows(raw, problems)
     # typed arrays, not lists of Python numbers: 8 bytes a value while a large trace is read
@@ -293,7 +300,8 @@ class TraceSlice:
 
 
 def select(spec: Trace, data: TraceData) -> TraceSlice:
-    """The slice of ``data`` that ``spec`` replays (start, duration, max_requests). Raises TraceError when empty."""
+    """The slice of ``data`` that ``spec`` replays (start, duration, max_requests). Raises TraceError when empty, or
+    when its last request would be due more than 7 days (MAX_DURATION) into the run."""
     t = data.times_ms
     origin = float(t[0]) if spec.start == "first" else float(spec.start) * 1000.0
     lo = int(np.searchsorted(t, origin, side="left"))
@@ -305,6 +313,14 @@ def select(spec: Trace, data: TraceData) -> TraceSlice:
         raise TraceError([f"{data.path}: no request of the trace falls in the replayed window (from {origin / 1000:g} s"
                           f"{until} of trace time; the trace spans {t[0] / 1000:g} s to {t[-1] / 1000:g} s)"])
     scale = 1000.0 * spec.speed
+    last = (float(t[hi - 1]) - origin) / scale
+    if last > MAX_DURATION:  # a phase lasts at most 7 days: so does a replay
+        late = lo + int(np.searchsorted((t[lo:hi] - origin) / scale, MAX_DURATION, side="right"))
+        more = f" (and {hi - late - 1} more after it)" if hi - late > 1 else ""
+        raise TraceError([f"{data.path}:{int(data.lines[late])}: timestamp: {t[late]:g} ms is due "
+                          f"{(t[late] - origin) / scale / 86400:,.1f} days into the replay{more}; a replay lasts at "
+                          f"most {MAX_DURATION / 86400:.0f} days (cut it with load.trace.duration or max_requests, or "
+                          "raise speed)"])
     if spec.duration is not None:
         end = spec.duration / spec.speed
     else:

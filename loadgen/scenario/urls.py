@@ -33,7 +33,8 @@ def join_url(base: str, path: str) -> str:
 
 def url_problem(url: str) -> str | None:
     """Why ``url`` cannot be a target's base URL (None when it can): it needs http://, https:// (or grpc://,
-    grpcs:// for KServe v2 over gRPC) and a host. The message never quotes the URL (it may hold a password)."""
+    grpcs:// for KServe v2 over gRPC), a host, and a port (when it gives one) from 1 to 65535. The message
+    never quotes the URL (it may hold a password)."""
     if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
         return "holds a space, a line break or another control character (percent-encode it)"
     try:
@@ -45,4 +46,10 @@ def url_problem(url: str) -> str | None:
                 + (f", got scheme {parts.scheme!r}" if parts.scheme else ""))
     if not parts.hostname:
         return "expected a host after the scheme (http://HOST[:PORT]/...)"
+    try:
+        port = parts.port  # a port past 65535 or not a number: every request would fail before it is sent
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        return "expected a port from 1 to 65535 after the host (http://HOST:PORT/...)"
     return None

@@ -129,3 +129,18 @@ def test_dataset_missing_or_empty(tmp_path):
         make_prompt_source(Workload(dataset="empty.jsonl"), 0, tmp_path)
     with pytest.raises(ValueError, match="cannot read dataset"):
         make_prompt_source(Workload(dataset="."), 0, tmp_path)  # a folder
+
+
+def test_a_wide_stddev_never_draws_past_the_documented_maximum():
+    """Issue 27, item 11: the maximum of a length (1,000,000 tokens) and of a session's turns (1000) hold for what
+    is drawn too: a mean within them with a wide stddev and no max drew lengths of millions of tokens."""
+    from loadgen.scenario.conversations import make_conversation_source
+    from loadgen.scenario.prompts import draw_tokens
+
+    wide = Workload.model_validate({"prompts": {"input_tokens": {"mean": 900_000, "stddev": 1_000_000}}})
+    drawn = draw_tokens(wide.prompts.input_tokens, 1000, np.random.default_rng(0))
+    assert drawn.max() == 1_000_000 and drawn.min() >= 1
+    w = Workload.model_validate({"prompts": {"input_tokens": 4, "output_tokens": 2, "distinct": 6},
+                                 "conversations": {"turns": {"mean": 900, "stddev": 1000}}})
+    turns = [len(make_conversation_source(w, 0, ".").get(i).turns) for i in range(6)]
+    assert max(turns) == 1000, turns

@@ -243,3 +243,132 @@ slo: ["ramp (50%): latency.p99 < 1s"]
     ok = load_scenario(write_scenario(tmp_path, path.read_text().replace("timeout: 0s", "timeout: 1s")
                                       .replace('"a:b"', '"b"'), "ok.yaml"), env={})
     assert ok.scenario.slo[0].scope == "ramp (50%)"
+
+
+def test_a_port_out_of_range_or_not_a_number_is_refused_at_validation(tmp_path):
+    """Issue 27, item 7: ``http://127.0.0.1:99999/v1`` validated; every request then failed with ValueError and the
+    run passed. Refused with the field's line (a target's url and metrics_url, a command's urls, ``--target``),
+    never quoting the URL; a command target's '{port}' stays valid."""
+    from click.testing import CliRunner
+
+    from loadgen.cli.main import main
+
+    path = write_scenario(tmp_path, """\
+name: p
+targets:
+  - {name: a, url: "http://127.0.0.1:99999/v1"}
+  - {name: b, url: "http://127.0.0.1:bad/v1", metrics_url: "http://127.0.0.1:0/metrics"}
+  - name: c
+    command: {run: [srv, "{port}"], url: "http://127.0.0.1:{port}/v1", ready_url: "http://127.0.0.1:70000/health"}
+    metrics_url: "http://127.0.0.1:{port}/metrics"
+load: {phases: [{name: main, duration: 1s, qps: 1}]}
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    errs = e.value.errors
+    where = [err.split(": ", 2)[:2] for err in errs]
+    assert where == [[f"{path}:3:20", "targets[0].url"], [f"{path}:4:20", "targets[1].url"],
+                     [f"{path}:4:60", "targets[1].metrics_url"], [f"{path}:6:83", "targets[2].command.ready_url"]]
+    assert all("a port from 1 to 65535" in err and "99999" not in err and "bad" not in err for err in errs), errs
+    good = write_scenario(tmp_path, """\
+name: g
+target: {url: "http://127.0.0.1:8000/v1"}
+load: {phases: [{name: main, duration: 1s, qps: 1}]}
+""", name="g.yaml")
+    r = CliRunner().invoke(main, ["run", str(good), "--target", "http://127.0.0.1:99999/v1",
+                                  "--out", str(tmp_path / "runs")])
+    assert r.exit_code == 2 and "--target: expected a port from 1 to 65535" in r.output, r.output
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("workload, phase, field, limit", [
+    ("{prompts: {distinct: 1000000000000}}", "", "workload.prompts.distinct", "1000000"),
+    ("{prompts: {input_tokens: {mean: 5, stddev: 1e9}}}", "", "workload.prompts.input_tokens.stddev", "1000000"),
+    ("{prompts: {output_tokens: {mean: 5, min: 2000000}}}", "", "workload.prompts.output_tokens.min", "1000000"),
+    ("{max_tokens: 10000000000}", "", "workload.max_tokens", "1000000"),
+    ("{cancel: {fraction: 0.5, after_tokens: 1000000001}}", "", "workload.cancel.after_tokens", "1000000"),
+    ("{conversations: {turns: {mean: 2, min: 5000}}}", "", "workload.conversations.turns", "at most 1000 turns"),
+    ("{}", ", max_requests: 10000000000000", "load.phases[0].max_requests", "1000000000000"),
+])
+def test_every_count_and_length_has_a_maximum_checked_at_its_line(tmp_path, workload, phase, field, limit):
+    """Issue 27, item 11: ``prompts.distinct: 1e12`` validated, then numpy raised ArrayMemoryError (exit 1).
+    Every length and count of the model has a documented maximum, refused at validation with its line."""
+    path = write_scenario(tmp_path, f"""\
+name: m
+target: {{url: "http://127.0.0.1:8000/v1"}}
+workload: {workload}
+load: {{phases: [{{name: main, duration: 1s, qps: 1{phase}}}]}}
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    (err,) = e.value.errors
+    line = 4 if field.startswith("load") else 3
+    assert err.startswith(f"{path}:{line}:") and f": {field}: " in err and limit in err, err
+
+
+BOMB = "".join(f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
+
+
+@pytest.mark.timeout(20)
+def test_a_yaml_bomb_or_a_value_holding_itself_anywhere_is_refused_at_its_line(tmp_path):
+    """Issue 27, item 8: a 9-level bomb of aliases under extra_body made `latbench validate` run past 60 s at
+    0.94 GB (each alias expanded as a copy); an alias inside its own anchor recursed without end. Both refused
+    at their line and field, at once."""
+    head = "name: b\ntarget:\n  url: http://127.0.0.1:8000/v1\n  extra_body:\n"
+    tail = "load: {phases: [{name: main, duration: 1s, qps: 1}]}\n"
+    path = write_scenario(tmp_path, head + f"    l0: &l0 [{', '.join(['lol'] * 9)}]\n" + BOMB + tail)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    (err,) = e.value.errors
+    assert err.startswith(f"{path}:10:14: target.extra_body.l5[0]: more than 100,000 values with its aliases "
+                          "expanded"), err
+    path = write_scenario(tmp_path, head + "    tools: &t [{type: function, again: *t}]\n" + tail, "self.yaml")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    assert e.value.errors == [f"{path}:5:40: target.extra_body.tools[0].again: the alias *t is inside its own anchor "
+                              "(a value that holds itself)"]
+    shared = head + "    a: &a {x: [1, 2, 3]}\n    b: *a\n    c: *a\n" + tail  # a few aliases are as before
+    assert load_scenario(write_scenario(tmp_path, shared, "ok.yaml"), env={}).scenario.target.extra_body["c"] == {
+        "x": [1, 2, 3]}
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("nested, where", [
+    ("load:\n  " + "- " * 5000 + "x\n", "3:129: load[0][0]: "),
+    ("load: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", "2:259: load.a.a: "),
+])
+def test_yaml_nested_thousands_of_levels_is_refused_at_its_line(tmp_path, nested, where):
+    """Issue 27, item 12: YAML nested 5,000 levels raised RecursionError (a traceback, exit 1)."""
+    path = write_scenario(tmp_path, "name: d\n" + nested)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    assert e.value.errors == [f"{path}:{where}nested more than 64 levels deep (mappings and lists)"]
+
+
+@pytest.mark.timeout(20)
+def test_a_device_a_pipe_or_an_oversized_file_is_refused_naming_it(tmp_path):
+    """Issue 27, item 12: a scenario or dataset path of /dev/zero was read without limit (MemoryError, a
+    traceback). The scenario, its dataset and its trace are read as regular files only, each up to a size cap:
+    otherwise a clear error naming the file, exit 2."""
+    import os
+
+    from click.testing import CliRunner
+
+    from loadgen.cli.main import main
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # no writer: reading it would wait for ever
+    big = tmp_path / "big.yaml"
+    big.write_text(GOOD + "#" * (8 << 20) + "\n")  # past the 8 MiB of a scenario file
+    ds = write_scenario(tmp_path, DATASET.replace("DATA", "/dev/zero"), "ds.yaml")
+    tr = write_scenario(tmp_path, "name: t\ntarget: {url: http://127.0.0.1:8000/v1}\n"
+                                  "load: {mode: trace, file: /dev/zero}\n", "tr.yaml")
+    r = CliRunner().invoke(main, ["validate", "/dev/zero", str(fifo), str(big), str(ds), str(tr)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    lines = r.output.splitlines()
+    device = "not a regular file (a device, a pipe or a socket)"
+    for want in (f"/dev/zero: cannot read: {device}", f"{fifo}: cannot read: {device}",
+                 f"{big}: cannot read: {big.stat().st_size:,} bytes, more than the 8 MiB a file may hold",
+                 f"{ds}:4:12: workload.dataset: /dev/zero: cannot read dataset: {device}",
+                 f"{tr}:3:27: load.trace.file: /dev/zero: cannot read the trace: {device}"):
+        assert any(line.startswith(want) for line in lines), (want, r.output)

@@ -148,6 +148,37 @@ def test_a_bad_trace_line_is_reported_with_the_scenario_line_and_its_own(tmp_pat
                               "input_length: expected a positive integer, got -4"]
 
 
+def test_a_replay_past_seven_days_is_refused_naming_the_first_late_row(tmp_path):
+    """Issue 27, item 10: a timestamp of 1e15 ms validated (a run of 31,700 years; a phase lasts at most 7 days).
+    The same cap for a replay, at the trace row's line; what start, speed or duration leave within it is valid."""
+    rows = [MOONCAKE[0], {"timestamp": 1e15, "input_length": 5, "output_length": 1}, MOONCAKE[1],
+            {"timestamp": 2e15, "input_length": 5, "output_length": 1}]
+    jsonl(tmp_path, rows)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(trace_scenario(tmp_path, "  mode: trace\n  file: t.jsonl"))
+    (err,) = e.value.errors
+    assert err.startswith(f"{tmp_path / 's.yaml'}:6:9: load.trace.file: {tmp_path / 't.jsonl'}:2: timestamp: 1e+15 "
+                          "ms is due 11,574,074.1 days into the replay (and 1 more after it); a replay lasts at most "
+                          "7 days"), err
+    jsonl(tmp_path, [MOONCAKE[0], {"timestamp": 8 * 86400e3, "input_length": 5, "output_length": 1}])
+    with pytest.raises(ScenarioError, match="t.jsonl:2: timestamp: 6.912e"):
+        load_scenario(trace_scenario(tmp_path, "  mode: trace\n  file: t.jsonl"))
+    for fits in ("  mode: trace\n  file: t.jsonl\n  speed: 2", "  mode: trace\n  file: t.jsonl\n  duration: 1h",
+                 "  mode: trace\n  file: t.jsonl\n  start: 48h"):
+        load_scenario(trace_scenario(tmp_path, fits))
+
+
+def test_a_trace_length_past_a_million_tokens_is_refused_at_its_line(tmp_path):
+    """Issue 27, item 11: an input_length of 1e10 validated; every request then failed with MemoryError."""
+    p = jsonl(tmp_path, [MOONCAKE[0], {"timestamp": 1, "input_length": 1e10, "output_length": 1},
+                         {"timestamp": 2, "input_length": 5, "output_tokens": 1_000_001},
+                         {"timestamp": 3, "input_length": 1_000_000, "output_length": 1_000_000}])
+    with pytest.raises(TraceError) as e:
+        read_trace(p)
+    assert e.value.errors == [f"{p}:2: input_length: expected at most 1,000,000 tokens, got 10000000000",
+                              f"{p}:3: output_length: expected at most 1,000,000 tokens, got 1000001"]
+
+
 @pytest.mark.parametrize("workload,message", [("{dataset: t.jsonl}", "a trace replay makes its prompts"),
                                               ("{conversations: {turns: 3}}", "sends each of its requests once")])
 def test_a_dataset_or_conversations_with_a_trace_are_refused(tmp_path, workload, message):
