@@ -81,7 +81,8 @@ def test_a_managed_server_killed_mid_run_makes_the_run_invalid_at_once_and_keeps
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, out
-    assert took < 30, took  # not 12 s of load, then the rest: the run ended with its server    rd = next((tmp_path / "runs").iterdir())
+    assert took < 30, took  # not 12 s of load, then the rest: the run ended with its server
+    rd = next((tmp_path / "runs").iterdir())
     meta = json.loads((rd / "meta.json").read_text())
     (reason,) = [r for r in meta["verdict"]["reasons"] if r["kind"] == "server_exited"]
     assert "reference server exited (signal 9, SIGKILL)" in reason["text"] and "into phase burst" in reason["text"]
