@@ -160,7 +160,7 @@ class Client:
             while True:
                 resp = self._once(method, url, body, hdrs, deadline, cap)
                 location = resp.headers.get("location")
-                if resp.status not in REDIRECTS or not location:
+                if resp.status not in REDIRECTS or not location or self.max_redirects == 0:  # 0: the 3xx itself
                     return Response(resp.status, resp.headers, resp.body, url, seen)
                 target = urljoin(url, location)
                 if origin(target) != first:
