@@ -7,14 +7,25 @@
 - the value of a URL query parameter whose name says it carries a credential (``api_key``, ``key``, ``token``,
   ``sig``, ``signature``, ``access_token``, ``password``...);
 - every value expanded from ``${ENV}`` into a scenario field that :data:`PLACEMENTS` lists (the URLs and the
-  headers of a target).
+  headers of a target), but one that only says where the requests go: a URL's host or port, from a variable
+  whose name does not say it is a credential (:meth:`Placement.public`). ``http://${HOST}:${PORT}/v1`` is
+  printed with the real host (the URL ``latbench watch`` prints is usable); ``http://[${KEY}]/`` is not.
+
+Each secret is registered with the forms it takes on its way into text (:func:`secret_forms`: percent-encoded,
+JSON-escaped with ``\\"`` or ``\\uXXXX``, ``repr()``-quoted), and a URL's userinfo with the ``Basic``
+credentials it is sent as.
 
 **The one way out.** A :class:`Redactor` holds what one run knows to be secret, and every byte latbench
 writes or prints passes through it: the RunDir's files (:func:`loadgen.records.rundir.write_json` and
 ``write_text``, the scenario copy, ``server_metrics.csv``; reports are written with ``write_text`` too), every
 log line (the CLI's logging filter) and everything printed (the CLI wraps stdout and stderr in a
 :class:`RedactingStream`; so do the multi-process engine's children, and the Locust master's stderr is relayed
-through the CLI's).
+through the CLI's). A scenario's errors are redacted by the loader that found them (it knows the secrets; the
+run does not yet).
+
+**Control characters** a server sent (ESC, BEL) are escaped by :func:`escape_control` wherever its text is
+printed or written into a format that cannot hold them: the log (``-v``'s failed requests and every log line),
+the reasons and errors the CLI prints, junit.xml and summary.md.
 
 **How a secret is hidden** depends on where it stands, so nothing else is rewritten:
 
@@ -142,6 +153,8 @@ class Redactor:
         self._subs: dict[str, str] = {}  # a secret (or a whole expanded field value) -> what is written instead
         self._secrets: dict[str, list[str]] = {}  # the secret values, as registered -> the forms text shows them in
         self._pattern: re.Pattern | None = None
+        self._heads: dict[str, str] | None = None  # each first part of a form of a secret -> what stands instead
+        self._longest_head = 0
 
     @property
     def secrets(self) -> list[str]:
@@ -158,7 +171,7 @@ class Redactor:
         forms = self._secrets.setdefault(value, secret_forms(value))
         for form in forms:
             self._subs.setdefault(form, ref)
-        self._pattern = None
+        self._pattern = self._heads = None
 
     def add_basic(self, user: str, password: str) -> None:
         """``user:password`` is sent as ``Authorization: Basic <base64>`` (as every HTTP client does with a URL's
@@ -218,14 +231,21 @@ class Redactor:
     def _cut_tail(self, text: str) -> str:
         """A text cut short in the middle of a secret (a server's message kept to its first 200 characters) ends
         with the secret's beginning, in any of its forms (escaped in JSON, say): that beginning is redacted too
-        (from :data:`MIN_CUT` characters on)."""
-        for value, forms in self._secrets.items():
-            if len(value) < MIN_SECRET_LEN:
-                continue
-            for form in forms:
-                for k in range(min(len(form) - 1, len(text)), MIN_CUT - 1, -1):
-                    if text.endswith(form[:k]):
-                        return text[:-k] + self._subs.get(value, REDACTED)
+        (from :data:`MIN_CUT` characters on; the longest such beginning)."""
+        heads = self._heads
+        if heads is None:  # built whole, then shared (a log line may be redacted from another thread)
+            heads = {}
+            for value, forms in self._secrets.items():
+                if len(value) >= MIN_SECRET_LEN:
+                    for form in forms:
+                        for k in range(MIN_CUT, len(form)):
+                            heads.setdefault(form[:k], self._subs.get(value, REDACTED))
+            self._longest_head = max(map(len, heads), default=0)
+            self._heads = heads
+        for k in range(min(self._longest_head, len(text)), MIN_CUT - 1, -1):  # one look-up per length
+            ref = heads.get(text[-k:])
+            if ref is not None:
+                return text[:-k] + ref
         return text
 
     def data(self, obj: Any) -> Any:
@@ -322,8 +342,8 @@ class Placement:
     """How one kind of target field holds secrets.
 
     ``collect(redactor, raw)`` registers the literal credentials of the field as written (``${ENV}`` unexpanded);
-    ``redact(redactor, raw)`` is the field as written in the scenario (``${ENV}`` unexpanded), as it may be
-    written to the RunDir's copy of the scenario.
+    ``redact(redactor, raw)`` is the field as written in the scenario (``${ENV}`` unexpanded, or expanded where
+    :meth:`public`), as it may be written to the RunDir's copy of the scenario.
     """
 
     collect: Callable[[Redactor, Any], None]
