@@ -78,8 +78,8 @@ def fraction_option(text: str, name: str) -> float:
 def print_reasons(out: Console, verdict: str, reasons: list[str]) -> None:
     style = {"passed": "bold green", "failed": "bold red", "invalid": "bold yellow"}[verdict]
     out.print(f"verdict: {verdict.upper()}", style=style)
-    for r in reasons:  # a reason may quote a server (an error it sent): no control character reaches the terminal
-        out.print(f"  - {escape_control(r)}", highlight=False, markup=False)
+    for r in reasons:  # a reason may quote a server (its last words): no control character but its line breaks
+        out.print("  - " + escape_control(r, keep="\n"), highlight=False, markup=False)
 
 
 def print_errors(exc: ScenarioError) -> None:
