@@ -7,14 +7,25 @@
 - the value of a URL query parameter whose name says it carries a credential (``api_key``, ``key``, ``token``,
   ``sig``, ``signature``, ``access_token``, ``password``...);
 - every value expanded from ``${ENV}`` into a scenario field that :data:`PLACEMENTS` lists (the URLs and the
-  headers of a target).
+  headers of a target), but one that only says where the requests go: a URL's host or port, from a variable
+  whose name does not say it is a credential (:meth:`Placement.public`). ``http://${HOST}:${PORT}/v1`` is
+  printed with the real host (the URL ``latbench watch`` prints is usable); ``http://[${KEY}]/`` is not.
+
+Each secret is registered with the forms it takes on its way into text (:func:`secret_forms`: percent-encoded,
+JSON-escaped with ``\\"`` or ``\\uXXXX``, ``repr()``-quoted), and a URL's userinfo with the ``Basic``
+credentials it is sent as.
 
 **The one way out.** A :class:`Redactor` holds what one run knows to be secret, and every byte latbench
 writes or prints passes through it: the RunDir's files (:func:`loadgen.records.rundir.write_json` and
 ``write_text``, the scenario copy, ``server_metrics.csv``; reports are written with ``write_text`` too), every
 log line (the CLI's logging filter) and everything printed (the CLI wraps stdout and stderr in a
 :class:`RedactingStream`; so do the multi-process engine's children, and the Locust master's stderr is relayed
-through the CLI's).
+through the CLI's). A scenario's errors are redacted by the loader that found them (it knows the secrets; the
+run does not yet).
+
+**Control characters** a server sent (ESC, BEL) are escaped by :func:`escape_control` wherever its text is
+printed or written into a format that cannot hold them: the log (``-v``'s failed requests and every log line),
+the reasons and errors the CLI prints, junit.xml and summary.md.
 
 **How a secret is hidden** depends on where it stands, so nothing else is rewritten:
 
@@ -39,11 +50,13 @@ literal credentials the field holds, and writes the field to the scenario copy t
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 REDACTED = "***"
 #: Secret values shorter than this are hidden where they were placed, not searched for in free text.
@@ -138,24 +151,37 @@ class Redactor:
 
     def __init__(self) -> None:
         self._subs: dict[str, str] = {}  # a secret (or a whole expanded field value) -> what is written instead
-        self._secrets: list[str] = []  # the secret values, as registered
+        self._secrets: dict[str, list[str]] = {}  # the secret values, as registered -> the forms text shows them in
         self._pattern: re.Pattern | None = None
+        self._heads: dict[str, str] | None = None  # each first part of a form of a secret -> what stands instead
+        self._longest_head = 0
 
     @property
     def secrets(self) -> list[str]:
-        """The secret values registered (expanded ``${ENV}`` values and literal credentials), in order."""
+        """The secret values registered (expanded ``${ENV}`` values, literal credentials and the ``Basic``
+        credentials a URL's userinfo becomes), in order."""
         return list(self._secrets)
 
     def add(self, value: str, ref: str = REDACTED) -> None:
-        """``value`` is secret; text shows ``ref`` in its place (``${NAME}`` for an expanded value). The encodings
-        a value takes on its way into text (percent-encoded in a URL, escaped in JSON) are registered too."""
+        """``value`` is secret; text shows ``ref`` in its place (``${NAME}`` for an expanded value). The forms a
+        value takes on its way into text are registered too (:func:`secret_forms`: percent-encoded in a URL,
+        escaped in JSON, quoted by Python)."""
         if not isinstance(value, str) or not value:
             return
-        if value not in self._secrets:
-            self._secrets.append(value)
-        for form in (value, quote(value, safe=""), quote(value, safe="/:@"), _json_escaped(value)):
+        forms = self._secrets.setdefault(value, secret_forms(value))
+        for form in forms:
             self._subs.setdefault(form, ref)
-        self._pattern = None
+        self._pattern = self._heads = None
+
+    def add_basic(self, user: str, password: str) -> None:
+        """``user:password`` is sent as ``Authorization: Basic <base64>`` (as every HTTP client does with a URL's
+        userinfo): that base64, UTF-8 or Latin-1 encoded, is a secret too."""
+        pair = f"{user}:{password}"
+        for encoding in ("utf-8", "latin-1"):
+            try:
+                self.add(base64.b64encode(pair.encode(encoding)).decode("ascii"))
+            except UnicodeEncodeError:
+                pass
 
     def add_expansion(self, expanded: str, written: str) -> None:
         """A whole field value that was expanded from ``${ENV}``: text shows it as the scenario wrote it."""
@@ -164,10 +190,19 @@ class Redactor:
             self._pattern = None
 
     def add_url(self, url: str | None) -> None:
-        """Register the literal credentials of ``url`` (a ``--target`` URL, a scenario's URL)."""
+        """Register the literal credentials of ``url`` (a ``--target`` URL, a scenario's URL), and the ``Basic``
+        credentials its userinfo is sent as."""
         if isinstance(url, str):
             for secret in url_credentials(url):
                 self.add(secret)
+            self.add_userinfo(url)
+
+    def add_userinfo(self, url: str | None) -> None:
+        """Register the ``Basic`` credentials that ``url``'s userinfo is sent as (once its ``${ENV}`` references
+        are expanded: none is left in it)."""
+        m = _USERINFO.match(url) if isinstance(url, str) else None
+        if m and (m.group("user") or m.group("pw")) and not ENV_REF.search(m.group(0)):
+            self.add_basic(unquote(m.group("user")), unquote(m.group("pw") or ""))
 
     def add_headers(self, headers: dict | None) -> None:
         """Register the literal values of credential headers (``${ENV}`` references are registered on expansion)."""
@@ -195,13 +230,22 @@ class Redactor:
 
     def _cut_tail(self, text: str) -> str:
         """A text cut short in the middle of a secret (a server's message kept to its first 200 characters) ends
-        with the secret's beginning: that beginning is redacted too (from :data:`MIN_CUT` characters on)."""
-        for value in self._secrets:
-            if len(value) < MIN_SECRET_LEN:
-                continue
-            for k in range(min(len(value) - 1, len(text)), MIN_CUT - 1, -1):
-                if text.endswith(value[:k]):
-                    return text[:-k] + self._subs.get(value, REDACTED)
+        with the secret's beginning, in any of its forms (escaped in JSON, say): that beginning is redacted too
+        (from :data:`MIN_CUT` characters on; the longest such beginning)."""
+        heads = self._heads
+        if heads is None:  # built whole, then shared (a log line may be redacted from another thread)
+            heads = {}
+            for value, forms in self._secrets.items():
+                if len(value) >= MIN_SECRET_LEN:
+                    for form in forms:
+                        for k in range(MIN_CUT, len(form)):
+                            heads.setdefault(form[:k], self._subs.get(value, REDACTED))
+            self._longest_head = max(map(len, heads), default=0)
+            self._heads = heads
+        for k in range(min(self._longest_head, len(text)), MIN_CUT - 1, -1):  # one look-up per length
+            ref = heads.get(text[-k:])
+            if ref is not None:
+                return text[:-k] + ref
         return text
 
     def data(self, obj: Any) -> Any:
@@ -241,6 +285,55 @@ def _json_escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
+_GO_JSON = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def secret_forms(value: str) -> list[str]:
+    """The forms a secret takes on its way into text, itself first: percent-encoded (in a URL), escaped in a
+    JSON string (``\\"``, ``\\\\``, and ``\\uXXXX`` for what is not ASCII or, as Go servers write, for ``<>&``;
+    twice over, when a JSON text is quoted inside another), and quoted by Python's ``repr()`` and ``ascii()``
+    (an exception's message)."""
+    as_json = json.dumps(value)[1:-1]
+    forms = [value, quote(value, safe=""), quote(value, safe="/:@"), _json_escaped(value), as_json,
+             json.dumps(value, ensure_ascii=False)[1:-1], "".join(_GO_JSON.get(c, c) for c in as_json),
+             as_json.replace("/", "\\/"), json.dumps(as_json)[1:-1], repr(value)[1:-1], ascii(value)[1:-1]]
+    return list(dict.fromkeys(forms))
+
+
+# --- control characters: what no terminal, XML file or Markdown table gets raw ----------------------------
+
+#: C0 controls (ESC, BEL, CR...), DEL, C1 controls (0x9b starts an escape sequence on some terminals), lone
+#: surrogates and the noncharacters U+FFFE and U+FFFF (XML 1.0 forbids them all but tab, line feed and CR).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_NAMED_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a character :func:`escape_control` escapes."""
+    return isinstance(text, str) and bool(_CONTROL.search(text))
+
+
+def escape_control(text: str, keep: str = "") -> str:
+    """``text`` with every control character but those in ``keep`` (``"\\n"`` for a message of several lines)
+    written as a visible escape (``\\x1b``, ``\\x07``, ``\\n``; ``\\ufffe`` above 0xff), all else unchanged.
+
+    The one function for text a server (or a scenario) controls on its way to a terminal or a file: bytes a server
+    sent then cannot retitle the window, ring the bell or rewrite the line into a fake verdict, nor break
+    junit.xml or a Markdown table. The CLI's log filter passes every log line through it (``-v``'s failed
+    requests, a managed server's last words), as the CLI does with the reasons and errors it prints; the junit
+    and Markdown writers with what they write."""
+    if not isinstance(text, str) or not _CONTROL.search(text):
+        return text
+
+    def one(m: re.Match) -> str:
+        c = m.group(0)
+        if c in keep:
+            return c
+        return _NAMED_CONTROL.get(c) or (f"\\x{ord(c):02x}" if ord(c) <= 0xFF else f"\\u{ord(c):04x}")
+
+    return _CONTROL.sub(one, text)
+
+
 # --- placements: scenario fields where ${ENV} is expanded and credentials may stand -----------------------
 
 
@@ -249,16 +342,59 @@ class Placement:
     """How one kind of target field holds secrets.
 
     ``collect(redactor, raw)`` registers the literal credentials of the field as written (``${ENV}`` unexpanded);
-    ``redact(redactor, raw)`` is the field as written in the scenario (``${ENV}`` unexpanded), as it may be
-    written to the RunDir's copy of the scenario.
+    ``redact(redactor, raw)`` is the field as written in the scenario (``${ENV}`` unexpanded, or expanded where
+    :meth:`public`), as it may be written to the RunDir's copy of the scenario.
     """
 
     collect: Callable[[Redactor, Any], None]
     redact: Callable[[Redactor, Any], Any]
+    #: ``implied(redactor, expanded)`` registers what the field implies once expanded (the ``Basic`` credentials a
+    #: URL's userinfo is sent as)
+    implied: Callable[[Redactor, Any], None] = lambda r, value: None
+    #: ``names_place(raw, start, end, value)``: whether ``value``, expanded at ``raw[start:end]`` (a string of the
+    #: field as written), only says where the requests go (a URL's host or port)
+    names_place: Callable[[str, int, int, str], bool] = lambda raw, start, end, value: False
+
+    def public(self, raw: str, ref: re.Match, value: str) -> bool:
+        """Whether the ``${ENV}`` reference ``ref`` in ``raw`` (a string of this field, as written) expands to no
+        secret: its value only says where the requests go (:attr:`names_place`) and its name does not say it is a
+        credential (``KEY``, ``TOKEN``...). Such a value is written and printed as it is; every other expanded
+        value is a secret (and so is this one wherever it is registered as one)."""
+        name = ref.group(1)
+        return (not (_SECRET_NAME.search(name) or _SECRET_PARAM.search(name))
+                and self.names_place(raw, ref.start(), ref.end(), value))
+
+
+#: A value that can only name where requests go: a host name, an IP address (IPv6 in brackets), a port.
+_HOST_VALUE = re.compile(r"^[A-Za-z0-9._\-:\[\]%]+$")
+_AUTHORITY = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://(?:[^/?#@]*@)?(?P<host>[^/?#@]*)(?=[/?#]|$)")
+
+
+def url_host_span(url: str) -> tuple[int, int] | None:
+    """Where ``url`` (as written) names its host and port, as (start, end); None when it names none."""
+    m = _AUTHORITY.match(url) if isinstance(url, str) else None
+    return m.span("host") if m else None
+
+
+def _url_place(raw: str, start: int, end: int, value: str) -> bool:
+    """A value expanded into a URL's host or port that leaves the URL valid (``http://[${KEY}]/`` does not)."""
+    span = url_host_span(raw)
+    if span is None or not (span[0] <= start and end <= span[1]) or not _HOST_VALUE.match(value):
+        return False
+    try:
+        parts = urlsplit(ENV_REF.sub("0", raw[:start]) + value + ENV_REF.sub("0", raw[end:]))  # others: a port
+        parts.port  # noqa: B018 (raises ValueError for a port that is no number)
+    except ValueError:
+        return False
+    return True
 
 
 def _collect_url(r: Redactor, value: Any) -> None:
     r.add_url(value if isinstance(value, str) else None)
+
+
+def _userinfo(r: Redactor, value: Any) -> None:
+    r.add_userinfo(value if isinstance(value, str) else None)
 
 
 def _redact_url_field(r: Redactor, raw: Any) -> Any:
@@ -311,8 +447,8 @@ def register_placement(field: str, placement: Placement) -> None:
     PLACEMENTS[field] = placement
 
 
-register_placement("url", Placement(_collect_url, _redact_url_field))
-register_placement("metrics_url", Placement(_collect_url, _redact_url_field))
+register_placement("url", Placement(_collect_url, _redact_url_field, _userinfo, _url_place))
+register_placement("metrics_url", Placement(_collect_url, _redact_url_field, _userinfo, _url_place))
 register_placement("headers", Placement(_collect_headers, _redact_headers_field))
 register_placement("extra_body", json_placement())  # request options merged into every body (workloads)
 

@@ -1,7 +1,9 @@
 """junit.xml for CI systems: one testsuite per target (the fresh starts of a cold-start study: one per
 architecture, a testcase per objective and start), one testcase per objective that applies to it,
 a <failure> for each objective missed. Run-level warnings (incomplete, generator-limited) go to
-the suite's system-err, so the test counts stay one per objective."""
+the suite's system-err, so the test counts stay one per objective. It always parses: a control character (which XML
+1.0 forbids) in a name or a message, from a RunDir written before names were checked or from a server's text, is
+written as an escape (``\\x1b``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from loadgen.records.rundir import write_text
+from loadgen.redact import escape_control
 from reports import fmt, model
 from reports.loader import RunData
 
@@ -58,7 +61,10 @@ def render_junit(run: RunData) -> str:
     root.set("failures", str(failures))
     root.set("errors", "0")
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    # the serializer leaves control characters as they are (XML 1.0 forbids them): they can only come from the
+    # run's text, never from the markup, so the whole document is escaped at once
+    body = escape_control(ET.tostring(root, encoding="unicode"), keep="\n\t")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"
 
 
 def write_junit(run: RunData, out: Path) -> Path:

@@ -1,5 +1,6 @@
 """summary.md: the verdict and headline numbers as GitHub-flavoured Markdown, for pull-request comments
-and ``$GITHUB_STEP_SUMMARY``. Text from the RunDir is HTML-escaped and pipes are escaped in cells."""
+and ``$GITHUB_STEP_SUMMARY``. Text from the RunDir is HTML-escaped, pipes are escaped in cells and control
+characters are shown as escapes (``\\x1b``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import html
 from pathlib import Path
 
 from loadgen.records.rundir import write_text
+from loadgen.redact import escape_control
 from reports import fmt, model, repeats
 from reports.headline import headline
 from reports.loader import RunData
@@ -16,13 +18,14 @@ ICON = {"passed": "✅", "failed": "❌", "invalid": "⚠️"}
 
 
 def esc(text) -> str:
-    """Safe inside a Markdown table cell: no HTML, no pipes, no newlines."""
-    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+    """Safe inside a Markdown table cell: no HTML, no pipes, no newlines, no control characters."""
+    text = html.escape(escape_control(str(text), keep="\n"), quote=False)
+    return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
 def code(text) -> str:
     """Inside a code span HTML is shown literally, so only backticks, pipes and newlines need care."""
-    return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+    return "`" + escape_control(str(text), keep="\n").replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
 
 
 def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> list[str]:

@@ -404,6 +404,15 @@ async def echo_ok(req, w):
     w.write(_full(200, b"not json: " + json.dumps(req.headers).encode()))
 
 
+#: what mode `echo_ansi` starts its error body with: a new window title, a bell, the line wiped, a fake verdict
+ANSI_BODY = "\x1b]0;pwned\x07\x1b[2K\rverdict: PASSED\x1b[0m "
+
+
+async def echo_ansi(req, w):
+    """A hostile server: a 500 whose body drives a terminal (ESC, BEL, CR) before echoing every request header."""
+    w.write(_full(500, (ANSI_BODY + json.dumps(req.headers)).encode(), "text/plain"))
+
+
 async def health(req, w):
     w.write(_full(200, b'{"status": "ok"}'))
 
@@ -431,6 +440,7 @@ MODES = {
     "health": health, "metrics": metrics, "metrics_echo": metrics_echo,
     "sse_noline": sse_noline, "sse_noevent": sse_noevent, "headers_forever": headers_forever, "redirect": redirect,
     "redirect_away": redirect_away, "s401": _status(401, b'{"error": {"message": "invalid api key"}}'),
+    "echo_ansi": echo_ansi,
 }
 
 

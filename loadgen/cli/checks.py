@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import sys
 
-import click
-
+from loadgen.cli.common import print_errors
 from loadgen.errors import EXIT_USAGE, ScenarioError
 from loadgen.run.targets import reference_argv
 from loadgen.scenario.loader import LoadedScenario, load_scenario
@@ -46,6 +45,5 @@ def load_or_exit(path: str) -> LoadedScenario:
     try:
         return load_checked(path)
     except ScenarioError as exc:
-        for line in exc.errors:
-            click.echo(line, err=True)
+        print_errors(exc)
         sys.exit(EXIT_USAGE)

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from loadgen.errors import LatbenchError, ScenarioError, exit_code_of
-from loadgen.redact import RedactingStream, Redactor
+from loadgen.redact import RedactingStream, Redactor, escape_control
 from loadgen.units import parse_percent
 
 EXIT_CODES = """\b
@@ -30,16 +30,18 @@ def console() -> Console:
 
 
 class RedactingFilter(logging.Filter):
-    """Renders each log record through the redactor (a URL or a server message may hold a secret)."""
+    """Renders each log record through the redactor (a URL or a server message may hold a secret), its control
+    characters but line breaks and tabs escaped (a managed server's last words may hold a server's ESC bytes)."""
 
     def __init__(self, redactor: Redactor):
         super().__init__()
         self.redactor = redactor
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = self.redactor.text(record.getMessage()), None
+        record.msg, record.args = escape_control(self.redactor.text(record.getMessage()), keep="\n\t"), None
         if record.exc_info:  # a traceback may quote a URL: render it now, redacted
-            record.exc_text = self.redactor.text(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = escape_control(self.redactor.text(logging.Formatter().formatException(record.exc_info)),
+                                             keep="\n\t")
             record.exc_info = None
         return True
 
@@ -76,8 +78,14 @@ def fraction_option(text: str, name: str) -> float:
 def print_reasons(out: Console, verdict: str, reasons: list[str]) -> None:
     style = {"passed": "bold green", "failed": "bold red", "invalid": "bold yellow"}[verdict]
     out.print(f"verdict: {verdict.upper()}", style=style)
-    for r in reasons:
-        out.print(f"  - {r}", highlight=False)
+    for r in reasons:  # a reason may quote a server (its last words): no control character but its line breaks
+        out.print("  - " + escape_control(r, keep="\n"), highlight=False, markup=False)
+
+
+def print_errors(exc: ScenarioError) -> None:
+    """Each mistake of a scenario on its own line on stderr (already redacted by the loader; escaped here)."""
+    for line in exc.errors:
+        click.echo(escape_control(line), err=True)
 
 
 def exits_on_errors(fn):
@@ -91,11 +99,10 @@ def exits_on_errors(fn):
         try:
             return fn(*args, **kwargs)
         except ScenarioError as exc:
-            for line in exc.errors:
-                click.echo(line, err=True)
+            print_errors(exc)
             sys.exit(exc.exit_code)
-        except LatbenchError as exc:
-            click.echo(f"latbench: {exc}", err=True)
+        except LatbenchError as exc:  # a managed server's last words may be quoted: control characters escaped
+            click.echo("latbench: " + escape_control(str(exc), keep="\n"), err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("latbench: interrupted", err=True)

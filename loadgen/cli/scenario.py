@@ -8,6 +8,7 @@ import sys
 import click
 
 from loadgen.cli.checks import load_checked
+from loadgen.cli.common import print_errors
 from loadgen.errors import EXIT_OK, EXIT_USAGE, ScenarioError
 from loadgen.scenario.loader import scenario_schema
 
@@ -22,8 +23,7 @@ def validate(files) -> None:
             click.echo(f"{f}: ok")
         except ScenarioError as exc:
             bad += 1
-            for line in exc.errors:
-                click.echo(line, err=True)
+            print_errors(exc)
     sys.exit(EXIT_USAGE if bad else EXIT_OK)
 
 

@@ -5,7 +5,9 @@ The line names the request (its number, target and phase), its error class and H
 server or the transport said (:attr:`~loadgen.records.schema.Outcome.error_detail`: an exception, or the
 start of an error body). It goes to the ``latbench.requests`` logger at DEBUG, which only ``-v`` shows, and,
 like every log line, through the run's redaction on its way out (the CLI's logging filter): a server that
-echoes a request's headers back is quoted with its secrets redacted.
+echoes a request's headers back is quoted with its secrets redacted. What the server said is written with its
+control characters escaped (:func:`loadgen.redact.escape_control`): a server's ESC or BEL bytes never reach the
+terminal raw, in this process or in a generator process.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import logging
 import os
 from typing import TYPE_CHECKING
+
+from loadgen.redact import escape_control
 
 if TYPE_CHECKING:  # the CLI sets up logging before anything heavy (pyarrow) is imported
     from loadgen.records.schema import Outcome
@@ -38,8 +42,9 @@ def logging_failures() -> bool:
 
 
 def log_failure(target: str, phase: str, seq: int, out: Outcome) -> None:
-    """Log one failed request on one line."""
+    """Log one failed request on one line (what the server said: whitespace runs as one space, control
+    characters escaped)."""
     status = f", status {out.status}" if out.status else ""
-    detail = " ".join(out.error_detail.split())
+    detail = escape_control(" ".join(out.error_detail.split()))
     log.debug("failed request %d (target %s, phase %s): %s%s%s", seq, target or "-", phase, out.error, status,
               f": {detail}" if detail else "")

@@ -22,7 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
-from loadgen.redact import ENV_REF, PLACEMENTS, Redactor
+from loadgen.redact import ENV_REF, PLACEMENTS, Placement, Redactor
 from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.files import MAX_SCENARIO_BYTES, UnreadableFile, read_capped
 from loadgen.scenario.model import Scenario
@@ -190,52 +190,65 @@ def _shape_problem(text: str) -> tuple[yaml.Mark, tuple, str] | None:
 def _expand(data: dict, raw: dict, root: yaml.Node, fname: str, env: dict, errors: list[str],
             redactor: Redactor) -> None:
     """Expand ``${ENV}`` in every string of each placement field of each target (however nested), registering
-    each value; register each field's literal credentials (as written) and, for every string the expansion
-    changed, how it is written instead."""
-    def sub(value: str, loc: tuple) -> str:
-        def repl(m: re.Match) -> str:
-            name = m.group(1)
+    each value that is a secret (all but where :meth:`~loadgen.redact.Placement.public` says it only names a host
+    or a port); register each field's literal credentials (as written), what it implies once expanded, and, for
+    every string whose expansion holds a secret, how it is written instead (its secrets as ``${NAME}``)."""
+    def sub(value: str, loc: tuple, placement: Placement) -> tuple[str, str]:
+        """``value`` expanded, and as it may be shown: its secrets' references kept, the rest expanded."""
+        expanded, shown, pos = [], [], 0
+        for m in ENV_REF.finditer(value):
+            name, lead = m.group(1), value[pos:m.start()]
+            pos = m.end()
+            expanded.append(lead)
+            shown.append(lead)
             if name not in env:
                 errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: "
                               f"environment variable {name} is not set")
-                return ""
-            redactor.add(env[name], "${" + name + "}")  # never written out: its reference stands in its place
-            return env[name]
+                shown.append(m.group(0))
+            elif placement.public(value, m, env[name]):
+                expanded.append(env[name])
+                shown.append(env[name])  # where requests go (a host): printed as it is, usable
+            else:
+                redactor.add(env[name], "${" + name + "}")  # never written out: its reference stands in its place
+                expanded.append(env[name])
+                shown.append(m.group(0))
+        return "".join(expanded) + value[pos:], "".join(shown) + value[pos:]
 
-        return ENV_REF.sub(repl, value)
-
-    def expand(obj: Any, loc: tuple) -> Any:
+    def expand(obj: Any, loc: tuple, placement: Placement) -> tuple[Any, Any]:
         if isinstance(obj, str):
-            return sub(obj, loc)
+            return sub(obj, loc, placement)
         if isinstance(obj, dict):
-            return {k: expand(v, loc + (k,)) for k, v in obj.items()}
+            pairs = {k: expand(v, loc + (k,), placement) for k, v in obj.items()}
+            return {k: e for k, (e, _) in pairs.items()}, {k: s for k, (_, s) in pairs.items()}
         if isinstance(obj, list):
-            return [expand(v, loc + (i,)) for i, v in enumerate(obj)]
-        return obj
+            pairs = [expand(v, loc + (i,), placement) for i, v in enumerate(obj)]
+            return [e for e, _ in pairs], [s for _, s in pairs]
+        return obj, obj
 
-    pairs = list(zip(_target_locs(data), _target_locs(raw)))
-    for (prefix, t), (_, rt) in pairs:
+    fields = []
+    for (prefix, t), (_, rt) in zip(_target_locs(data), _target_locs(raw)):
         for name, placement in PLACEMENTS.items():
             if name in t:
-                t[name] = expand(t[name], prefix + (name,))
+                t[name], shown = expand(t[name], prefix + (name,), placement)
                 placement.collect(redactor, rt[name])  # literal credentials, as written
-    for (_, t), (_, rt) in pairs:  # once every secret is known: each expanded string is written as redacted
-        for name, placement in PLACEMENTS.items():
-            if name in t:
-                _expansions(t[name], rt[name], placement.redact(redactor, rt[name]), redactor)
+                placement.implied(redactor, t[name])  # what it is sent as (a URL's userinfo: Basic credentials)
+                fields.append((t[name], shown, placement))
+    for expanded, shown, placement in fields:  # once every secret is known: each expanded string, as redacted
+        _expansions(expanded, shown, placement.redact(redactor, shown), redactor)
 
 
-def _expansions(expanded: Any, raw: Any, written: Any, redactor: Redactor) -> None:
-    """Register, for each string ``${ENV}`` expansion changed, the form it is written in instead."""
-    if isinstance(expanded, str) and isinstance(raw, str) and isinstance(written, str):
-        if expanded != raw:
+def _expansions(expanded: Any, shown: Any, written: Any, redactor: Redactor) -> None:
+    """Register, for each string whose expansion holds a secret (it differs from ``shown``), the form it is
+    written in instead."""
+    if isinstance(expanded, str) and isinstance(shown, str) and isinstance(written, str):
+        if expanded != shown:
             redactor.add_expansion(expanded, written)
-    elif isinstance(expanded, dict) and isinstance(raw, dict) and isinstance(written, dict):
+    elif isinstance(expanded, dict) and isinstance(shown, dict) and isinstance(written, dict):
         for k in expanded:
-            if k in raw and k in written:
-                _expansions(expanded[k], raw[k], written[k], redactor)
-    elif isinstance(expanded, list) and isinstance(raw, list) and isinstance(written, list):
-        for e, r, w in zip(expanded, raw, written):
+            if k in shown and k in written:
+                _expansions(expanded[k], shown[k], written[k], redactor)
+    elif isinstance(expanded, list) and isinstance(shown, list) and isinstance(written, list):
+        for e, r, w in zip(expanded, shown, written):
             _expansions(e, r, w, redactor)
 
 
@@ -314,8 +327,8 @@ def load_scenario(path: str | os.PathLike, env: dict | None = None, checks: Sequ
     if scenario is not None:
         for check in checks:
             errors += [f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {msg}" for loc, msg in check(scenario)]
-    if errors:
-        raise ScenarioError(errors)
+    if errors:  # a message may quote an expanded value (a URL the parser refused): through the redaction path
+        raise ScenarioError([redactor.text(e) for e in errors])
     return LoadedScenario(scenario=scenario, path=path, raw=raw, redactor=redactor)
 
 

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from loadgen.redact import has_control
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
 from loadgen.scenario.urls import url_problem
 from loadgen.units import parse_duration, parse_rate
@@ -59,10 +60,16 @@ def _positive_duration(v: Any) -> float:
 PositiveDuration = Annotated[float, BeforeValidator(_positive_duration)]
 
 
+def _plain_name(v: str) -> str:
+    if has_control(v):  # a name is printed and written everywhere: junit.xml, summary.md, the terminal
+        raise ValueError("a name may not hold a control character (a line break, a tab, ESC...)")
+    return v
+
+
 def _scope_name(v: str) -> str:
     if ":" in v:
         raise ValueError("a name may not hold ':' (it separates an SLO's scope from its objective)")
-    return v
+    return _plain_name(v)
 
 
 class Strict(BaseModel):
@@ -690,7 +697,7 @@ def _scope_problem(tgt: str | None, name: str | None, scope: str | None, targets
 
 class Scenario(Strict):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
-    name: str = Field(description="short name; used in the RunDir's name")
+    name: Annotated[str, AfterValidator(_plain_name)] = Field(description="short name; used in the RunDir's name")
     description: str = ""
     target: Optional[Target] = None
     targets: Optional[list[Target]] = None

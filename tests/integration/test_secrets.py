@@ -8,6 +8,12 @@ bodies that are not JSON (whose text reaches error details and the -v log); a me
 URL's query into the labels of server_metrics.csv. Secrets sit in a header from ${ENV}, in literal
 credential headers, in a URL path from ${ENV}, in a metrics URL's query from ${ENV}, as a URL password
 written literally, as a literal ``?api_key=`` in a scenario URL, and in ``--target``'s userinfo and query.
+They are looked for in the forms they leak in too: JSON-escaped (a secret holding a quote), as the ``Basic``
+credentials a userinfo is sent as, and cut short where a server's message is kept to its first characters.
+
+What a server sends never drives the terminal (issue 27, item 14): a server whose error body holds ESC and BEL
+bytes is quoted by ``-v`` with them escaped. An ``${ENV}`` host is no secret (item 17): the URL that
+``latbench watch`` prints is usable.
 
 Redaction must also rewrite nothing but secrets (issue 13, item 4): a short ${ENV} value (``http``) expanded
 into a URL leaves error classes such as ``http_5xx`` alone, and the URL is written as the scenario wrote it.
@@ -15,6 +21,7 @@ into a URL leaves error classes such as ``http_5xx`` alone, and the URL is writt
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -33,10 +40,21 @@ SECRETS = {
     "LB_PLANT_HEADER": "sk-plantedHEADER-7f3a9c",
     "LB_PLANT_PATH": "plantedPATH-51de02",
     "LB_PLANT_QUERY": "plantedQUERY-a8b7c6",
+    "LB_PLANT_QUOTED": 'pl"antedQUOTED-2e2e2e',  # echoed JSON-escaped, and cut short inside its escaped form
 }
 LITERAL = ["literalAUTH-0b1c2d", "literalGOOG-9e8d7c", "literalPASSWORD-4f4f4f", "literalAPIKEY-3e3e3e"]
 TARGET_FLAG = ["flagPASSWORD-6a6a6a", "flagAPIKEY-5b5b5b"]  # in --target's userinfo and query
-ALL = list(SECRETS.values()) + LITERAL + TARGET_FLAG
+HOSTILE_FLAG = "flagBASIC-8c8c8c"  # the password of --target against the server that sends ESC bytes
+ALL = list(SECRETS.values()) + LITERAL + TARGET_FLAG + [HOSTILE_FLAG]
+#: the Basic credentials each userinfo is sent as
+BASIC = [base64.b64encode(pair.encode()).decode() for pair in
+         (f"user:{LITERAL[2]}", f"bob:{TARGET_FLAG[0]}", f"bob:{HOSTILE_FLAG}")]
+CUT = 12  # a leak is found from this many first characters of a form on (a message cut inside a secret)
+
+
+def _leak_forms(secret: str) -> set[str]:
+    """How a secret may appear in text: as is, JSON-escaped, Python-quoted; each from its first CUT characters."""
+    return {form[:CUT] for form in (secret, json.dumps(secret)[1:-1], repr(secret)[1:-1])}
 
 
 def _scenario(metrics_port: int = 9) -> str:
@@ -67,6 +85,11 @@ def _scenario(metrics_port: int = 9) -> str:
         url: "http://127.0.0.1:{metrics_port}/echo/v1?api_key={LITERAL[3]}&api-version=2024-02-01"
         model: m
         stream: false
+      - name: quoted
+        url: "http://127.0.0.1:{metrics_port}/echo/v1"
+        model: m
+        stream: false
+        headers: {{Authorization: "Bearer ${{LB_PLANT_QUOTED}}"}}
     load:
       arrival: constant
       phases:
@@ -108,13 +131,14 @@ def target_flag_run(tmp_path_factory, echo_server):
 
 def _assert_nowhere(r: subprocess.CompletedProcess, rd: Path) -> None:
     files = [f for f in rd.rglob("*") if f.is_file()]
+    forms = {f for s in ALL + BASIC for f in _leak_forms(s)}
     for f in files:
         data = f.read_bytes()
-        for s in ALL:
+        for s in forms:
             assert s.encode() not in data, (s, f)
     for stream, text in (("stdout", r.stdout), ("stderr", r.stderr)):
-        leaked = [ln for ln in text.splitlines() if any(s in ln for s in ALL)]
-        assert not leaked, (stream, leaked[0][:200])
+        leaked = [ln for ln in text.splitlines() if any(s in ln for s in forms)]
+        assert not leaked, (stream, leaked[0][:300])
 
 
 def test_planted_secrets_appear_in_no_file_of_the_rundir_nor_any_output(verbose_run, echo_server):
@@ -166,7 +190,7 @@ def test_short_expanded_values_are_hidden_where_placed_and_rewrite_nothing_else(
 
 def test_loader_collects_every_expanded_and_literal_credential(tmp_path):
     loaded = load_scenario(write_scenario(tmp_path, _scenario()), env=dict(SECRETS))
-    assert set(loaded.secrets) >= set(ALL) - set(TARGET_FLAG)
+    assert set(loaded.secrets) >= set(ALL) - set(TARGET_FLAG) - {HOSTILE_FLAG}
     red = loaded.redacted()
     flat = repr(red)
     assert not any(s in flat for s in ALL)
@@ -195,3 +219,83 @@ def test_a_repeated_capacity_search_writes_and_prints_no_secret(tmp_path, echo_s
     top = json.loads((rd / "capacity.json").read_text())
     assert top["repeats"] == 2 and top["unreachable"] is False
     _assert_nowhere(r, rd)
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory, echo_server):
+    """``latbench -v run --target http://bob:PASSWORD@...`` against a server whose 500s start with terminal
+    control sequences and echo every header back (the Basic credentials the userinfo is sent as among them)."""
+    tmp = tmp_path_factory.mktemp("secrets-hostile")
+    path = write_scenario(tmp, """
+    name: hostile
+    target: {url: "http://127.0.0.1:9/v1", model: m, stream: false}
+    load:
+      arrival: constant
+      phases: [{name: main, duration: 600ms, qps: 10}]
+    slo: ["error_rate < 1%"]
+    """)
+    url = f"http://bob:{HOSTILE_FLAG}@127.0.0.1:{echo_server.port}/echo_ansi/v1"
+    return _latbench(["-v", "run", str(path), "--target", url], tmp)
+
+
+def test_the_basic_credentials_of_a_target_userinfo_are_never_printed(hostile_run, echo_server):
+    """Issue 27, item 3: --target with userinfo is sent as `Authorization: Basic base64(user:password)`; a
+    server echoing it got that base64 printed by -v (the encoded form was no registered secret)."""
+    r, rd = hostile_run
+    assert r.returncode == 1, r.stdout + r.stderr  # every request answered 500: the SLO failed
+    assert echo_server.hits["echo_ansi"] > 0
+    assert "failed request" in r.stderr and '"Authorization": "Basic ***"' in r.stderr, r.stderr[-2000:]
+    _assert_nowhere(r, rd)
+
+
+def test_control_bytes_a_server_sends_never_reach_the_terminal_raw(hostile_run):
+    """Issue 27, item 14: -v wrote a server's ESC and BEL bytes to the terminal: the window retitled, a line
+    wiped and a fake "verdict: PASSED" printed. They are escaped, and the only verdict is latbench's."""
+    r, _ = hostile_run
+    for stream, text in (("stdout", r.stdout), ("stderr", r.stderr)):
+        assert "\x1b" not in text and "\x07" not in text, (stream, text[-2000:])
+        assert not [ln for ln in text.splitlines() if ln.startswith("verdict: PASSED")], stream
+    assert "\\x1b]0;pwned\\x07\\x1b[2K verdict: PASSED" in r.stderr, r.stderr[-2000:]  # shown, escaped (CR: a space)
+    assert "verdict: FAILED" in r.stdout
+
+
+def test_a_secret_in_a_validation_error_is_never_printed(tmp_path):
+    """Issue 27, item 3: `metrics_url: "http://[${KEY}]/metrics"` printed the expanded key in the error."""
+    path = write_scenario(tmp_path, """
+    name: bad
+    target: {url: "http://127.0.0.1:9/v1", metrics_url: "http://[${LB_PLANT_HEADER}]/metrics"}
+    load: {phases: [{name: main, duration: 1s, qps: 1}]}
+    """)
+    r = subprocess.run(LATBENCH + ["validate", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env={**os.environ, **SECRETS})
+    assert r.returncode == 2
+    (line,) = r.stderr.splitlines()
+    assert line.startswith(f"{path}:3:") and "target.metrics_url: not a URL" in line, line
+    assert "${LB_PLANT_HEADER}" in line and SECRETS["LB_PLANT_HEADER"] not in r.stdout + r.stderr
+
+
+def test_an_env_host_is_printed_as_it_is_by_watch(tmp_path, echo_server):
+    """Issue 27, item 17: a target's host from ${ENV} was taken for a secret, so LATBENCH_METRICS_URL (and every
+    127.0.0.1 printed) read `http://${LB_WATCH_HOST}:port/metrics`. A host is where requests go, no secret; a
+    secret header beside it stays hidden."""
+    path = write_scenario(tmp_path, f"""
+    name: envhost
+    target:
+      url: "http://${{LB_WATCH_HOST}}:{echo_server.port}/ok/v1"
+      model: m
+      stream: false
+      headers: {{Authorization: "Bearer ${{LB_PLANT_HEADER}}"}}
+    load: {{phases: [{{name: main, duration: 1s, qps: 1}}]}}
+    """)
+    r = subprocess.run(LATBENCH + ["watch", str(path), "--metrics-port", "0", "--qps", "5", "--duration", "1s",
+                                   "--status-every", "10s", "--out", str(tmp_path / "runs")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env={**os.environ, **SECRETS, "LB_WATCH_HOST": "127.0.0.1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("LATBENCH_METRICS_URL=")]
+    assert line.startswith("LATBENCH_METRICS_URL=http://127.0.0.1:") and line.endswith("/metrics"), line
+    (rd,) = list((tmp_path / "runs").iterdir())
+    meta = json.loads((rd / "meta.json").read_text())
+    assert meta["targets"][0]["url"] == f"http://127.0.0.1:{echo_server.port}/ok/v1"
+    assert "${LB_WATCH_HOST}" in (rd / "scenario.yaml").read_text()  # the scenario copy, as written
+    assert SECRETS["LB_PLANT_HEADER"] not in r.stdout + r.stderr

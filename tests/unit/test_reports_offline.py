@@ -93,3 +93,19 @@ def test_loader_reads_meta_and_targets(tmp_path):
     run = load_rundir(path)
     assert [t.name for t in run.targets] == ["x", "y"] and run.complete and not run.targets[0].recomputed
     assert len(run.targets[0].frame()) == 300 and "latency" in run.targets[0].frame()
+
+
+def test_control_characters_in_names_leave_junit_parsing_and_summary_escaped(tmp_path):
+    """Issue 27, item 13: a scenario name holding ESC and BEL (a RunDir written before names were checked) went
+    raw into junit.xml, which no longer parsed, and into summary.md."""
+    path = synthetic_rundir(tmp_path / "run", 300, name="evil\x1b]0;title\x07", targets=(("t\x1b[2Kx", 0.05),))
+    meta = json.loads((path / "meta.json").read_text())
+    meta["scenario"] = "evil\x1b]0;title\x07\x00"
+    (path / "meta.json").write_text(json.dumps(meta))
+    write_outputs(path, html=False)
+    root = ET.parse(path / "junit.xml").getroot()  # parses
+    assert root.get("name") == "latbench: evil\\x1b]0;title\\x07\\x00"
+    assert {s.get("name") for s in root} == {"evil\\x1b]0;title\\x07\\x00 / t\\x1b[2Kx"}
+    md = (path / "summary.md").read_text()
+    assert not any(c in md for c in "\x1b\x07\x00")
+    assert "evil\\x1b]0;title\\x07\\x00" in md and "t\\x1b[2Kx" in md

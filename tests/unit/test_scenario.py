@@ -372,3 +372,24 @@ def test_a_device_a_pipe_or_an_oversized_file_is_refused_naming_it(tmp_path):
                  f"{ds}:4:12: workload.dataset: /dev/zero: cannot read dataset: {device}",
                  f"{tr}:3:27: load.trace.file: /dev/zero: cannot read the trace: {device}"):
         assert any(line.startswith(want) for line in lines), (want, r.output)
+
+
+def test_control_characters_in_names_are_refused_with_their_line(tmp_path):
+    """Issue 27, item 13: a name is written to junit.xml, summary.md and the terminal; a control character in it
+    (ESC, BEL, a tab: escapes of a double-quoted YAML string) is refused where it stands."""
+    path = write_scenario(tmp_path, """\
+name: "run\\e]0;title\\a"
+targets:
+  - {name: "t\\tb", url: "http://127.0.0.1:8000/v1"}
+load:
+  phases:
+    - {name: "p\\x9b2K", duration: 1s, qps: 1}
+""")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path, env={})
+    errs = e.value.errors
+    assert len(errs) == 3, errs
+    f = str(path)
+    assert errs[0].startswith(f"{f}:1:") and "name: a name may not hold a control character" in errs[0]
+    assert errs[1].startswith(f"{f}:3:") and "targets[0].name: a name may not hold a control character" in errs[1]
+    assert errs[2].startswith(f"{f}:6:") and "load.phases[0].name: a name may not hold a control character" in errs[2]
