@@ -43,7 +43,7 @@ from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopRe
 from loadgen.protocols.shape import MAX_PARSED_BODY, BodyReader, shape_problem
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome, PromptCounts
-from loadgen.scenario.model import HttpRequest, Target, Workload
+from loadgen.scenario.model import HttpRequest, Target, Workload, is_client_header
 from loadgen.scenario.prompts import Prompt
 from loadgen.scenario.tokenizer import Tokenizer
 from loadgen.scenario.urls import join_url
@@ -81,9 +81,11 @@ def _event_json(ev: bytes):
 
 
 def _headers(base: dict[str, str], target: Target) -> tuple[tuple[str, str], ...]:
-    """Protocol headers, then the target's own; a target header replaces one of the same name."""
+    """Protocol headers, then the target's own; a target header replaces one of the same name. Headers the client
+    writes itself (Content-Length, Transfer-Encoding...: the scenario refuses them) are never passed on."""
     own = {k.lower() for k in target.headers}
-    return tuple((k, v) for k, v in base.items() if k.lower() not in own) + tuple(target.headers.items())
+    return (tuple((k, v) for k, v in base.items() if k.lower() not in own)
+            + tuple((k, v) for k, v in target.headers.items() if not is_client_header(k)))
 
 
 def _base_url(target: Target, base_url: str | None) -> str:

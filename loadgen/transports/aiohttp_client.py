@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
+from loadgen.transports.base import sendable
 from loadgen.transports.inflate import ACCEPT_ENCODING, inflating
 
 if TYPE_CHECKING:
@@ -105,8 +106,9 @@ class AiohttpTransport:
         """Send ``req``; fill ``out``. Never raises for a failed request (but lets cancellation through)."""
         out.sent = clock()
         try:
-            async with self._session.request(req.method, req.url, data=req.body or None, headers=req.headers,
-                                             trace_request_ctx=out, allow_redirects=False) as resp:
+            async with self._session.request(req.method, req.url, data=req.body or None,
+                                             headers=sendable(req.headers), trace_request_ctx=out,
+                                             allow_redirects=False) as resp:
                 out.first_byte = clock()
                 handler = inflating(handler, resp.headers.get("Content-Encoding"))
                 handler.on_status(resp.status, out)

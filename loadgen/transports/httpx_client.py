@@ -19,6 +19,7 @@ import time
 
 from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
+from loadgen.transports.base import sendable
 from loadgen.transports.inflate import ACCEPT_ENCODING, inflating
 
 __all__ = ["HttpxTransport", "classify"]
@@ -123,7 +124,7 @@ class HttpxTransport:
         out.sent = clock()
         try:
             request = self._client.build_request(req.method, req.url, content=req.body or None,
-                                                 headers=req.headers, extensions={"trace": _Trace(out)})
+                                                 headers=sendable(req.headers), extensions={"trace": _Trace(out)})
             resp = await self._client.send(request, stream=True)
             stopped = None
             try:
