@@ -67,7 +67,8 @@ class LeanTransport:
     connects in progress per host (see :data:`MAX_CONNECTING`); ``receive_stamps``: a response's reads are
     stamped with their arrival, the kernel's receive timestamp (:mod:`loadgen.transports.lean_socket`), not
     when they are read. No ``Accept-Encoding`` is
-    sent, so servers answer uncompressed and ``bytes_in`` counts what crossed the wire.
+    sent, so servers answer uncompressed and ``bytes_in`` counts what crossed the wire; a body compressed
+    anyway is inflated with the transports' cap (:mod:`loadgen.transports.inflate`), never trusted raw.
     """
 
     name = "lean"
