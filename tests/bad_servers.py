@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import json
 import socket
 import ssl
@@ -21,6 +22,7 @@ import struct
 import subprocess
 import threading
 import time
+import zlib
 from pathlib import Path
 
 BIG_BYTES = 100 * 1024 * 1024  # the 100 MB body of mode `big`
@@ -30,6 +32,8 @@ SLOW_S = 1.0  # mode `slow` answers after this long
 STALL_S = 30.0  # mode `stall` sends headers, then nothing for this long
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
 FLOOD_MB = 64  # megabytes sent by modes `sse_noline`, `sse_noevent` and `headers_forever`
+LONG_BYTES = 2 * 1024 * 1024  # the 200 answers of modes `html_long` and `error_long`
+BOMB_MIB = 1024  # what mode `gzip_bomb`'s ~1 MB body inflates to
 
 
 def self_signed_cert(folder: Path) -> tuple[Path, Path]:
@@ -340,6 +344,62 @@ async def big(req, w):
     w.write(tail)
 
 
+async def html_long(req, w):
+    """A 2 MB HTML page with status 200 (a proxy's or a login page where an API answer was expected)."""
+    page = b"<!DOCTYPE html>\n<html><body>\n" + b"<p>lorem ipsum</p>\n" * (LONG_BYTES // 19) + b"</body></html>\n"
+    await _write_long(w, _full(200, page, "text/html"))
+
+
+async def error_long(req, w):
+    """A 2 MB `{"error": ...}` JSON body with status 200."""
+    body = json.dumps({"error": {"message": "overloaded " + "x" * LONG_BYTES, "type": "server_error"}}).encode()
+    await _write_long(w, _full(200, body))
+
+
+async def _write_long(w, data: bytes) -> None:
+    for i in range(0, len(data), 1 << 16):
+        w.write(data[i:i + (1 << 16)])
+        await w.drain()  # raises once the client has closed
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """~1 MB of gzip that inflates to BOMB_MIB MiB: one valid-looking chat answer, ``{"choices": [`` then spaces.
+
+    Never held inflated: 1 MiB of spaces is deflated once with a full flush (which resets the dictionary, so its
+    bytes stand alone) and those bytes repeated; the CRC is streamed over the same block."""
+    head = b'{"id": "x", "object": "chat.completion", "choices": ['
+    tail = b'], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}'
+    block = b" " * (1 << 20)
+
+    def deflate(data: bytes, mode: int) -> bytes:
+        c = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+        return c.compress(data) + c.flush(mode)
+
+    crc = zlib.crc32(head)
+    for _ in range(BOMB_MIB):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(tail, crc)
+    size = len(head) + BOMB_MIB * len(block) + len(tail)
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + deflate(head, zlib.Z_FULL_FLUSH)
+            + deflate(block, zlib.Z_FULL_FLUSH) * BOMB_MIB + deflate(tail, zlib.Z_FINISH)
+            + struct.pack("<II", crc, size & 0xFFFFFFFF))
+
+
+async def gzip_bomb_mode(req, w):
+    """Content-Encoding: gzip, ~1 MB on the wire, BOMB_MIB MiB inflated (sent whatever the request accepts)."""
+    bomb = gzip_bomb()
+    await _write_long(w, _head(200, {"Content-Type": "application/json", "Content-Encoding": "gzip",
+                                     "Content-Length": str(len(bomb))}) + bomb)
+
+
+async def gzip_ok(req, w):
+    """A valid chat answer, gzip-compressed (sent whatever the request accepts)."""
+    body = zlib.compress(good_json(), wbits=16 + zlib.MAX_WBITS)
+    w.write(_head(200, {"Content-Type": "application/json", "Content-Encoding": "gzip",
+                        "Content-Length": str(len(body))}) + body)
+
+
 async def _drip(w, gap: float):
     w.write(_head(200, {"Content-Type": "text/event-stream"}))  # delimited by close
     data = good_stream()
@@ -441,6 +501,7 @@ MODES = {
     "sse_noline": sse_noline, "sse_noevent": sse_noevent, "headers_forever": headers_forever, "redirect": redirect,
     "redirect_away": redirect_away, "s401": _status(401, b'{"error": {"message": "invalid api key"}}'),
     "echo_ansi": echo_ansi,
+    "html_long": html_long, "error_long": error_long, "gzip_bomb": gzip_bomb_mode, "gzip_ok": gzip_ok,
 }
 
 

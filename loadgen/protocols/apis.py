@@ -18,9 +18,10 @@ what it means into the :class:`~loadgen.records.schema.Outcome`:
   ``bad_stream``: no ``[DONE]`` before the body ended, an error object or
   ``event: error`` in the stream, a data line that is not JSON, or a line or event over
   ``target.max_event_bytes`` (the stream is then not read further: its connection is closed).
-- **JSON bodies**: parsed once at the end; tokens from ``usage``, else the answer's text counted with the
-  tokenizer when there is one. ``bad_response``: invalid JSON, an ``error`` object, no ``choices`` (chat,
-  completions) or no ``data`` list (embeddings).
+- **JSON bodies**: read as they arrive and judged at their end by :mod:`loadgen.protocols.shape` (at every size:
+  parsed up to 1 MiB, scanned in bounded memory past it); tokens from ``usage``, else the answer's text counted
+  with the tokenizer when there is one. ``bad_response``: not JSON (an HTML page, a body cut short), an ``error``
+  object, no ``choices`` (chat, completions) or no ``data`` list (embeddings).
 
 Request bodies: latbench's fields (model, messages/prompt/input, max_tokens, stream, stream_options), then
 ``target.extra_body`` and a dataset entry's own ``extra_body`` merged over it (neither may set latbench's
@@ -39,9 +40,10 @@ import re
 from urllib.parse import quote, urlsplit
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.shape import MAX_PARSED_BODY, BodyReader, shape_problem
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome, PromptCounts
-from loadgen.scenario.model import HttpRequest, Target, Workload
+from loadgen.scenario.model import HttpRequest, Target, Workload, is_client_header
 from loadgen.scenario.prompts import Prompt
 from loadgen.scenario.tokenizer import Tokenizer
 from loadgen.scenario.urls import join_url
@@ -55,9 +57,6 @@ __all__ = [
     "make_protocol",
 ]
 
-#: A JSON body is kept for parsing up to this many bytes; beyond it only a tail is kept (for ``usage``).
-MAX_PARSED_BODY = 1 << 20
-_TAIL = 1 << 16
 _DETAIL = 200  # characters of a server's message kept in error_detail
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -82,9 +81,11 @@ def _event_json(ev: bytes):
 
 
 def _headers(base: dict[str, str], target: Target) -> tuple[tuple[str, str], ...]:
-    """Protocol headers, then the target's own; a target header replaces one of the same name."""
+    """Protocol headers, then the target's own; a target header replaces one of the same name. Headers the client
+    writes itself (Content-Length, Transfer-Encoding...: the scenario refuses them) are never passed on."""
     own = {k.lower() for k in target.headers}
-    return tuple((k, v) for k, v in base.items() if k.lower() not in own) + tuple(target.headers.items())
+    return (tuple((k, v) for k, v in base.items() if k.lower() not in own)
+            + tuple((k, v) for k, v in target.headers.items() if not is_client_header(k)))
 
 
 def _base_url(target: Target, base_url: str | None) -> str:
@@ -271,16 +272,15 @@ class StreamHandler(ResponseHandler):
 
 
 class JsonHandler(ResponseHandler):
-    """Reads a whole JSON body (bounded) and checks it holds ``key`` as a list."""
+    """Reads a whole JSON body as it arrives (bounded: :class:`~loadgen.protocols.shape.BodyReader`) and judges it
+    as an answer of ``api`` (:func:`~loadgen.protocols.shape.shape_problem`)."""
 
-    __slots__ = ("_parts", "_size", "_tail", "_live", "_key", "_output", "_counter", "_keep")
+    __slots__ = ("_reader", "_live", "_api", "_output", "_counter", "_keep")
 
-    def __init__(self, key: str, output: bool, counter=None, keep_answer: bool = False):
-        self._parts: list[bytes] = []
-        self._size = 0
-        self._tail = b""  # the last bytes of a body too long to keep whole
+    def __init__(self, api: str, output: bool, counter=None, keep_answer: bool = False):
+        self._reader = BodyReader()
         self._live = True
-        self._key = key  # "choices" or "data"
+        self._api = api  # openai-chat, openai-completions or embeddings
         self._output = output  # usage has completion_tokens
         self._counter = counter  # text -> tokens: counts the answer when the server sends no usage
         self._keep = keep_answer  # keep the answer's text in out.answer (conversations)
@@ -295,47 +295,25 @@ class JsonHandler(ResponseHandler):
             if out.status >= 300:
                 keep_error_body(data, out)
             return
-        if self._size < MAX_PARSED_BODY:
-            self._parts.append(data)
-        else:  # too long to parse: keep only a tail, where OpenAI-style bodies put `usage`
-            self._parts.clear()
-            self._tail = (self._tail + data)[-_TAIL:]
-        self._size += len(data)
+        self._reader.feed(data)
 
     def on_end(self, out: Outcome) -> None:
         if not self._live:
             return
-        if self._tail:
-            self._usage_from_tail(out)  # too long to parse whole: trust the status, read usage if we can
-            return
-        body = b"".join(self._parts)
-        try:
-            obj = json.loads(body)
-        except ValueError:
-            return self._bad(out, "not JSON: " + body[:_DETAIL].decode("utf-8", "replace"))
-        if not isinstance(obj, dict):
-            return self._bad(out, "not a JSON object")
-        if obj.get("error"):
-            return self._bad(out, "error: " + json.dumps(obj["error"])[:_DETAIL])
-        if not isinstance(obj.get(self._key), list):
-            return self._bad(out, f"no {self._key!r} list in the response")
+        obj, problem = self._reader.result()
+        problem = problem or shape_problem(self._api, obj)
+        if problem:
+            return self._bad(out, problem)
         usage = obj.get("usage")
         if isinstance(usage, dict):
             _usage(out, usage, self._output)
+        choices = obj.get("choices")
+        if not isinstance(choices, list):  # embeddings, or an answer too long to parse (Large): no text to read
+            return
         if self._output and self._counter is not None and out.output_tokens_source != "usage":
-            out.output_tokens, out.output_tokens_source = self._counter(_answer_text(obj["choices"])), "tokenizer"
+            out.output_tokens, out.output_tokens_source = self._counter(_answer_text(choices)), "tokenizer"
         if self._keep:
-            out.answer = _answer_text(obj["choices"], reasoning=False)
-
-    _COUNT = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
-
-    def _usage_from_tail(self, out: Outcome) -> None:
-        for name, value in self._COUNT.findall(self._tail):
-            if name == b"prompt_tokens":
-                out.prompt_tokens = int(value)
-            elif self._output:
-                out.output_tokens = int(value)
-                out.output_tokens_source = "usage"
+            out.answer = _answer_text(choices, reasoning=False)
 
     @staticmethod
     def _bad(out: Outcome, detail: str) -> None:
@@ -428,7 +406,7 @@ class ChatProtocol(_OpenAI):
     def handler(self) -> ResponseHandler:
         if self.stream:
             return StreamHandler(True, self.counter, self.max_event_bytes, self.keep_answer)
-        return JsonHandler("choices", True, self.counter, self.keep_answer)
+        return JsonHandler(self.name, True, self.counter, self.keep_answer)
 
 
 class CompletionsProtocol(_OpenAI):
@@ -443,7 +421,7 @@ class CompletionsProtocol(_OpenAI):
     def handler(self) -> ResponseHandler:
         if self.stream:
             return StreamHandler(False, self.counter, self.max_event_bytes, self.keep_answer)
-        return JsonHandler("choices", True, self.counter, self.keep_answer)
+        return JsonHandler(self.name, True, self.counter, self.keep_answer)
 
 
 class EmbeddingsProtocol(_OpenAI):
@@ -462,7 +440,7 @@ class EmbeddingsProtocol(_OpenAI):
         return self._options(body, prompt)
 
     def handler(self) -> ResponseHandler:
-        return JsonHandler("data", output=False)
+        return JsonHandler(self.name, output=False)
 
 
 _FIELD = re.compile(r"(\{seq\}|\{prompt\})")

@@ -106,12 +106,9 @@ class AnthropicStream(EventStreamHandler):
 
 class AnthropicJson(JsonBodyHandler):
     __slots__ = ()
+    api = "anthropic-messages"
 
     def read(self, obj: dict, out: Outcome) -> str | None:
-        if obj.get("type") == "error":
-            return "error: " + json.dumps(obj.get("error"))
-        if not isinstance(obj.get("content"), list):
-            return "no 'content' list in the response"
         _anthropic_usage(out, obj.get("usage"))
         return None
 
@@ -185,12 +182,9 @@ class ResponsesStream(EventStreamHandler):
 
 class ResponsesJson(JsonBodyHandler):
     __slots__ = ()
+    api = "openai-responses"
 
     def read(self, obj: dict, out: Outcome) -> str | None:
-        if obj.get("status") == "failed":
-            return "status failed: " + json.dumps(obj.get("error"))
-        if not isinstance(obj.get("output"), list):
-            return "no 'output' list in the response"
         _responses_usage(None, out, obj.get("usage"))
         return None
 
@@ -219,10 +213,9 @@ QUERY_WORDS = 8
 
 class RerankJson(JsonBodyHandler):
     __slots__ = ()
+    api = "rerank"
 
     def read(self, obj: dict, out: Outcome) -> str | None:
-        if not isinstance(obj.get("results"), list):
-            return "no 'results' list in the response"
         usage = obj.get("usage")
         if isinstance(usage, dict):
             pt = as_int(usage.get("prompt_tokens"))

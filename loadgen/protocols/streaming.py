@@ -3,8 +3,9 @@
 :class:`EventStreamHandler` reads a server-sent-event stream whose events are JSON objects and leaves their
 meaning to :meth:`EventStreamHandler.on_event`; it records token chunks the one way every protocol must
 (:meth:`EventStreamHandler.token`): the first of any kind sets ``first_token``, the first answer (not
-reasoning) ``first_answer``, each one's arrival goes into ``token_times``. :class:`JsonBodyHandler` keeps a
-whole JSON body (bounded) and hands the parsed object to :meth:`JsonBodyHandler.read`.
+reasoning) ``first_answer``, each one's arrival goes into ``token_times``. :class:`JsonBodyHandler` reads a
+whole JSON body (bounded), judges its shape (:mod:`loadgen.protocols.shape`) and hands the parsed object to
+:meth:`JsonBodyHandler.read`.
 
 Failures follow the OpenAI handlers (:mod:`loadgen.protocols.apis`): ``bad_stream`` for a stream that breaks
 its protocol (an error event, a data line that is not JSON, no end event when the protocol has one),
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 import json
 
-from loadgen.protocols.apis import MAX_PARSED_BODY
 from loadgen.protocols.base import ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome
 
@@ -113,13 +114,17 @@ class EventStreamHandler(ResponseHandler):
 
 
 class JsonBodyHandler(ResponseHandler):
-    """Keeps a JSON body (up to MAX_PARSED_BODY bytes) and hands it to :meth:`read` at its end."""
+    """Reads a JSON body as it arrives (bounded: :class:`~loadgen.protocols.shape.BodyReader`), judges it as an
+    answer of ``api`` (:func:`~loadgen.protocols.shape.shape_problem`, with ``answer_key`` when set) and hands
+    the parsed object to :meth:`read` at its end."""
 
-    __slots__ = ("_parts", "_size", "_live")
+    __slots__ = ("_reader", "_live")
+
+    api = ""  # the API whose answer this is (see loadgen.protocols.shape)
+    answer_key: str | None = None  # replaces the API's answer key (a tensor named by the target)
 
     def __init__(self) -> None:
-        self._parts: list[bytes] = []
-        self._size = 0
+        self._reader = BodyReader()
         self._live = True
 
     def on_status(self, status: int, out: Outcome) -> None:
@@ -131,30 +136,19 @@ class JsonBodyHandler(ResponseHandler):
         if not self._live and out.status >= 300:
             keep_error_body(data, out)
         if self._live:
-            self._size += len(data)
-            if self._size <= MAX_PARSED_BODY:
-                self._parts.append(data)
+            self._reader.feed(data)
 
     def on_end(self, out: Outcome) -> None:
         if not self._live:
             return
-        if self._size > MAX_PARSED_BODY:  # too long to parse: the status says it succeeded
-            return
-        body = b"".join(self._parts)
-        try:
-            obj = json.loads(body)
-        except ValueError:
-            return bad_response(out, "not JSON: " + body[:DETAIL].decode("utf-8", "replace"))
-        if not isinstance(obj, dict):
-            return bad_response(out, "not a JSON object")
-        if obj.get("error"):
-            return bad_response(out, "error: " + json.dumps(obj["error"])[:DETAIL])
-        problem = self.read(obj, out)
+        obj, problem = self._reader.result()
+        problem = problem or shape_problem(self.api, obj, self.answer_key) or self.read(obj, out)
         if problem:
             bad_response(out, problem)
 
     def read(self, obj: dict, out: Outcome) -> str | None:
-        """Read the parsed body; return what is wrong with it, or None."""
+        """Read a body of the API's shape (a value too long to parse is a :class:`~loadgen.protocols.shape.Large`);
+        return what else is wrong with it, or None."""
         raise NotImplementedError
 
 

@@ -120,6 +120,25 @@ def header_problem(name: str, value: str) -> str | None:
     return None
 
 
+#: Headers the HTTP client writes itself (framing, connection management): a target may not set them. Host may be
+#: set (a virtual host behind an address); every transport sends the target's then.
+CLIENT_HEADERS = ("Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Upgrade",
+                  "TE", "Trailer")
+_CLIENT_HEADERS = frozenset(h.lower() for h in CLIENT_HEADERS)
+
+
+def is_client_header(name: str) -> bool:
+    """Whether the HTTP client owns header ``name`` (see :data:`CLIENT_HEADERS`), whatever its case."""
+    return name.lower() in _CLIENT_HEADERS
+
+
+def _header_name(name: str) -> str:
+    if is_client_header(name):
+        raise ValueError(f"the HTTP client writes this header itself (as every framing and connection header: "
+                         f"{', '.join(CLIENT_HEADERS)}); remove it")
+    return name
+
+
 def _no_control(v: str, what: str) -> str:
     if any(c in v for c in "\r\n\0"):
         raise ValueError(f"{what} holds a line break or a NUL character")
@@ -190,7 +209,7 @@ class Target(Strict):
     stream: bool = True
     continuous_usage_stats: bool = Field(False, description="ask for usage in every stream chunk (vLLM's "
                                          "stream_options.continuous_usage_stats): exact tokens per chunk")
-    headers: dict[str, str] = Field(default_factory=dict,
+    headers: dict[Annotated[str, AfterValidator(_header_name)], str] = Field(default_factory=dict,
                                     description="extra headers; ${ENV} is expanded at run time and never written out")
     request: Optional[HttpRequest] = None
     kserve: KServeTensors = Field(default_factory=KServeTensors, description="kserve-v2 / triton-generate tensors")

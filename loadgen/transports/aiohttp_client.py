@@ -1,5 +1,6 @@
 """The aiohttp transport: TLS, proxies; connection phases through aiohttp's TraceConfig. Redirects are not
-followed (a 3xx is recorded as ``http_3xx``, as on every transport).
+followed (a 3xx is recorded as ``http_3xx``, as on every transport). A compressed body is inflated with the
+transports' cap (:mod:`loadgen.transports.inflate`), not by aiohttp, which inflates without one.
 
 Foreign exceptions stop here: every failure becomes an error class on the Outcome (STYLE habit 6).
 """
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
+from loadgen.transports.base import sendable
+from loadgen.transports.inflate import ACCEPT_ENCODING, inflating
 
 if TYPE_CHECKING:
     import aiohttp
@@ -89,9 +92,9 @@ class AiohttpTransport:
             connector=connector,
             trace_configs=[tc],
             timeout=aiohttp.ClientTimeout(total=None),
-            auto_decompress=True,
+            auto_decompress=False,  # inflated with a cap by loadgen.transports.inflate
             skip_auto_headers=("User-Agent",),
-            headers={"User-Agent": "latbench"},
+            headers={"User-Agent": "latbench", "Accept-Encoding": ACCEPT_ENCODING},
         )
 
     async def close(self) -> None:
@@ -103,9 +106,11 @@ class AiohttpTransport:
         """Send ``req``; fill ``out``. Never raises for a failed request (but lets cancellation through)."""
         out.sent = clock()
         try:
-            async with self._session.request(req.method, req.url, data=req.body or None, headers=req.headers,
-                                             trace_request_ctx=out, allow_redirects=False) as resp:
+            async with self._session.request(req.method, req.url, data=req.body or None,
+                                             headers=sendable(req.headers), trace_request_ctx=out,
+                                             allow_redirects=False) as resp:
                 out.first_byte = clock()
+                handler = inflating(handler, resp.headers.get("Content-Encoding"))
                 handler.on_status(resp.status, out)
                 try:
                     async for chunk in resp.content.iter_any():

@@ -13,6 +13,7 @@ from typing import Callable, Protocol
 
 from loadgen.protocols.base import Request, ResponseHandler
 from loadgen.records.schema import Outcome
+from loadgen.scenario.model import is_client_header
 
 
 class Transport(Protocol):
@@ -27,3 +28,12 @@ class Transport(Protocol):
 
     async def send(self, req: Request, handler: ResponseHandler, out: Outcome) -> None:
         """Send ``req`` and fill ``out`` (times on the perf_counter clock, error class on failure)."""
+
+
+def sendable(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """``headers`` less those the transport writes itself (Content-Length, Transfer-Encoding, Connection...:
+    :data:`~loadgen.scenario.model.CLIENT_HEADERS`): a request never carries a framing header beside the
+    transport's own (a Transfer-Encoding beside a Content-Length is a malformed request)."""
+    if not any(is_client_header(k) for k, _ in headers):
+        return headers
+    return tuple((k, v) for k, v in headers if not is_client_header(k))

@@ -6,7 +6,8 @@ HTTP/1.1 unless ``http1=False``, which makes it use HTTP/2 with prior knowledge 
 Requires the ``h2`` package for HTTP/2 (``pip install 'httpx[http2]'``).
 
 Foreign exceptions stop here: every failure becomes an error class on the Outcome (STYLE habit 6),
-the same classes as the aiohttp transport.
+the same classes as the aiohttp transport. A compressed body is read raw and inflated with the transports'
+cap (:mod:`loadgen.transports.inflate`), not by httpx, which inflates a read whole.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import time
 
 from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
+from loadgen.transports.base import sendable
+from loadgen.transports.inflate import ACCEPT_ENCODING, inflating
 
 __all__ = ["HttpxTransport", "classify"]
 
@@ -109,7 +112,7 @@ class HttpxTransport:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         self._client = httpx.AsyncClient(http1=self._http1, http2=self._http2, verify=self._verify, limits=limits,
                                          timeout=httpx.Timeout(None), follow_redirects=False,
-                                         headers={"User-Agent": "latbench"})
+                                         headers={"User-Agent": "latbench", "Accept-Encoding": ACCEPT_ENCODING})
 
     async def close(self) -> None:
         if self._client is not None:
@@ -120,14 +123,15 @@ class HttpxTransport:
         """Send ``req``; fill ``out``. Never raises for a failed request (but lets cancellation through)."""
         out.sent = clock()
         try:
-            request = self._client.build_request(req.method, req.url, content=req.body or None, headers=req.headers,
-                                                 extensions={"trace": _Trace(out)})
+            request = self._client.build_request(req.method, req.url, content=req.body or None,
+                                                 headers=sendable(req.headers), extensions={"trace": _Trace(out)})
             resp = await self._client.send(request, stream=True)
             stopped = None
             try:
                 out.first_byte = clock()
+                handler = inflating(handler, resp.headers.get("Content-Encoding"))
                 handler.on_status(resp.status_code, out)
-                async for chunk in resp.aiter_bytes():
+                async for chunk in resp.aiter_raw():
                     handler.on_body(chunk, clock(), out)
             except StopResponse as exc:  # the handler read enough (a cap): closing unread drops the connection
                 stopped = exc

@@ -35,6 +35,7 @@ from loadgen.errors import UnsupportedURL
 from loadgen.protocols.base import Request, ResponseHandler
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import MAX_HEADER_BYTES
+from loadgen.transports.base import sendable
 from loadgen.transports.lean_conn import DNS_TTL, RETRY, Call, Conn, Site, clock
 from loadgen.transports.lean_socket import StampedSocket, Stamps, available
 
@@ -66,7 +67,8 @@ class LeanTransport:
     connects in progress per host (see :data:`MAX_CONNECTING`); ``receive_stamps``: a response's reads are
     stamped with their arrival, the kernel's receive timestamp (:mod:`loadgen.transports.lean_socket`), not
     when they are read. No ``Accept-Encoding`` is
-    sent, so servers answer uncompressed and ``bytes_in`` counts what crossed the wire.
+    sent, so servers answer uncompressed and ``bytes_in`` counts what crossed the wire; a body compressed
+    anyway is inflated with the transports' cap (:mod:`loadgen.transports.inflate`), never trusted raw.
     """
 
     name = "lean"
@@ -121,15 +123,16 @@ class LeanTransport:
         site = self._sites.get(netloc)
         if site is None:
             site = self._sites[netloc] = Site(parts.hostname, port, self._dispatch)
-        host = parts.netloc.rsplit("@", 1)[-1]
-        lines = [f"{req.method} {req.path or '/'} HTTP/1.1", f"Host: {host}"]
         names = {k.lower() for k, _ in req.headers}
+        lines = [f"{req.method} {req.path or '/'} HTTP/1.1"]
+        if "host" not in names:  # the request's own Host (a virtual host behind an address) is sent as given
+            lines.append(f"Host: {parts.netloc.rsplit('@', 1)[-1]}")
         if "user-agent" not in names and self._ua:
             lines.append(f"User-Agent: {self._ua}")
         if parts.username is not None and "authorization" not in names:  # as aiohttp and httpx do with userinfo
             userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             lines.append("Authorization: Basic " + base64.b64encode(userinfo.encode("utf-8")).decode("ascii"))
-        lines.extend(f"{k}: {v}" for k, v in req.headers if k.lower() not in ("host", "content-length"))
+        lines.extend(f"{k}: {v}" for k, v in sendable(req.headers))  # framing is the transport's alone
         head = ("\r\n".join(lines) + "\r\n").encode("utf-8")
         if len(self._heads) >= _HEAD_CACHE_MAX:
             self._heads.clear()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import time
 from collections import deque
 
@@ -23,10 +24,12 @@ from httptools import HttpParserCallbackError, HttpParserError, HttpResponsePars
 
 from loadgen.protocols.base import ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
+from loadgen.transports.inflate import inflating
 
 clock = time.perf_counter
 DNS_TTL = 300.0  # seconds a resolved host name is reused (aiohttp's ttl_dns_cache)
 RETRY = "retry"  # a reused connection died before any response byte
+_CODING = re.compile(rb"\r\ncontent-encoding[ \t]*:[ \t]*([^\r\n]*)", re.IGNORECASE)
 
 
 class Call:
@@ -183,6 +186,9 @@ class Conn(asyncio.Protocol):
         self._keep = keep = self.parser.should_keep_alive()
         # llhttp keeps alive only a framed body; otherwise look at the headers once (no per-header callback)
         self._framed = keep or self._has_framing()
+        coding = _CODING.search(self._raw, 0, self._raw.find(b"\r\n\r\n"))
+        if coding is not None:  # asked for none, but sent compressed: inflated with the cap (never trusted raw)
+            call.handler = inflating(call.handler, coding.group(1).decode("latin-1"))
         call.handler.on_status(status, call.out)
         if self._head:  # a HEAD response has no body whatever its Content-Length says
             self._keep = False

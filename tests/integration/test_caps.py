@@ -20,7 +20,8 @@ from loadgen.records.schema import Outcome
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt
 from loadgen.transports.factory import make_transport
-from tests.bad_servers import FLOOD_MB, BadServer
+from loadgen.transports.inflate import MAX_INFLATED_BYTES
+from tests.bad_servers import FLOOD_MB, LONG_BYTES, BadServer, gzip_bomb
 from tests.helpers import run
 
 CAP = 256 * 1024
@@ -87,3 +88,30 @@ def test_every_streaming_api_cuts_an_unterminated_line_at_the_cap(server, api):
     out, took, peak = asyncio.run(_one(target))
     assert out.error == "bad_stream" and "max_event_bytes" in out.error_detail, (out.error, out.error_detail)
     assert peak < 16 * (1 << 20) and out.bytes_in < 16 * (1 << 20)
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp", "httpx"])
+def test_a_long_body_is_judged_by_its_shape_not_its_status(server, transport):
+    """Issue 27, item 6: a 2 MB HTML page or a 2 MB `{"error": ...}` with status 200 was a success (a body past
+    1 MiB was trusted on its status). Both are bad_response, read in bounded memory."""
+    for mode, detail in (("html_long", "not JSON: starts '<!DOCTYPE html>\\n<html>"),
+                         ("error_long", 'an error object: {"message": "overloaded xxx')):
+        target = Target(url=server.url(mode), stream=False, transport=transport)
+        out, took, peak = asyncio.run(_one(target))
+        assert (out.status, out.error) == (200, "bad_response") and out.error_detail.startswith(detail), out
+        assert out.bytes_in > LONG_BYTES and peak < 16 * (1 << 20), peak
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp", "httpx"])
+def test_a_gzip_bomb_is_cut_at_the_inflate_cap(server, transport):
+    """Issue 27, item 6: 1 MB of gzip inflating to 1 GiB (a valid-looking answer) was a success, inflated whole
+    (aiohttp) or in 64 MiB reads (httpx), or trusted raw (lean). Every transport inflates with one cap: past it the
+    request is bad_response and no more is read; a small gzip answer still reads as one."""
+    gzip_bomb()  # made before the memory is measured (the server runs in this process)
+    ok, _, _ = asyncio.run(_one(Target(url=server.url("gzip_ok"), stream=False, transport=transport)))
+    assert (ok.error, ok.prompt_tokens, ok.output_tokens) == ("", 5, 3), ok
+    out, took, peak = asyncio.run(_one(Target(url=server.url("gzip_bomb"), stream=False, transport=transport)))
+    assert (out.status, out.error) == (200, "bad_response"), out
+    assert "gzip body inflates past 64 MiB" in out.error_detail, out.error_detail
+    assert out.bytes_in <= MAX_INFLATED_BYTES and peak < 16 * (1 << 20), peak
+    assert took < 20  # the whole GiB was never inflated

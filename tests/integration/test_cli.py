@@ -51,6 +51,26 @@ def test_validate_and_schema(tmp_path):
     assert sch.returncode == 0 and json.loads(sch.stdout)["title"] == "latbench scenario"
 
 
+def test_validate_refuses_a_framing_header_at_its_line(tmp_path):
+    """Issue 27, item 15: `Transfer-Encoding: chunked` in a target's headers went out beside Content-Length (a
+    malformed request). validate refuses every header the client writes itself, at the header's own line."""
+    path = write_scenario(tmp_path, """\
+    name: te
+    target:
+      url: http://127.0.0.1:9/v1
+      headers:
+        Authorization: Bearer x
+        Transfer-Encoding: chunked
+        Host: api.example
+    load: {phases: [{name: main, duration: 1s, qps: 1}]}
+    """)
+    no = subprocess.run(LATBENCH + ["validate", str(path)], capture_output=True, text=True)
+    assert no.returncode == 2, no.stderr
+    (line,) = [ln for ln in no.stderr.splitlines() if ln.startswith(str(path))]
+    assert line.startswith(f"{path}:6:") and "target.headers.Transfer-Encoding: the HTTP client writes" in line
+    assert "Content-Length" in line and "Bearer" not in no.stderr  # the valid choices named; no value quoted
+
+
 def test_sigint_stops_cleanly_keeps_records_and_marks_incomplete(tmp_path, known_server):
     srv = known_server(delay=0.02)
     path = write_scenario(tmp_path, scenario(srv.url))

@@ -289,6 +289,39 @@ def test_cancelled_request_leaves_the_transport_usable(servers, transport):
     assert (outs[1].status, outs[1].error, outs[1].bytes_in) == (200, "", 5)
 
 
+def test_no_transport_sends_a_framing_header_beside_its_own(transport):
+    """Issue 27, item 15: a request's Transfer-Encoding (or Connection, Content-Length) went out beside the
+    transport's Content-Length on every transport. The transport's framing alone is sent; a Host is the request's."""
+    seen = []
+
+    async def go():
+        async def handle(reader, writer):
+            seen.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        t = _make(transport)
+        await t.start()
+        out = Outcome()
+        headers = (("Transfer-Encoding", "chunked"), ("connection", "upgrade"), ("Content-Length", "9"),
+                   ("Host", "api.example"), ("X-K", "v"))
+        await t.send(Request("POST", f"http://127.0.0.1:{port}/x", "/x", headers, b"abc", False), ResponseHandler(),
+                     out)
+        await t.close()
+        srv.close()
+        return out
+
+    out = run_async(go())
+    assert (out.status, out.error) == (204, "")
+    head = seen[0].decode().lower()
+    assert "transfer-encoding" not in head and "upgrade" not in head and head.count("content-length:") == 1
+    assert "\r\ncontent-length: 3\r\n" in head and "\r\nx-k: v\r\n" in head
+    assert head.count("\r\nhost:") == 1 and "\r\nhost: api.example\r\n" in head
+
+
 # --- lean only -----------------------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ import gevent
 
 from loadgen.protocols.base import Request, ResponseHandler, StopResponse
 from loadgen.records.schema import Outcome
+from loadgen.transports.base import sendable
 
 clock = time.perf_counter
 
@@ -104,8 +105,9 @@ def _discard(resp) -> None:
 
 
 def request_headers(req: Request) -> dict:
-    """The request's headers, asking for an uncompressed body (it is parsed as it arrives)."""
-    headers = dict(req.headers)
+    """The request's headers (less the framing ones the client writes: :func:`~loadgen.transports.base.sendable`),
+    asking for an uncompressed body (it is parsed as it arrives)."""
+    headers = dict(sendable(req.headers))
     if not any(k.lower() == "accept-encoding" for k in headers):
         headers["Accept-Encoding"] = "identity"
     return headers
