@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from loadgen.records.workers import LostWorker
 from loadgen.scenario.slo import show_value
 
 UNREACHABLE_CLASSES = frozenset({"connect", "dns", "tls"})
@@ -101,6 +102,8 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
                               f"{t.name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)"))
         if s.get("generator_limited"):
             out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
+        for w in s.get("lost_workers") or []:  # which worker made the run incomplete, named for its target
+            out.append(Reason(Kind.INTERRUPTED, t.name, f"{t.name}: {LostWorker.from_json(w).sentence()}"))
     if t.failed_fast:
         out.append(Reason(Kind.FAILED_FAST, t.name,
                           f"{t.name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
