@@ -313,3 +313,76 @@ def test_a_rogue_worker_without_the_secret_gets_no_header_and_is_named_in_the_lo
     assert not res.interrupted, res.notes
     assert {w["label"] for w in res.workers} == {"local-0", "remote-ok"}
     assert len(df) == 20 and set(df["worker"]) == {0, 1} and (df["error"] == "").all()
+
+
+def _kill_worker_at_start(label: str, found: dict, stop: threading.Event) -> None:
+    """SIGKILL the local worker ``label`` as soon as its process exists (long before it can join)."""
+    import time
+
+    while not stop.is_set() and not found:
+        for child in psutil.Process(os.getpid()).children(recursive=True):
+            try:
+                cmd = child.cmdline()
+            except psutil.Error:
+                continue
+            if "loadgen.engine.locust.worker" in cmd and label in cmd:
+                os.kill(child.pid, signal.SIGKILL)
+                found.update(pid=child.pid, at=time.monotonic())
+                return
+        time.sleep(0.01)
+
+
+def test_a_worker_dying_in_start_up_is_reported_within_seconds_by_name(tmp_path, known_server):
+    """Issue 27, item 19: a local worker that died before it joined cost the whole connect timeout (60 s) and the
+    terminal said only "interrupted". Now the master sees its process end, stops waiting, and names it."""
+    import time
+
+    srv = known_server()
+    found, stop = {}, threading.Event()
+    killer = threading.Thread(target=_kill_worker_at_start, args=("local-1", found, stop), daemon=True)
+    killer.start()
+    try:
+        plans, res, table = run(scenario(tmp_path, srv.url, qps=10, duration=2, stream=False), srv.url,
+                                tmp_path / "t", workers=2, model="known", connect_timeout=30)
+    finally:
+        stop.set()
+    assert found, "the test did not find worker local-1"
+    assert time.monotonic() - found["at"] < 8.0  # seconds, not the 30 s connect timeout
+    assert res.interrupted and table.num_rows == 0
+    (lost,) = res.lost_workers
+    assert (lost.label, lost.during, lost.pid, lost.exit_code) == ("local-1", "start-up", found["pid"], -9)
+    assert any("local-1" in n and "SIGKILL" in n and "start-up" in n for n in res.notes), res.notes
+
+
+def test_a_dead_worker_is_named_in_the_verdict_and_in_summary_md(tmp_path, known_server):
+    """Issue 27, item 20: the killed worker was named in summary.json's notes only; the verdict said "interrupted"
+    and so did the report. Now an interrupted reason for its target names it, and summary.md shows it."""
+    import reports
+    from loadgen.analysis.verdict import Kind
+    from loadgen.engine.options import EngineOptions
+    from loadgen.run.runner import run_scenario
+    from loadgen.scenario.loader import load_scenario
+
+    srv = known_server(delay=0.02)
+    killed = {}
+
+    def on_progress(p):
+        if p["t"] > 0.8 and not killed:
+            for child in psutil.Process(os.getpid()).children(recursive=True):
+                if "local-1" in " ".join(child.cmdline()):
+                    killed["pid"] = child.pid
+                    os.kill(child.pid, signal.SIGKILL)
+
+    path = scenario(tmp_path, srv.url, qps=20, duration=2, stream=False)
+    result = run_scenario(load_scenario(path), out=str(tmp_path / "runs"),
+                          opts=EngineOptions("locust", workers=2, on_progress=on_progress))
+    assert killed, "the test did not find worker local-1"
+    assert result.verdict.outcome == "invalid"
+    (tr,) = result.targets
+    named = [r for r in result.verdict.reasons if r.kind is Kind.INTERRUPTED and r.target == tr.name]
+    assert len(named) == 1 and "local-1" in named[0].text and "SIGKILL" in named[0].text, result.reasons
+    stored = json.loads((result.rundir.path / "meta.json").read_text())["verdict"]
+    assert any(r["target"] == tr.name and "local-1" in r["text"] for r in stored["reasons"]), stored
+    reports.write_outputs(result.rundir.path, html=False)
+    md = (result.rundir.path / "summary.md").read_text()
+    assert any("local-1" in line and "died mid-run" in line for line in md.splitlines()), md

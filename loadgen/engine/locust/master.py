@@ -238,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     runner.quit()
     writer.close()
     _write_locust_csv(env, out / RESULT_CSV)
+    if not any(w["k"] is not None for w in workers.values()):  # the run never started: nothing to wait for
+        for p in procs.values():
+            p.terminate()
     for p in procs.values():
         try:
             p.wait(5)
