@@ -39,7 +39,7 @@ import gevent
 from locust.env import Environment
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
-from loadgen.engine.locust.auth import SECRET_ENV
+from loadgen.engine.locust.auth import SECRET_ENV, SECRET_FILE_ENV
 from loadgen.engine.locust.handshake import GuardedMaster
 from loadgen.engine.locust.launch import URL_ENV
 from loadgen.engine.locust.worker import DEFAULT_PORT, make_user_class, parse_master, warm_up
@@ -92,10 +92,11 @@ def run_config(scenario_path: str, target_index: int, url: str, model: str) -> t
 
 
 def _local_worker(connect: str, label: str, secret: str) -> subprocess.Popen:
-    """A local worker process; the run's secret goes in its environment, never on its command line."""
+    """A local worker process; the run's secret goes in its environment, never on its command line (and no
+    secret file of the caller's, which the worker would read first)."""
     argv = [sys.executable, "-m", "loadgen.engine.locust.worker", "--master", connect, "--label", label]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            env={**os.environ, SECRET_ENV: secret})
+    env = {k: v for k, v in os.environ.items() if k != SECRET_FILE_ENV}
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env={**env, SECRET_ENV: secret})
 
 
 def main(argv: list[str] | None = None) -> int:
