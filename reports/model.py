@@ -251,7 +251,8 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
     warnings = [f"{td.name}: no records: this target did not run" for td in run.targets if td.summary is None]
     warnings += [r.text + ("; these numbers describe the load generator, not the server"
                            if r.kind is Kind.GENERATOR_LIMITED else "")
-                 for r in v.reasons if r.kind is not Kind.SLO and r.kind is not Kind.INTERRUPTED]
+                 for r in v.reasons if r.kind is not Kind.SLO
+                 and (r.kind is not Kind.INTERRUPTED or r.target is not None)]  # the run-wide one: the banner below
     warnings += [f"warning: {w.text}" for w in v.warnings]
     warnings += [f"{td.name}: summary recomputed from the records the run left behind"
                  for td in run.targets if td.recomputed]

@@ -13,6 +13,7 @@ from enum import Enum
 
 from loadgen.analysis.failures import SERVICE_CLASSES, describe
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from loadgen.records.workers import LostWorker
 from loadgen.scenario.slo import show_value
 
 UNREACHABLE_CLASSES = frozenset({"connect", "dns", "tls"})
@@ -138,6 +139,8 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
         out += _failure_reasons(t.name, s)
         if s.get("generator_limited"):
             out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
+        for w in s.get("lost_workers") or []:  # which worker made the run incomplete, named for its target
+            out.append(Reason(Kind.INTERRUPTED, t.name, f"{t.name}: {LostWorker.from_json(w).sentence()}"))
     if t.failed_fast:
         out.append(Reason(Kind.FAILED_FAST, t.name,
                           f"{t.name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))

@@ -16,6 +16,7 @@ from typing import Callable, Protocol
 
 from loadgen.engine.failfast import FailFast
 from loadgen.engine.live import LiveStats
+from loadgen.records.workers import LostWorker
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Cancel, Target
 from loadgen.schedule.arrivals import PhasePlan
@@ -92,6 +93,7 @@ class EngineResult:
     failed_fast: str | None = None  # the objective that stopped the run early (--fail-fast)
     processes: int = 1  # generator processes that sent the load
     error_example: dict | None = None  # the first failed request: error class, status, what it said (redact it)
+    lost_workers: list[LostWorker] = field(default_factory=list)  # workers that died before finishing their share
 
 
 class RunControl(Protocol):

@@ -312,6 +312,7 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
     summary["model"] = mt.model
     summary["engine"] = engine
     summary["generator"]["receive_stamps"] = receive_stamps(mt.target, engine)  # arrival (kernel) or read time
+    summary["lost_workers"] = [w.to_json() for w in res.lost_workers]  # the verdict names each (its target's)
     if trace is not None:
         summary["trace"] = trace
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study

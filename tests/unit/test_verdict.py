@@ -77,3 +77,22 @@ def test_every_request_failed_names_the_commonest_failure_and_an_example():
     (r,) = judge([TargetOutcome("a", s)]).reasons
     assert r.kind == Kind.SETUP and "http_4xx (HTTP 404) on 100 of 100" in r.text and "Not Found" in r.text
     assert "\x1b" not in r.text and "\x07" not in r.text
+
+
+def test_a_lost_worker_is_named_in_an_interrupted_reason_of_its_target():
+    """Issue 27, item 20: which worker made the run incomplete is in the verdict, for its target."""
+    from loadgen.records.workers import LostWorker
+
+    lost = [LostWorker("local-1", "run", index=1, exit_code=-9, at=2.14, records=40),
+            LostWorker("hostb:77", "run", index=2, host="hostb", pid=77, at=3.0, records=5),
+            LostWorker("local-0", "start-up", pid=4242, exit_code=1)]
+    s = {**summary(), "lost_workers": [w.to_json() for w in lost]}
+    assert [LostWorker.from_json(w) for w in s["lost_workers"]] == lost
+    v = judge([TargetOutcome("a", s)], interrupted=True)
+    assert v.outcome == "invalid"
+    assert [r.text for r in v.reasons if r.kind is Kind.INTERRUPTED and r.target == "a"] == [
+        "a: Locust worker local-1 (index 1) died mid-run at 2.1 s (killed by SIGKILL); its 40 records received are "
+        "kept, its later ones are missing",
+        "a: Locust worker hostb:77 (index 2) died mid-run at 3.0 s (its heartbeat stopped); its 5 records received "
+        "are kept, its later ones are missing",
+        "a: Locust worker local-0 (pid 4242) exited during start-up (exit code 1); nothing was sent"]

@@ -20,9 +20,11 @@ from typing import Callable
 
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.lifeline import Lifeline, kill_group
+from loadgen.engine.locust.auth import SECRET_ENV, SECRET_FILE_ENV, new_secret, read_secret
 from loadgen.errors import UsageError
 from loadgen.records.rundir import REQUESTS
 from loadgen.records.schema import RecordWriter, records_exist
+from loadgen.records.workers import LostWorker
 
 _ROOT = Path(__file__).resolve().parents[3]  # the folder holding the loadgen package
 
@@ -59,10 +61,23 @@ def master_argv(scenario_path: Path, target_index: int, model: str, tdir: Path, 
             "--connect-timeout", str(connect_timeout)]
 
 
+def worker_secret(expect_workers: int | None) -> str:
+    """The secret this run's workers must prove they know: the user's (:func:`~loadgen.engine.locust.auth.
+    read_secret`), else, with only local workers, a fresh one. Workers from other hosts need the user's: a
+    UsageError says how to give it."""
+    secret = read_secret()
+    if secret is None and expect_workers:
+        raise UsageError(f"--expect-workers: workers from other hosts must prove they know the run's secret: set "
+                         f"{SECRET_ENV} (or {SECRET_FILE_ENV}, a file holding it) for latbench run and for each "
+                         "latbench worker (which also takes --secret-file)")
+    return secret or new_secret()
+
+
 def run_target_locust(scenario_path: Path, target_index: int, url: str, model: str, tdir: Path, workers: int = 1,
                       expect_workers: int | None = None, master_bind: str = "127.0.0.1",
                       on_progress: Callable[[dict], None] | None = None, connect_timeout: float = 60.0,
-                      on_master: Callable[[dict], None] | None = None) -> LocustResult:
+                      on_master: Callable[[dict], None] | None = None,
+                      secret: str | None = None) -> LocustResult:
     """Run one target of a scenario on Locust's master/worker runners; records go to ``tdir/requests.parquet``.
 
     The caller summarizes from ``requests.parquet`` as for the native engine. ``workers`` local worker processes
@@ -74,11 +89,16 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
     ``in_flight``, ``errors``, ``workers`` (alive) and ``of``. ``on_master(dict)`` once the master is
     bound: ``host``, ``port``.
 
+    ``secret``: what every worker must prove it knows before the master sends it anything (default
+    :func:`worker_secret`); it reaches the master and its local workers through their environment only.
+
     Interruption: a KeyboardInterrupt while waiting stops sending (in-flight requests get the grace
     period); a second aborts them. Either way the records taken are kept and ``interrupted`` is True.
-    A worker that dies mid-run also makes ``interrupted`` True, with a note naming it. A master that
-    fails returns ``interrupted`` with a note (never raises for it).
+    A worker that dies mid-run, or a local one during start-up (found within a second: the run does not
+    start), also makes ``interrupted`` True, with a note and a ``lost_workers`` entry naming it. A master
+    that fails returns ``interrupted`` with a note (never raises for it).
     """
+    secret = secret or worker_secret(expect_workers)
     tdir = Path(tdir)
     tdir.mkdir(parents=True, exist_ok=True)
     argv = master_argv(scenario_path, target_index, model, tdir, workers, expect_workers, master_bind,
@@ -88,7 +108,7 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
     # local workers end with this process, however it ends (loadgen.engine.lifeline).
     lifeline = Lifeline()
     proc = subprocess.Popen(lifeline.wrap(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**child_env(), URL_ENV: url},
+                            stderr=subprocess.PIPE, text=True, env={**child_env(), URL_ENV: url, SECRET_ENV: secret},
                             pass_fds=lifeline.pass_fds,
                             start_new_session=True)
     lifeline.started()
@@ -126,7 +146,8 @@ def run_target_locust(scenario_path: Path, target_index: int, url: str, model: s
     return LocustResult(t0=result["t0"], wall_start=result["wall_start"], duration=result["duration"],
                                requests=result["requests"], interrupted=result["interrupted"] or interrupts > 0,
                                cpu_seconds=result["cpu_seconds"], notes=result["notes"],
-                               processes=result["processes"], workers=result["workers"])
+                               processes=result["processes"], workers=result["workers"],
+                               lost_workers=[LostWorker.from_json(w) for w in result["lost_workers"]])
 
 
 def _relay(stream) -> None:
@@ -152,15 +173,18 @@ class LocustEngine:
     name = "locust"
 
     def __init__(self, workers: int = 1, expect_workers: int | None = None, master_bind: str = "127.0.0.1",
-                 on_progress: Callable[[dict], None] | None = None):
+                 on_progress: Callable[[dict], None] | None = None, secret: str | None = None):
         self.workers, self.expect_workers = workers, expect_workers
         self.master_bind, self.on_progress = master_bind, on_progress
+        self.secret = secret  # None: worker_secret(), when the run starts
 
     def run(self, mt: MeasuredTarget, on_engine: OnEngine | None = None,
             fail_fast: float | None = None) -> LocustResult:
         if mt.loaded.scenario.workload.cancel is not None:
             raise UsageError("workload.cancel (client-side aborts) is not available with --engine locust: "
                              "use the native engine")
+        secret = self.secret or worker_secret(self.expect_workers)
+        mt.loaded.redactor.add(secret)  # never written nor printed, even if some message quoted it
         return run_target_locust(mt.loaded.path, mt.index, mt.url, mt.model, mt.tdir, workers=self.workers,
                                  expect_workers=self.expect_workers, master_bind=self.master_bind,
-                                 on_progress=self.on_progress)
+                                 on_progress=self.on_progress, secret=secret)

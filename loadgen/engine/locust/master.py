@@ -3,8 +3,11 @@
 Started by :func:`loadgen.engine.locust.run_target_locust`, never imported by the process that runs
 the native engine (locust monkey-patches the standard library through gevent). It:
 
-1. binds Locust's ``MasterRunner`` and starts ``--workers`` local worker processes; waits until those
-   and ``--expect-workers`` remote ones have joined (``lb_hello``);
+1. binds Locust's ``MasterRunner`` (guarded: a process that joins must prove the run's secret, from
+   ``$LATBENCH_WORKER_SECRET``, before it counts as a worker or is sent anything; see
+   :mod:`loadgen.engine.locust.handshake`) and starts ``--workers`` local worker processes, the secret in
+   their environment; waits until those and ``--expect-workers`` remote ones have joined (``lb_hello``).
+   A local worker that exits before the run starts ends the wait at once (nothing is sent);
 2. numbers the workers ``k = 0..n-1``, picks the run's start ``t0_wall`` a moment ahead, sends each its
    ``lb_start``, and has Locust spawn one :class:`LatbenchUser` per worker (``runner.start(n, ...)``);
 3. writes every ``lb_records`` batch into ``<out>/requests.parquet`` as it arrives (RecordWriter);
@@ -36,10 +39,14 @@ import gevent
 from locust.env import Environment
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
+from loadgen.engine.locust.auth import SECRET_ENV, SECRET_FILE_ENV
+from loadgen.engine.locust.handshake import GuardedMaster
 from loadgen.engine.locust.launch import URL_ENV
 from loadgen.engine.locust.worker import DEFAULT_PORT, make_user_class, parse_master, warm_up
+from loadgen.engine.logs import configure_logging
 from loadgen.records.schema import RecordWriter
 from loadgen.records.wire import batch_from_bytes
+from loadgen.records.workers import LostWorker
 from loadgen.scenario.loader import load_scenario
 from loadgen.schedule.arrivals import plan_phases
 from loadgen.schedule.sharding import open_counts, plans_to_wire, seq_bases
@@ -84,9 +91,12 @@ def run_config(scenario_path: str, target_index: int, url: str, model: str) -> t
     return cfg, plans
 
 
-def _local_worker(connect: str, label: str) -> subprocess.Popen:
+def _local_worker(connect: str, label: str, secret: str) -> subprocess.Popen:
+    """A local worker process; the run's secret goes in its environment, never on its command line (and no
+    secret file of the caller's, which the worker would read first)."""
     argv = [sys.executable, "-m", "loadgen.engine.locust.worker", "--master", connect, "--label", label]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    env = {k: v for k, v in os.environ.items() if k != SECRET_FILE_ENV}
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env={**env, SECRET_ENV: secret})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if not a.url:
         ap.error(f"give --url or set {URL_ENV}")
+    secret = os.environ.get(SECRET_ENV)
+    if not secret:
+        ap.error(f"set {SECRET_ENV}: the secret the workers prove they know")
+    configure_logging()
 
     warm_up()  # before any worker's records arrive
     cfg, plans = run_config(a.scenario, a.target_index, a.url, a.model)
@@ -111,12 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     writer = RecordWriter(out / "requests.parquet")
     host, port = parse_master(a.bind, DEFAULT_PORT if a.expect_workers else 0)
     env = Environment(user_classes=[make_user_class({})], host=_origin(a.url))
-    runner = env.create_master_runner(host, port)
+    runner = GuardedMaster(env, host, port, secret)
     port = runner.server.port
     _say("LATBENCH_MASTER", {"host": host, "port": port})
 
     workers: dict[str, dict] = {}  # Locust client id -> what we know of it
     notes: list[str] = []
+    lost: list[LostWorker] = []  # workers that died before they finished
 
     def on_hello(environment, msg, **kw) -> None:
         workers.setdefault(msg.node_id, {"k": None, "rows": 0, "done": None, "dead": False, "sent": 0,
@@ -141,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
 
     connect = f"{'127.0.0.1' if host in ('*', '0.0.0.0', '') else host}:{port}"
     procs = {}
+    labels = {}  # pid -> label, of the local workers
     for i in range(a.workers):
-        p = _local_worker(connect, f"local-{i}")
-        procs[p.pid] = p
+        p = _local_worker(connect, f"local-{i}", secret)
+        procs[p.pid], labels[p.pid] = p, f"local-{i}"
     n_expected = a.workers + a.expect_workers
     stop = {"count": 0, "sent": 0}
 
@@ -154,12 +170,20 @@ def main(argv: list[str] | None = None) -> int:
         gevent.signal_handler(sig, on_signal)
 
     deadline = time.time() + a.connect_timeout
-    while len(workers) < n_expected and time.time() < deadline and not stop["count"]:
+    while (len(workers) < n_expected and time.time() < deadline and not stop["count"]
+           and all(p.poll() is None for p in procs.values())):  # a local worker that exits ends the wait at once
         gevent.sleep(0.05)
+    exited = [p for p in procs.values() if p.poll() is not None]  # also one that joined, then died
     interrupted = False
     t0_wall = time.time()
     t0 = time.perf_counter()
-    if len(workers) < n_expected:
+    if exited:
+        interrupted = True
+        for p in exited:
+            lost.append(LostWorker(labels[p.pid], "start-up", host=socket.gethostname(), pid=p.pid,
+                                   exit_code=p.returncode))
+            notes.append(lost[-1].sentence())
+    elif len(workers) < n_expected:
         interrupted = True
         notes.append(f"only {len(workers)} of {n_expected} Locust workers joined within {a.connect_timeout:g} s; "
                      "nothing was sent")
@@ -189,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                 if gone or node is None or node.state == "missing":
                     w["dead"] = True
                     interrupted = True
-                    notes.append(f"worker {w['label']} (index {w['k']}) died mid-run at {now - t0:.1f} s; "
-                                 f"its {w['rows']} records received are kept, its later records are missing")
+                    w.update(dead_at=now - t0, exit_code=p.returncode if gone else None)
+                    notes.append(_lost(w).sentence())  # the records received by now
             if not any(w["k"] is not None and not w["done"] and not w["dead"] for w in workers.values()):
                 break
             if stop["count"] > stop["sent"]:
@@ -215,17 +239,24 @@ def main(argv: list[str] | None = None) -> int:
     runner.quit()
     writer.close()
     _write_locust_csv(env, out / RESULT_CSV)
+    if not any(w["k"] is not None for w in workers.values()):  # the run never started: nothing to wait for
+        for p in procs.values():
+            p.terminate()
     for p in procs.values():
         try:
             p.wait(5)
         except subprocess.TimeoutExpired:
             p.kill()
+    if runner.refused:
+        notes.append(f"{len(runner.refused)} process(es) that joined the Locust master without proving the run's "
+                     f"secret were refused and sent nothing: {', '.join(sorted(runner.refused))}")
     done = [w["done"] for w in workers.values() if w["done"]]
     for d in done:
         notes.extend(d["notes"])
         interrupted = interrupted or d["interrupted"]
     ends = [d["end"] for d in done]
     members = [w for w in workers.values() if w["k"] is not None]
+    lost += [_lost(w) for w in members if w["dead"]]  # with every record that reached the master
     _say("LATBENCH_RESULT", {
         "t0": t0, "wall_start": t0_wall,
         "duration": max(ends) if ends else max(time.perf_counter() - t0, 0.0),
@@ -236,8 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         "processes": max(len(done), 1),
         "workers": [{"k": w["k"], "label": w["label"], "host": w["host"], "pid": w["pid"], "records": w["rows"],
                      "state": "done" if w["done"] else "dead" if w["dead"] else "unfinished"} for w in members],
+        "lost_workers": [w.to_json() for w in lost],
     })
     return 0
+
+
+def _lost(w: dict) -> LostWorker:
+    """A worker found dead mid-run, from what the master knows of it."""
+    return LostWorker(w["label"], "run", index=w["k"], host=w.get("host"), pid=w.get("pid"),
+                      exit_code=w["exit_code"], at=w["dead_at"], records=w["rows"])
 
 
 def _write_locust_csv(env, path: Path) -> None:

@@ -1,6 +1,8 @@
 """A Locust worker process: ``python -m loadgen.engine.locust.worker --master HOST[:PORT]``.
 
-It joins a master (Locust's ``WorkerRunner``), receives the run in an ``lb_start`` message, and runs
+It joins a master (Locust's ``WorkerRunner``), proves it knows the run's secret (``--secret-file``,
+``$LATBENCH_WORKER_SECRET_FILE`` or ``$LATBENCH_WORKER_SECRET``; :mod:`loadgen.engine.locust.auth`; a worker
+the master refuses exits with code 2), receives the run in an ``lb_start`` message, and runs
 ONE Locust user, :class:`LatbenchUser` (a ``FastHttpUser``), spawned by the master through Locust's
 own dispatcher. That user is the worker's pacer: it sends the worker's share of the run (see
 :mod:`loadgen.schedule.sharding`), each request in its own greenlet at its intended time, and
@@ -30,9 +32,13 @@ import gevent
 import gevent.pool
 from locust import FastHttpUser, constant, task
 from locust.env import Environment
+from locust.stats import RequestStats
 
+from loadgen.engine.locust.auth import SECRET_ENV, SECRET_FILE_ENV, read_secret
+from loadgen.engine.locust.handshake import ProvingWorker
 from loadgen.engine.locust.transport import Cancelled, fire_request_event, send
 from loadgen.engine.logs import configure_logging, log_failure, logging_failures
+from loadgen.errors import EXIT_USAGE, UsageError
 from loadgen.protocols.conversation import Sessions
 from loadgen.protocols.workload import make_workload
 from loadgen.records.schema import Outcome, RecordBuffer
@@ -321,8 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="latbench worker", description="join a latbench Locust master")
     ap.add_argument("--master", required=True, help="HOST[:PORT] of the master (port default 5557)")
     ap.add_argument("--label", default=None, help="name of this worker in notes (default host:pid)")
+    ap.add_argument("--secret-file", default=None,
+                    help=f"a file holding the run's worker secret (default: ${SECRET_FILE_ENV}, else ${SECRET_ENV})")
     a = ap.parse_args(argv)
     configure_logging()
+    try:
+        secret = read_secret(a.secret_file)
+    except UsageError as exc:
+        print(f"latbench worker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if secret is None:
+        print(f"latbench worker: the master only accepts workers that know the run's secret: set {SECRET_ENV} "
+              f"(or {SECRET_FILE_ENV}, a file holding it), or give --secret-file, as for the run", file=sys.stderr)
+        return EXIT_USAGE
     host, port = parse_master(a.master)
     # Everything a run needs was imported with this module: an import inside a message handler would
     # block the worker's only thread (and so its pacing) for as long as it takes.
@@ -330,7 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     state: dict = {}
     user_cls = make_user_class(state)
     env = Environment(user_classes=[user_cls])
-    runner = env.create_worker_runner(host, port)
+    env.stats = RequestStats(use_response_times_cache=False)  # as Environment.create_worker_runner does
+    runner = ProvingWorker(env, host, port, secret)
+    if runner.refused:
+        print(f"latbench worker: the master at {a.master} refused this worker: {runner.refused} (is the secret "
+              "the run's?)", file=sys.stderr)
+        runner.quit()
+        return EXIT_USAGE
     label = a.label or f"{socket.gethostname()}:{os.getpid()}"
 
     def on_start(environment, msg, **kw) -> None:
