@@ -33,7 +33,7 @@ import pandas as pd
 from loadgen.analysis.stats import nearest_rank
 from loadgen.schedule.arrivals import PhasePlan
 
-__all__ = ["HELD_MIN", "closed_loop_stats", "held_text"]
+__all__ = ["HELD_MIN", "closed_loop_stats", "held_share", "held_text"]
 
 #: Below this share of its concurrency, a closed loop did not hold it: the run is generator-limited.
 HELD_MIN = 0.95
@@ -91,9 +91,18 @@ def closed_loop_stats(df: pd.DataFrame, plan: PhasePlan, end: float) -> dict:
     return out
 
 
+def held_share(fraction: float) -> str:
+    """A held fraction as a whole percentage, '18%'; just below ``HELD_MIN``, rounded down with a decimal
+    ('94.9%', not '95%': a share shown as the threshold must not read as having met it)."""
+    text = f"{fraction:.0%}"
+    if fraction < HELD_MIN <= round(fraction, 2):
+        text = f"{math.floor(fraction * 1000) / 10:.1f}%"
+    return text
+
+
 def held_text(phase: str, cl: dict) -> str:
     """'closed loop held 5.9 of 32 in flight (18%) in phase steady' (sessions: 'sessions in progress')."""
     what = "sessions in progress" if cl["measure"] == "sessions" else "in flight"
     frac = cl["fraction"]
-    share = f" ({frac:.0%})" if frac is not None and not math.isnan(frac) else ""
+    share = f" ({held_share(frac)})" if frac is not None and not math.isnan(frac) else ""
     return f"closed loop held {cl['held']:.1f} of {cl['asked']} {what}{share} in phase {phase}"

@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from loadgen.analysis.closedloop import held_share
 from loadgen.analysis.stats import stat_value
 from loadgen.units import fmt_ms
 
@@ -119,6 +120,6 @@ def _held_cells(cl: dict | None) -> list[str]:
     if not cl or cl.get("held") is None:
         return ["-", "-"]
     what = " sessions" if cl["measure"] == "sessions" else ""
-    held = f"{cl['held']:.1f} of {cl['asked']}{what} ({cl['fraction']:.0%})"
+    held = f"{cl['held']:.1f} of {cl['asked']}{what} ({held_share(cl['fraction'])})"
     gap = cl.get("gap")
     return [held, f"{fmt_ms(gap['p50'], 2)}/{fmt_ms(gap['p99'], 2)}" if gap else "-"]

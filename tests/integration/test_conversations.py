@@ -164,3 +164,6 @@ def test_closed_loop_workers_hold_one_session_after_another(tmp_path, transport)
                                      on=["session", "turn"], suffixes=("", "_before"))
     assert len(later) > 0 and np.allclose(later["scheduled"] - later["done_before"], 0.03, atol=1e-9)
     assert summary["conversations"]["sessions"] >= 6
+    cl = summary["phases"]["a"]["closed_loop"]  # a user holds a session while it thinks: judged by sessions
+    assert cl["measure"] == "sessions" and cl["held"] == cl["sessions_in_progress"] >= 0.95 * 2 and not cl["limited"]
+    assert cl["requests_in_flight"] < 0.8 * 2 and sorted(df["user"].unique()) == [0, 1]
