@@ -177,8 +177,8 @@ def test_a_closed_loop_that_cannot_hold_its_concurrency_is_generator_limited(tmp
     srv = known_server(delay=0.01)
     real_next = engine_mod.NativeEngine._closed_next
 
-    def slow_next(self, state, user):
-        self._loop.call_later(0.05, real_next, self, state, user)
+    def slow_next(self, *args):
+        self._loop.call_later(0.05, real_next, self, *args)
 
     monkeypatch.setattr(engine_mod.NativeEngine, "_closed_next", slow_next)
     text = scenario(srv.url, "        - {name: c, duration: 1.5s, concurrency: 4}").replace(
