@@ -6,10 +6,16 @@ import time
 
 import numpy as np
 import pytest
+from rich.console import Console
 
+from loadgen.cli.display import summary_table
 from loadgen.engine import native as engine_mod
 from loadgen.engine.options import EngineOptions
-from tests.helpers import pct, run
+from reports import load_rundir
+from reports.markdown import render_markdown
+from reports.model import get
+from reports.report import write_report
+from tests.helpers import formatted, parse, pct, run
 
 pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
 
@@ -160,12 +166,6 @@ def test_closed_loop_users_are_numbered_within_each_sender(tmp_path, known_serve
 def test_a_closed_loop_that_cannot_hold_its_concurrency_is_generator_limited(tmp_path, known_server, monkeypatch):
     """A client made slow (50 ms from each answer to its user's next request, whatever the machine) holds about a
     sixth of its 4 users against a 10 ms server: send lag cannot see it, the held figure does, in every output."""
-    from rich.console import Console
-
-    from loadgen.cli.display import summary_table
-    from reports import load_rundir
-    from reports.markdown import render_markdown
-
     srv = known_server(delay=0.01)
     real_next = engine_mod.NativeEngine._closed_next
 
@@ -184,8 +184,14 @@ def test_a_closed_loop_that_cannot_hold_its_concurrency_is_generator_limited(tmp
     console = Console(width=250, record=True)
     console.print(summary_table("t", s))
     assert f"{cl['held']:.1f} of 4 ({cl['fraction']:.0%})" in console.export_text()
-    md = render_markdown(load_rundir(res.rundir.path))
+    loaded = load_rundir(res.rundir.path)
+    md = render_markdown(loaded)
     assert figure in md and f"| target | c (**not held**) | 4 | {cl['held']:.1f} |" in md
+    page = parse(write_report(loaded, tmp_path / "report.html"))
+    cells = {c["src"]: c for c in page.cells if "/closed_loop/" in c["src"]}
+    assert {"phases/c/closed_loop/held", "phases/c/closed_loop/gap/p99"} <= set(cells)
+    assert all(c["text"] == formatted(get(s, src), c["fmt"]) for src, c in cells.items())
+    assert "c (not held)" in "".join(page.text)
 
 
 def test_unrecorded_warmup_is_stored_but_not_counted(tmp_path, known_server):
