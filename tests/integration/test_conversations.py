@@ -138,6 +138,7 @@ def test_sessions_stay_with_the_sender_that_started_them(tmp_path, flags):
     assert np.allclose(later["scheduled"] - later["done_before"], 0.05, atol=1e-9)
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py): the sessions held
 @pytest.mark.parametrize("transport", ["lean", "aiohttp"])
 def test_closed_loop_workers_hold_one_session_after_another(tmp_path, transport):
     srv = ConversationServer(delay=0.02).start()
