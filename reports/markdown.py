@@ -94,6 +94,18 @@ def _cold_table(run: RunData) -> list[str]:
     return _table(head, rows) + ["<sub>Median over the fresh starts (range).</sub>", ""]
 
 
+def _closed_table(run: RunData) -> list[str]:
+    """Closed-loop phases: the concurrency held against the asked, and the client's done->sent gap."""
+    keep = ("asked", "held", "fraction", "gap/p50", "gap/p99")
+    idx = [i for i, c in enumerate(model.CLOSED_COLUMNS) if c[0] in keep]
+    rows = [[esc(td.name), esc(r["label"]) + (" (**not held**)" if r["limited"] else "")]
+            + [r["cells"][i].text for i in idx]
+            for td in run.targets if td.summary for r in model.closed_loop_rows(td.summary, td.name)]
+    if not rows:
+        return []
+    return _table(["target", "closed-loop phase"] + [model.CLOSED_COLUMNS[i][2] for i in idx], rows, text_cols=2)
+
+
 def render_markdown(run: RunData) -> str:
     v = model.verdict(run)
     lines = [f"### {ICON[v['state']]} latbench: {esc(run.name)}: **{v['word']}** ({esc(v['headline'])})", ""]
@@ -125,6 +137,7 @@ def render_markdown(run: RunData) -> str:
     if rows:
         lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
                          "achieved req/s"], rows)
+    lines += _closed_table(run)
     if v.get("logs"):
         lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
     cmp = run_comparison(run)

@@ -100,6 +100,21 @@ def throughput_rows(summary: dict, target: str) -> list[dict]:
     return rows
 
 
+CLOSED_COLUMNS = (("asked", "count", "concurrency asked"), ("held", "rate", "held"), ("fraction", "share", "of asked"),
+                  ("requests_in_flight", "rate", "requests in flight"),
+                  ("sessions_in_progress", "rate", "sessions in progress"),
+                  ("gap/p50", "ms", "done→sent gap p50 (ms)"), ("gap/p99", "ms", "done→sent gap p99 (ms)"))
+
+
+def closed_loop_rows(summary: dict, target: str) -> list[dict]:
+    """One row per closed-loop phase: the concurrency held against the asked, and the client's own gap between
+    an answer and the user's next request (``phases/<name>/closed_loop``); empty without a closed loop."""
+    return [{"label": name, "recorded": bool(ph.get("recorded", True)), "limited": bool(ph["closed_loop"]["limited"]),
+             "cells": [cell(summary, target, f"phases/{name}/closed_loop/{key}", kind)
+                       for key, kind, _ in CLOSED_COLUMNS]}
+            for name, ph in summary.get("phases", {}).items() if ph.get("closed_loop")]
+
+
 TURN_COLUMNS = (("count", "count", "turns"), ("error_rate", "pct", "errors"),
                 ("latency/percentiles/p50/value", "ms", "latency p50"),
                 ("latency/percentiles/p99/value", "ms", "latency p99"),

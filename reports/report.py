@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadgen.analysis.closedloop import HELD_MIN
 from loadgen.records.rundir import write_text
 from reports import model, repeats
 from reports.figures import overview_figures, target_figures, warmup_figure
@@ -19,10 +20,11 @@ def target_section(td, i: int) -> dict:
            "complete": bool(s and s.get("complete", True)) and not td.recomputed}
     if s is None:
         return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": [], "turns": [],
-                      "turns_note": ""}
+                      "turns_note": "", "closed": []}
     sec["scopes"] = [{"label": label, "recorded": rec, "rows": model.percentile_table(s, td.name, prefix)}
                      for label, prefix, rec in model.scopes(s)]
     sec["throughput"] = model.throughput_rows(s, td.name)
+    sec["closed"] = model.closed_loop_rows(s, td.name)
     sec["error_scopes"], sec["errors"] = model.error_rows(s, td.name)
     sec["turns"], sec["turns_note"] = model.turn_rows(s, td.name), model.conversation_note(s)
     sec["figures"] = target_figures(td)
@@ -86,6 +88,8 @@ def run_context(run: RunData) -> dict:
         "pcts": model.PCTS,
         "throughput_cols": [c[2] for c in model.THROUGHPUT],
         "turn_cols": [c[2] for c in model.TURN_COLUMNS],
+        "closed_cols": [c[2] for c in model.CLOSED_COLUMNS],
+        "held_min": f"{HELD_MIN:.0%}",
     }
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from loadgen.analysis.closedloop import closed_loop_stats
 from loadgen.analysis.conversations import conversation_stats
 from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom
@@ -340,8 +341,10 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
     for p in plans:
         sel = df[df["phase"] == p.index]
         tq = 0.5 * (p.rate_start + p.rate_end) if not p.closed else None
-        st = _scope_stats(sel, p.start, min(p.end, max(duration, p.start)), tq, extra)
-        st.update(recorded=p.recorded, concurrency=p.concurrency)
+        end = min(p.end, max(duration, p.start))
+        st = _scope_stats(sel, p.start, end, tq, extra)
+        st.update(recorded=p.recorded, concurrency=p.concurrency,
+                  closed_loop=closed_loop_stats(sel, p, end) if p.closed else None)
         phases[p.name] = st
     rec_plans = [p for p in plans if p.recorded]
     rec = df[df["recorded"]]
@@ -362,6 +365,8 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
                                      f"{send_lag_threshold * 1e3:g} ms "
                                      "threshold, but small against the latencies measured"]
     saturated = cpu_util is not None and cpu_util > 0.9
+    short = [{"phase": name, **{k: ph["closed_loop"][k] for k in ("asked", "held", "fraction", "measure")}}
+             for name, ph in phases.items() if ph["closed_loop"] and ph["closed_loop"]["limited"]]
     notes = list(notes or []) + _chunk_note(overall["chunks"])
     summary = {
         "schema_version": SCHEMA_VERSION,
@@ -372,8 +377,9 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
         "notes": list(notes or []),
         "duration_s": duration,
         "generator": {"send_lag_p99": lag_p99, "send_lag_threshold": send_lag_threshold,
-                      "cpu_utilization": cpu_util, "lagging": lagging, "cpu_saturated": saturated},
-        "generator_limited": bool(lagging or saturated),
+                      "cpu_utilization": cpu_util, "lagging": lagging, "cpu_saturated": saturated,
+                      "closed_loop_short": short},
+        "generator_limited": bool(lagging or saturated or short),
         "error_classes": list(ERROR_CLASSES),
         "tokens": tokens,
         "overall": overall,

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from loadgen.analysis.closedloop import held_text
 from loadgen.analysis.failures import SERVICE_CLASSES, describe
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from loadgen.records.workers import LostWorker
@@ -153,8 +154,9 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
 
 
 def generator_limited_text(g: dict) -> str:
-    """Only what held: the send lag when it was over its threshold, the CPU when it was saturated (a summary that
-    predates ``lagging`` is judged by the lag and the threshold it holds)."""
+    """Only what held: the send lag when it was over its threshold, the CPU when it was saturated, each closed-loop
+    phase that did not hold its concurrency (a summary that predates ``lagging`` is judged by the lag and the
+    threshold it holds)."""
     parts = []
     lag, threshold = g.get("send_lag_p99"), g.get("send_lag_threshold")
     known = isinstance(lag, (int, float)) and not math.isnan(lag) and isinstance(threshold, (int, float))
@@ -165,6 +167,7 @@ def generator_limited_text(g: dict) -> str:
         parts.append(f"send lag p99 {lag * 1e3:.1f} ms > {threshold * 1e3:g} ms")
     if g.get("cpu_saturated"):
         parts.append("generator CPU saturated")
+    parts += [held_text(c["phase"], c) for c in g.get("closed_loop_short") or []]
     return "generator-limited" + (f" ({', '.join(parts)})" if parts else "")
 
 

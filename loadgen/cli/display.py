@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from loadgen.analysis.closedloop import held_share
 from loadgen.analysis.stats import stat_value
 from loadgen.units import fmt_ms
 
@@ -84,12 +85,15 @@ def tokens_line(summary: dict) -> str:
 
 def summary_table(name: str, summary: dict) -> Table:
     """Per-phase table: requests, errors (and client aborts), achieved vs target QPS, latency and TTFT
-    percentiles, and goodput when the scenario defines it."""
+    percentiles, goodput when the scenario defines it, and a closed loop's concurrency held against the asked
+    with the client's done->sent gap (p50/p99)."""
     t = Table(title=f"{name}", title_justify="left")
     rows = [(k, v) for k, v in summary["phases"].items()] + [("overall", summary["overall"])]
     goodput = any(s.get("goodput") is not None for _, s in rows)
+    closed = any(s.get("closed_loop") for _, s in rows)
+    held_cols = ("concurrency held", "gap p50/p99") if closed else ()
     for col in ("phase", "requests", "errors", "qps (target)", "lat p50", "lat p99", "lat max", "ttft p50", "ttft p99",
-                "itl p50") + (("goodput",) if goodput else ()):
+                "itl p50") + (("goodput",) if goodput else ()) + held_cols:
         t.add_column(col, justify="right" if col != "phase" else "left")
     for label, s in rows:
         m = s["metrics"]
@@ -99,6 +103,7 @@ def summary_table(name: str, summary: dict) -> Table:
         if s.get("aborted"):
             err += f" (+{s['aborted_rate'] * 100:.1f}% aborted)"
         extra = ([f"{s['goodput'] * 100:.1f}%" if s.get("goodput") is not None else "-"] if goodput else [])
+        extra += _held_cells(s.get("closed_loop")) if closed else []
         name_cell = label + ("" if s.get("recorded", True) else " (not recorded)")
         t.add_row(name_cell, str(s["count"]), err,
                   (f"{s['achieved_qps']:.1f} (c {s['concurrency']})" if s.get("concurrency")
@@ -108,3 +113,13 @@ def summary_table(name: str, summary: dict) -> Table:
                   fmt_ms(stat_value(ttft, "p50")), fmt_ms(stat_value(ttft, "p99")), fmt_ms(stat_value(itl, "p50"), 2),
                   *extra)
     return t
+
+
+def _held_cells(cl: dict | None) -> list[str]:
+    """'3.9 of 4 (98%)' (sessions: '... sessions') and 'p50/p99 ms' of the done->sent gap; dashes if unknown."""
+    if not cl or cl.get("held") is None:
+        return ["-", "-"]
+    what = " sessions" if cl["measure"] == "sessions" else ""
+    held = f"{cl['held']:.1f} of {cl['asked']}{what} ({held_share(cl['fraction'])})"
+    gap = cl.get("gap")
+    return [held, f"{fmt_ms(gap['p50'], 2)}/{fmt_ms(gap['p99'], 2)}" if gap else "-"]

@@ -115,10 +115,11 @@ class InFlight:
         out.counts = req.counts
         return req
 
-    def _start(self, seq: int, plan: PhasePlan, sched: float, closed: "ClosedPhase | None", session=None) -> None:
-        """Hand request ``seq`` (a turn of ``session``, with conversations) to the transport (counted in flight
-        by the caller); ``_on_done`` records it."""
-        out = Outcome()
+    def _start(self, seq: int, plan: PhasePlan, sched: float, closed: "ClosedPhase | None", session=None,
+               user: int = -1) -> None:
+        """Hand request ``seq`` (a turn of ``session``, with conversations; sent by closed-loop ``user``, -1 none) to
+        the transport (counted in flight by the caller); ``_on_done`` records it."""
+        out = Outcome(user=user)
         try:
             req = self._request(seq, session, out)
             self.live.sent += 1
@@ -128,7 +129,7 @@ class InFlight:
                 ref: list = []
                 handler = AbortAfterTokens(handler, cancel.after_tokens,
                                            lambda: self._loop.call_soon(lambda: self._abort_call(ref[0])))
-            call = self._submit(req, handler, out, self._on_done, (seq, plan, sched, closed, session))
+            call = self._submit(req, handler, out, self._on_done, (seq, plan, sched, closed, session, user))
             if cancel is not None:
                 if cancel.after_tokens:
                     ref.append(call)
@@ -140,20 +141,20 @@ class InFlight:
             self.live.in_flight -= 1
             self._record(seq, plan, sched, out)
             if closed is not None:  # not from here: a failure at every request would never yield to the loop
-                self._loop.call_soon(self._closed_next, closed)
+                self._loop.call_soon(self._closed_next, closed, user)
             return
         self._calls.append(call)
 
     def _on_done(self, call) -> None:
         """A request ended (the transport's callback, or a timeout/cancellation): record it; closed loop: next;
         a conversation's turn: its session's next turn."""
-        seq, plan, sched, closed, session = call.ctx
+        seq, plan, sched, closed, session, user = call.ctx
         self.live.in_flight -= 1
         self._record(seq, plan, sched, call.out)
-        if session is not None and self._next_turn(session, call.out, closed):
+        if session is not None and self._next_turn(session, call.out, closed, user):
             return
         if closed is not None:
-            self._closed_next(closed)
+            self._closed_next(closed, user)
         elif self._idle is not None and self.live.in_flight == 0 and not self._idle.done():
             self._idle.set_result(None)
 
@@ -165,7 +166,7 @@ class InFlight:
                 return p
         return None
 
-    def _next_turn(self, session, out: Outcome, closed: "ClosedPhase | None") -> bool:
+    def _next_turn(self, session, out: Outcome, closed: "ClosedPhase | None", user: int = -1) -> bool:
         """After a turn ended: time the session's next turn (due at this one's end plus the think time). True
         when one was timed; False when the session is over or its next turn is cut (not sent: due after the
         last phase, or its closed-loop phase, or after a stop)."""
@@ -178,10 +179,10 @@ class InFlight:
                 or (closed is not None and closed.budget <= 0)):
             self.sessions.cut += 1
             return False
-        self._loop.call_later(max(0.0, due - self.now() - SPIN_S), self._turn_due, session, plan, due, closed)
+        self._loop.call_later(max(0.0, due - self.now() - SPIN_S), self._turn_due, session, plan, due, closed, user)
         return True
 
-    def _turn_due(self, session, plan: PhasePlan, due: float, closed: "ClosedPhase | None") -> None:
+    def _turn_due(self, session, plan: PhasePlan, due: float, closed: "ClosedPhase | None", user: int = -1) -> None:
         """A turn's timer fired (a little early, as timers may fire late): yield until it is due, then send it."""
         if self._stopping:
             self.sessions.cut += 1
@@ -190,7 +191,7 @@ class InFlight:
             return
         wait = sleep_for(due - self.now())
         if wait is not None:
-            self._loop.call_later(wait, self._turn_due, session, plan, due, closed)
+            self._loop.call_later(wait, self._turn_due, session, plan, due, closed, user)
             return
         if closed is None:
             self._launch(plan, session.seq, due, session)
@@ -203,7 +204,7 @@ class InFlight:
         closed.n += 1
         self.count += 1
         self.live.in_flight += 1
-        self._start(session.seq, plan, due, closed, session)
+        self._start(session.seq, plan, due, closed, session, user)
 
     def _abandon(self, call, error: str) -> None:
         """End a call in flight as ``timeout`` or ``cancelled`` (its connection is dropped)."""
@@ -240,8 +241,8 @@ class InFlight:
         self._seq += 1
         return seq
 
-    def _closed_next(self, state: ClosedPhase) -> None:
-        """Start a closed-loop phase's next request, unless stopping, past the phase's end or out of budget."""
+    def _closed_next(self, state: ClosedPhase, user: int) -> None:
+        """Start closed-loop ``user``'s next request of the phase, unless stopping, past its end or out of budget."""
         if self._stopping or state.budget <= 0:
             self._check_idle()
             return
@@ -254,17 +255,18 @@ class InFlight:
         state.n += 1
         self.count += 1
         self.live.in_flight += 1
-        self._start(seq, state.plan, now, state, self.sessions.start(seq) if self.sessions is not None else None)
+        self._start(seq, state.plan, now, state, self.sessions.start(seq) if self.sessions is not None else None, user)
 
     def _check_idle(self) -> None:
         if self._idle is not None and self.live.in_flight == 0 and not self._idle.done():
             self._idle.set_result(None)
 
     # -- requests: the Task path ---------------------------------------------------------------
-    async def _one(self, seq: int, plan: PhasePlan, sched: float, session=None, follow: bool = True) -> Outcome:
+    async def _one(self, seq: int, plan: PhasePlan, sched: float, session=None, follow: bool = True,
+                   user: int = -1) -> Outcome:
         """Send and record request ``seq`` (a turn of ``session``, with conversations; ``follow``: time the session's
-        next turn, as the open loop does; a closed-loop worker times it itself)."""
-        out = Outcome()
+        next turn, as the open loop does; a closed-loop worker times it itself; ``user``: that worker, -1 none)."""
+        out = Outcome(user=user)
         pending = self._deadlines
         timer = None
         try:

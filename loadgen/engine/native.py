@@ -217,10 +217,10 @@ class NativeEngine(InFlight):
         workers, budget = self._closed_share(plan)
         state = ClosedPhase(plan, budget)
         if self._submit is not None:
-            for _ in range(workers):
-                self._closed_next(state)
+            for user in range(workers):
+                self._closed_next(state, user)
         else:
-            async def worker() -> None:
+            async def worker(user: int) -> None:
                 while not self._stopping and self.now() < plan.end and state.budget > 0:
                     state.budget -= 1
                     seq = self._closed_seq(state)
@@ -228,12 +228,12 @@ class NativeEngine(InFlight):
                     self.count += 1
                     self.live.in_flight += 1
                     if self.sessions is None:
-                        await self._one(seq, plan, self.now())
+                        await self._one(seq, plan, self.now(), user=user)
                     else:
-                        await self._closed_session(state, self.sessions.start(seq))
+                        await self._closed_session(state, self.sessions.start(seq), user)
 
-            for _ in range(workers):
-                w = asyncio.ensure_future(worker())
+            for user in range(workers):
+                w = asyncio.ensure_future(worker(user))
                 self._tasks.add(w)
                 w.add_done_callback(self._tasks.discard)
         await self._phase_end(plan, spent=lambda: state.budget <= 0)
@@ -252,12 +252,12 @@ class NativeEngine(InFlight):
                 return
             await asyncio.sleep(min(0.01, max(0.0, plan.end - self.now())))
 
-    async def _closed_session(self, state: ClosedPhase, session) -> None:
+    async def _closed_session(self, state: ClosedPhase, session, user: int) -> None:
         """The Task path's closed-loop worker holds one session: turn after turn, each due at the last one's end
         plus the think time (its first turn already counted in flight by the caller)."""
         plan, sched = state.plan, self.now()
         while True:
-            out = await self._one(session.seq, plan, sched, session, follow=False)
+            out = await self._one(session.seq, plan, sched, session, follow=False, user=user)
             think = self.sessions.answered(session, out)
             if think is None:
                 return

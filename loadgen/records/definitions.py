@@ -69,6 +69,14 @@ METRIC_DEFINITIONS = {
     "usage_vs_counted": {"unit": "requests", "definition": (
         "where the server sent usage and latbench counted the prompt: how many of them agree exactly "
         "(usage.prompt_tokens == input_tokens + added_tokens), and the smallest and largest difference")},
+    "closed_loop.held": {"unit": "requests", "definition": (
+        "closed loop: the concurrency held, the time-average of requests in flight (sent -> done; for "
+        "conversations, of sessions in progress: first turn sent -> last turn done, think times included) from "
+        "the moment every user has sent its first request to the phase's end, beside the asked concurrency; "
+        "below 95% of it the run is generator-limited")},
+    "closed_loop.gap": {"unit": "s", "definition": (
+        "closed loop: the client's own time from an answer (done) to its user's next request (sent; a "
+        "conversation's later turn: from its due time), p50 and p99")},
     "latency_errors_inf": {"unit": "s",
                            "definition": "latency percentiles with every failed request counted as infinitely slow"},
 }

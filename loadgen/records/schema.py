@@ -39,6 +39,8 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | session         | int64         | workload.conversations: the session this request is a turn of (the    |
 |                 |               | seq of its first turn); -1 when not a conversation                    |
 | turn            | int16         | the turn's index in its session (0 the first); -1 when not one        |
+| user            | int32         | closed loop: which of the phase's users (workers) sent it, numbered   |
+|                 |               | within the process in ``worker``; -1 open loop (and older files)      |
 
 Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
 first minute of a stream), which keeps a 1000-token stream at 4 kB.
@@ -132,6 +134,7 @@ SCHEMA = pa.schema(
         ("chunk_tokens_source", pa.string()),
         ("session", pa.int64()),
         ("turn", pa.int16()),
+        ("user", pa.int32()),
     ]
 )
 
@@ -155,6 +158,7 @@ _NUMPY_DTYPES = {
     "chunk_tokens_source": np.int8,  # index into _CHUNK_SOURCE_NAMES while buffered
     "session": np.int64,
     "turn": np.int16,
+    "user": np.int32,
 }
 _ERROR_NAMES = ("",) + ERROR_CLASSES + (ABORTED,)
 _ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
@@ -216,10 +220,11 @@ class Outcome:
     #                                                   usage); else left empty and filled in by RecordBuffer.append
     session: int = -1  # workload.conversations: the session this request is a turn of; -1 none
     turn: int = -1  # and its turn index (0 the first); -1 none
+    user: int = -1  # closed loop: the user (worker) of the phase that sent it, within this process; -1 open loop
     answer: str | None = None  # the answer's text, kept only when asked (conversations resend it)
 
 
-_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 120 bytes a record
+_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 133 bytes a record
 _NO_COUNTS = PromptCounts()
 _OTHER = _ERROR_INDEX["other"]
 _ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer"}) - {"scheduled", "tls"}  # buffered as perf_counter values
@@ -315,7 +320,7 @@ class RecordBuffer:
                          out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
                          prompt, prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens,
                          _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
-                         out.first_answer, out.reasoning_tokens, source, out.session, out.turn)
+                         out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user)
         self._tok_offsets[i + 1] = self._tok_n
         self.n = i + 1
 
@@ -548,9 +553,9 @@ def _with_token_sources(table: pa.Table) -> pa.Table:
 
 
 def _with_chunk_columns(table: pa.Table) -> pa.Table:
-    """Records written before first_answer, reasoning_tokens, chunk_tokens, session and turn existed, with them
-    filled in (no answer time known, no reasoning seen, one token per chunk, no conversation); a current file as
-    it is."""
+    """Records written before first_answer, reasoning_tokens, chunk_tokens, session, turn and user existed, with
+    them filled in (no answer time known, no reasoning seen, one token per chunk, no conversation, no closed-loop
+    user known); a current file as it is."""
     if all(name in table.column_names for name in SCHEMA.names):
         return table.select(SCHEMA.names).cast(SCHEMA)
     n = table.num_rows
@@ -565,6 +570,7 @@ def _with_chunk_columns(table: pa.Table) -> pa.Table:
         "chunk_tokens_source": pa.array(np.where(lengths > 0, "chunks", ""), type=pa.string()),
         "session": pa.array(np.full(n, -1, np.int64), type=pa.int64()),
         "turn": pa.array(np.full(n, -1, np.int16), type=pa.int16()),
+        "user": pa.array(np.full(n, -1, np.int32), type=pa.int32()),
     }
     cols = [table.column(f.name) if f.name in table.column_names else filled[f.name] for f in SCHEMA]
     return pa.Table.from_arrays(cols, schema=SCHEMA)

@@ -6,9 +6,16 @@ import time
 
 import numpy as np
 import pytest
+from rich.console import Console
 
+from loadgen.cli.display import summary_table
 from loadgen.engine import native as engine_mod
-from tests.helpers import pct, run
+from loadgen.engine.options import EngineOptions
+from reports import load_rundir
+from reports.markdown import render_markdown
+from reports.model import get
+from reports.report import write_report
+from tests.helpers import formatted, parse, pct, run
 
 pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
 
@@ -128,6 +135,63 @@ def test_closed_loop_keeps_concurrency_workers_busy(tmp_path, known_server):
     o = s["overall"]
     assert o["achieved_qps"] == pytest.approx(4 / 0.052, rel=0.15)
     assert np.allclose(df["scheduled"], df["sent"], atol=0.005)  # closed loop: scheduled = send time
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp"])  # the callback path and the Task path
+def test_closed_loop_holds_its_concurrency_and_says_so(tmp_path, known_server, transport):
+    srv = known_server(delay=0.1)
+    text = scenario(srv.url, "        - {name: c, duration: 1s, concurrency: 4}").replace(
+        "stream: false}", f"stream: false, transport: {transport}}}")
+    res, s, df = run(tmp_path, text)
+    cl = s["phases"]["c"]["closed_loop"]
+    assert sorted(df["user"].unique()) == [0, 1, 2, 3] and (df.groupby("user").size() >= 8).all()
+    assert cl["asked"] == 4 and cl["measure"] == "requests" and cl["held"] == cl["requests_in_flight"]
+    assert 0.95 * 4 <= cl["held"] <= 4 + 1e-9 and not cl["limited"]
+    assert cl["window"][0] == pytest.approx(df.groupby("user")["sent"].min().max())  # every user has sent
+    assert cl["gap"]["n"] == len(df) - 4 and cl["gap"]["p50"] < 0.005
+    assert not s["generator_limited"] and res.exit_code == 0, res.reasons
+
+
+@pytest.mark.parametrize("opts", [EngineOptions(processes=2), EngineOptions(engine="locust", workers=2)],
+                         ids=["processes", "locust"])
+def test_closed_loop_users_are_numbered_within_each_sender(tmp_path, known_server, opts):
+    srv = known_server(delay=0.1)
+    res, s, df = run(tmp_path, scenario(srv.url, "        - {name: c, duration: 1s, concurrency: 4}"), opts=opts)
+    assert res.exit_code == 0, res.reasons
+    assert set(zip(df["worker"], df["user"])) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    cl = s["phases"]["c"]["closed_loop"]
+    assert cl["held"] >= 0.95 * 4 and not cl["limited"] and cl["gap"]["n"] == len(df) - 4
+
+
+def test_a_closed_loop_that_cannot_hold_its_concurrency_is_generator_limited(tmp_path, known_server, monkeypatch):
+    """A client made slow (50 ms from each answer to its user's next request, whatever the machine) holds about a
+    sixth of its 4 users against a 10 ms server: send lag cannot see it, the held figure does, in every output."""
+    srv = known_server(delay=0.01)
+    real_next = engine_mod.NativeEngine._closed_next
+
+    def slow_next(self, *args):
+        self._loop.call_later(0.05, real_next, self, *args)
+
+    monkeypatch.setattr(engine_mod.NativeEngine, "_closed_next", slow_next)
+    text = scenario(srv.url, "        - {name: c, duration: 1s, concurrency: 4}").replace(
+        "stream: false}", "stream: false, transport: lean}")
+    res, s, df = run(tmp_path, text)
+    cl = s["phases"]["c"]["closed_loop"]
+    assert cl["gap"]["p50"] >= 0.05 and cl["held"] < 0.6 * 4 and cl["limited"]
+    assert not s["generator"]["lagging"] and s["generator_limited"] and res.exit_code == 3
+    figure = f"closed loop held {cl['held']:.1f} of 4 in flight ({cl['fraction']:.0%}) in phase c"
+    assert any(figure in r for r in res.reasons), res.reasons
+    console = Console(width=250, record=True)
+    console.print(summary_table("t", s))
+    assert f"{cl['held']:.1f} of 4 ({cl['fraction']:.0%})" in console.export_text()
+    loaded = load_rundir(res.rundir.path)
+    md = render_markdown(loaded)
+    assert figure in md and f"| target | c (**not held**) | 4 | {cl['held']:.1f} |" in md
+    page = parse(write_report(loaded, tmp_path / "report.html"))
+    cells = {c["src"]: c for c in page.cells if "/closed_loop/" in c["src"]}
+    assert {"phases/c/closed_loop/held", "phases/c/closed_loop/gap/p99"} <= set(cells)
+    assert all(c["text"] == formatted(get(s, src), c["fmt"]) for src, c in cells.items())
+    assert "c (not held)" in "".join(page.text)
 
 
 def test_unrecorded_warmup_is_stored_but_not_counted(tmp_path, known_server):

@@ -118,9 +118,10 @@ class WorkerRun:
             if self.log_failures:
                 log_failure(self.name_of_target, plan.name, seq, out)
 
-    def _one(self, session, seq: int, plan, sched: float, conv=None) -> Outcome:
-        """Send and record request ``seq`` (a turn of the conversation session ``conv``, if any)."""
-        out = Outcome()
+    def _one(self, session, seq: int, plan, sched: float, conv=None, user: int = -1) -> Outcome:
+        """Send and record request ``seq`` (a turn of the conversation session ``conv``, if any; sent by closed-loop
+        ``user``, -1 none)."""
+        out = Outcome(user=user)
         wall = time.time()
         req = None
         try:
@@ -148,11 +149,11 @@ class WorkerRun:
     def _plan_at(self, t: float):
         return next((p for p in self.plans if p.start <= t < p.end), None)
 
-    def _conversation(self, session, conv, plan, sched: float, closed_plan=None, budget=None) -> None:
+    def _conversation(self, session, conv, plan, sched: float, closed_plan=None, budget=None, user: int = -1) -> None:
         """One session's turns, in this greenlet: each due at the last one's end plus the think time (see
         :mod:`loadgen.protocols.conversation`); its first turn is already counted in flight by the caller."""
         while True:
-            out = self._one(session, conv.seq, plan, sched, conv)
+            out = self._one(session, conv.seq, plan, sched, conv, user)
             think = self.sessions.answered(conv, out)
             if think is None:
                 return
@@ -225,7 +226,7 @@ class WorkerRun:
         count = [0]
 
 
-        def user() -> None:
+        def user(u: int) -> None:
             try:
                 while not self.stopping and self.now() < plan.end and budget[0] > 0:
                     budget[0] -= 1
@@ -234,14 +235,14 @@ class WorkerRun:
                     self.launched += 1
                     self.in_flight += 1
                     if self.sessions is None:
-                        self._one(session, seq, plan, self.now())
+                        self._one(session, seq, plan, self.now(), user=u)
                     else:
-                        self._conversation(session, self.sessions.start(seq), plan, self.now(), plan, budget)
+                        self._conversation(session, self.sessions.start(seq), plan, self.now(), plan, budget, u)
             except (Cancelled, gevent.GreenletExit):
                 pass  # between two requests: nothing in flight to record
 
-        for _ in range(users):
-            self.group.spawn(user)
+        for u in range(users):
+            self.group.spawn(user, u)
         self._sleep_until(plan.end)
 
     # -- shipping -------------------------------------------------------------------------------
