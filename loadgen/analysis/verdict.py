@@ -18,13 +18,14 @@ UNREACHABLE_CLASSES = frozenset({"connect", "dns", "tls"})
 
 
 class Kind(str, Enum):
-    """Why a run did not pass. The first five make a run invalid (exit 3); the rest make it fail (exit 1)."""
+    """Why a run did not pass. The first six make a run invalid (exit 3); the rest make it fail (exit 1)."""
 
     INTERRUPTED = "interrupted"  # stopped by a signal, a dead worker, or a crash: the numbers are incomplete
     TARGET_ERROR = "target_error"  # a managed target did not start
     UNREACHABLE = "unreachable"  # every request failed to connect
     GENERATOR_LIMITED = "generator_limited"  # the numbers describe the load generator, not the server
     MISSING_TARGETS = "missing_targets"  # fewer targets ran than the scenario has
+    HOST_CONTENDED = "host_contended"  # the server measured (or latbench) waited too long for a CPU (analysis.host)
     FAILED_FAST = "failed_fast"  # --fail-fast stopped a target: an objective can no longer be met
     SLO = "slo"  # an objective was missed
     REGRESSION = "regression"  # a significant regression against the baseline
@@ -35,7 +36,7 @@ class Kind(str, Enum):
 
 
 _INVALID = frozenset({Kind.INTERRUPTED, Kind.TARGET_ERROR, Kind.UNREACHABLE, Kind.GENERATOR_LIMITED,
-                      Kind.MISSING_TARGETS})
+                      Kind.MISSING_TARGETS, Kind.HOST_CONTENDED})
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
                               f"{t.name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)"))
         if s.get("generator_limited"):
             out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
+        contended = (s.get("host") or {}).get("contended")
+        if contended:
+            out.append(Reason(Kind.HOST_CONTENDED, t.name, f"{t.name}: {host_contended_text(contended)}"))
     if t.failed_fast:
         out.append(Reason(Kind.FAILED_FAST, t.name,
                           f"{t.name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
@@ -126,6 +130,16 @@ def generator_limited_text(g: dict) -> str:
     if g.get("cpu_saturated"):
         parts.append("generator CPU saturated")
     return "generator-limited" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def host_contended_text(contended: list[dict]) -> str:
+    """The phase whose judged process waited longest for a CPU, with its share (of the time it had work to do), and
+    how many other phases were over the limit too."""
+    worst = max(contended, key=lambda c: c["wait_share"])
+    more = len(contended) - 1
+    return (f"host contended: {worst['label']} waited for a CPU {worst['wait_share']:.0%} of the time it had work "
+            f"in phase {worst['phase']}"
+            + (f" (and over the limit in {more} more phase{'s' if more > 1 else ''})" if more else ""))
 
 
 def judge(targets: list[TargetOutcome], *, interrupted: bool = False, expected_targets: int | None = None,

@@ -20,17 +20,29 @@ from pathlib import Path
 
 from loadgen.analysis.between import baseline_reasons, compare_baseline
 from loadgen.analysis.coldstart import cold_start_summary
+from loadgen.analysis.host import host_summary, read_host
 from loadgen.analysis.metrics import summarize
 from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeats import RepeatRun, group_outcomes, repeats_summary
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
+from loadgen.engine.host import HostSampler, watch_run
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import TargetStartError, UsageError
 from loadgen.protocols.trace_workload import describe_trace
 from loadgen.protocols.workload import CHAT_APIS, describe_tokens
-from loadgen.records.rundir import CAPACITY, COLD_START, REGRESSION, REPEATS, REQUESTS, SUMMARY, RunDir, write_json
+from loadgen.records.rundir import (
+    CAPACITY,
+    COLD_START,
+    HOST,
+    REGRESSION,
+    REPEATS,
+    REQUESTS,
+    SUMMARY,
+    RunDir,
+    write_json,
+)
 from loadgen.records.schema import read_records
 from loadgen.run.coldstart import make_cold, prepare_weights
 from loadgen.run.repetitions import plan_runs
@@ -259,14 +271,19 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
         spec = loaded.scenario.load.trace
         trace = (describe_trace(mt.target, loaded.scenario.workload, spec, model, url, loaded.path.parent,
                                 chat=target.api in CHAT_APIS) if spec is not None else None)
-        res = opts.engine_for(target).run(mt, on_engine, fail_fast)
+        host = HostSampler(watch_run(server.proc.pid if server else None)).start()  # CPU waits, steal, load
+        try:
+            res = opts.engine_for(target).run(mt, on_engine, fail_fast)
+        finally:
+            host.stop()
     finally:
         if server:
             server.stop()
+    host.write(tdir / HOST, res.t0)
     tr.interrupted = res.interrupted
     tr.failed_fast = res.failed_fast
     tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens,
-                                  trace=trace)
+                                  trace=trace, host_note=host.note)
     write_json(tdir / SUMMARY, tr.summary, redactor)
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
@@ -287,8 +304,20 @@ def trace_note(trace: dict) -> str:
             f"{trace['clipped_input_tokens']} input and {trace['clipped_output_tokens']} output tokens cut")
 
 
+def host_judged(target: Target) -> tuple[str, dict[str, str]]:
+    """Whose CPU waits judge the run (the managed server's; latbench's for an external target), and how the reasons
+    name each tree host.csv watches."""
+    labels = {"latbench": "latbench"}
+    if target.reference is not None:
+        labels["server"] = "the reference server"
+    elif target.command is not None:
+        labels["server"] = f"the server command {Path(target.command.run[0]).name!r}"
+    return ("server" if "server" in labels else "latbench"), labels
+
+
 def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
-                     capacity: dict | None = None, tokens: dict | None = None, trace: dict | None = None) -> dict:
+                     capacity: dict | None = None, tokens: dict | None = None, trace: dict | None = None,
+                     host_note: str | None = None) -> dict:
     """summary.json of one target from its records and its engine's result (``capacity``: see
     :func:`capacity_fields`; ``tokens``: how its token counts were made; ``trace``: the trace replayed, with the
     requests clipped to fit the target)."""
@@ -305,5 +334,8 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
     summary["generator"]["receive_stamps"] = receive_stamps(mt.target, engine)  # arrival (kernel) or read time
     if trace is not None:
         summary["trace"] = trace
+    judged, labels = host_judged(mt.target)
+    summary["host"] = host_summary(read_host(mt.tdir / HOST), plan_phases(sc.load), res.duration, judged, labels,
+                                   note=host_note)
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
     return summary
