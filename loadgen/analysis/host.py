@@ -126,12 +126,12 @@ def notable_lines(host: dict | None) -> list[str]:
             share = (t or {}).get("wait_share")
             if share is not None and t["busy"] >= host.get("min_busy", MIN_BUSY) and share >= NOTABLE_SHARE:
                 parts.append(f"{labels.get(src, src)} waited for a CPU {share:.0%} of the time it had work "
-                             f"({t['busy']:.2f} CPUs busy)")
+                             f"({t['busy']:.2f} CPUs busy; limit {host['wait_share_limit']:.0%})")
         steal = ph.get("steal_share")
         if isinstance(steal, (int, float)) and steal >= NOTABLE_STEAL:
             parts.append(f"CPU steal {steal:.1%}")
         if parts:
-            out.append(f"phase {name}: " + "; ".join(parts) + f" (limit {host['wait_share_limit']:.0%})")
+            out.append(f"phase {name}: " + "; ".join(parts))
     return out
 
 
