@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from loadgen.analysis.host import notable_lines
 from loadgen.records.rundir import write_text
 from reports import fmt, model, repeats
 from reports.headline import headline
@@ -122,6 +123,10 @@ def render_markdown(run: RunData) -> str:
     if rows:
         lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
                          "achieved req/s"], rows)
+    host = [f"- {esc(td.name)}: {esc(line)}" for td in run.targets
+            for line in notable_lines((td.summary or {}).get("host"))]  # one line a phase, when notable
+    if host:
+        lines += ["**Host:**", *host, ""]
     cmp = run_comparison(run)
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(

@@ -18,7 +18,8 @@ was busy, not that the process measured waited; they are recorded beside it, not
 
 The rule: a run is invalid (:class:`~loadgen.analysis.verdict.Kind` ``HOST_CONTENDED``) when the judged tree
 (a managed target; for an external target, latbench itself: the send-lag rule stays) has a ``wait_share`` over
-``WAIT_SHARE_LIMIT`` = 1/3 in a recorded phase in which it did at least ``MIN_BUSY`` = 0.2 CPUs of work.
+``WAIT_SHARE_LIMIT`` = 1/3 (the scenario's ``load.host_wait_limit``) in a recorded phase in which it did at
+least ``MIN_BUSY`` = 0.2 CPUs of work.
 Measured with ``scenarios/burst.yaml`` on the 2-core machine it was sized for, side by side, the reference server's
 ``wait_share`` per recorded phase (baseline, burst, recovery): alone 0.13-0.19 baseline, 0.19-0.28 burst (its 8
 threads at 1.2 CPUs wait for each other), 0.27 recovery; beside two CPU hogs 0.39-0.41 baseline, 0.58 burst,
@@ -87,10 +88,11 @@ def tree_phase(frame: pd.DataFrame, source: str, a: float, b: float) -> dict | N
 
 
 def host_summary(frame: pd.DataFrame | None, plans: list[PhasePlan], duration: float, judged: str,
-                 labels: dict[str, str], note: str | None = None) -> dict:
+                 labels: dict[str, str], note: str | None = None, limit: float = WAIT_SHARE_LIMIT) -> dict:
     """summary.json's ``host``: per phase, each watched tree (:func:`tree_phase`), host steal and load; and the
     ``contended`` phases of the judged tree (``judged``: its source in host.csv; ``labels``: source -> how the
-    reason names it, e.g. ``server`` -> ``the reference server``)."""
+    reason names it, e.g. ``server`` -> ``the reference server``; ``limit``: the scenario's
+    ``load.host_wait_limit``)."""
     if frame is None:
         return {"measured": False, "note": note or "host not measured"}
     sources = [s for s in dict.fromkeys(frame["source"]) if s != "host"]
@@ -107,10 +109,10 @@ def host_summary(frame: pd.DataFrame | None, plans: list[PhasePlan], duration: f
                           "runnable_max": _window_max(frame, "host", "runnable", a, b)}
         j = trees.get(judged)
         if p.recorded and j and j["wait_share"] is not None and j["busy"] >= MIN_BUSY \
-                and j["wait_share"] > WAIT_SHARE_LIMIT:
+                and j["wait_share"] > limit:
             contended.append({"phase": p.name, "source": judged, "label": labels.get(judged, judged),
                               "wait_share": j["wait_share"], "busy": j["busy"]})
-    return {"measured": True, "note": note, "judged": judged, "labels": labels, "wait_share_limit": WAIT_SHARE_LIMIT,
+    return {"measured": True, "note": note, "judged": judged, "labels": labels, "wait_share_limit": limit,
             "min_busy": MIN_BUSY, "phases": phases, "contended": contended}
 
 
@@ -124,7 +126,8 @@ def notable_lines(host: dict | None) -> list[str]:
         parts = []
         for src, t in (ph.get("processes") or {}).items():
             share = (t or {}).get("wait_share")
-            if share is not None and t["busy"] >= host.get("min_busy", MIN_BUSY) and share >= NOTABLE_SHARE:
+            if share is not None and t["busy"] >= host.get("min_busy", MIN_BUSY) and share >= NOTABLE_SHARE \
+                    and share >= host["wait_share_limit"] / 2:
                 parts.append(f"{labels.get(src, src)} waited for a CPU {share:.0%} of the time it had work "
                              f"({t['busy']:.2f} CPUs busy; limit {host['wait_share_limit']:.0%})")
         steal = ph.get("steal_share")

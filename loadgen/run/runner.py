@@ -336,6 +336,6 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
         summary["trace"] = trace
     judged, labels = host_judged(mt.target)
     summary["host"] = host_summary(read_host(mt.tdir / HOST), plan_phases(sc.load), res.duration, judged, labels,
-                                   note=host_note)
+                                   note=host_note, limit=sc.load.host_wait_limit)
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
     return summary

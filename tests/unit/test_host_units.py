@@ -85,3 +85,11 @@ def test_wait_share_series_per_sample_interval_blank_where_idle():
     assert t[0] == pytest.approx(-0.25) and len(t) == len(share) == 22  # mid-interval times
     assert np.isnan(share[t < 2]).all()  # warm: 0.1 CPUs
     assert share[t > 6] == pytest.approx(0.0) and share[(t > 2) & (t < 6)] == pytest.approx(0.5)
+
+
+def test_the_scenario_limit_replaces_the_default_and_one_never_judges():
+    f = frame({"server": [(0.5, 0.0), (0.5, 0.2), (0.5, 4.0)]})  # 29% in calm, 89% in spike
+    assert [c["phase"] for c in host_summary(f, PLANS, 10.0, "server", LABELS, limit=0.25)["contended"]] == \
+        ["calm", "spike"]
+    h = host_summary(f, PLANS, 10.0, "server", LABELS, limit=1.0)
+    assert h["contended"] == [] and h["wait_share_limit"] == 1.0
