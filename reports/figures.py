@@ -7,6 +7,7 @@ import pandas as pd
 
 from loadgen.analysis.metrics import itl_samples  # the one definition of inter-token latency
 from reports import plots
+from reports.host import host_caption, host_plot
 from reports.loader import TargetData
 from reports.server import gpu_utilization, server_plot, ttft_comparison
 
@@ -148,6 +149,9 @@ def target_figures(td: TargetData) -> list[dict]:
             figs.append({"id": "timeseries", "title": "Over time", "uri": ts,
                          "caption": "Per second: latency p50 / p99 of completed requests; target, sent and achieved "
                                     "request rates; errors by class; requests in flight. Phases shaded." + marked})
+        hp = host_plot(td.summary, td.host())
+        if hp:
+            figs.append({"id": "host", "title": "Host: CPU waits", "uri": hp, "caption": host_caption(td.summary)})
         records = td.frame() if td.has_records else None
         sp, panels = server_plot(td.summary, td.server_metrics(), records)
         if sp:

@@ -18,9 +18,10 @@ import pyarrow.compute as pc
 import yaml
 
 from loadgen.analysis.coldstart import cold_start_summary
+from loadgen.analysis.host import read_host
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
-from loadgen.records.rundir import COLD_START, META, REPEATS, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, jsonable
+from loadgen.records.rundir import COLD_START, HOST, META, REPEATS, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, jsonable
 from loadgen.records.schema import SCHEMA, read_records, records_exist
 from loadgen.scenario.model import GoodputObjectives, Load, slo_line
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
@@ -41,6 +42,7 @@ class TargetData:
     _table: pa.Table | None = None
     _frame: pd.DataFrame | None = None
     _server: pd.DataFrame | None = None
+    _host: pd.DataFrame | None = None
 
     @property
     def has_records(self) -> bool:
@@ -81,6 +83,13 @@ class TargetData:
             except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
                 return None
         return self._server
+
+
+    def host(self) -> pd.DataFrame | None:
+        """host.csv (time, source, metric, value) or None when the host was not sampled."""
+        if self._host is None:
+            self._host = read_host(self.dir / HOST)
+        return self._host
 
 
 def _float(s: str) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from loadgen.analysis.host import notable_lines
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
 from reports import fmt, model, repeats
@@ -140,6 +141,10 @@ def render_markdown(run: RunData) -> str:
     lines += _closed_table(run)
     if v.get("logs"):
         lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
+    host = [f"- {esc(td.name)}: {esc(line)}" for td in run.targets
+            for line in notable_lines((td.summary or {}).get("host"))]  # one line a phase, when notable
+    if host:
+        lines += ["**Host:**", *host, ""]
     cmp = run_comparison(run)
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(

@@ -32,6 +32,7 @@ class Kind(str, Enum):
     SETUP = "setup"  # every request failed in a way that says the measurement was set up wrong (404, 401, ...)
     GENERATOR_LIMITED = "generator_limited"  # the numbers describe the load generator, not the server
     MISSING_TARGETS = "missing_targets"  # fewer targets ran than the scenario has
+    HOST_CONTENDED = "host_contended"  # the server measured (or latbench) waited too long for a CPU (analysis.host)
     FAILED_FAST = "failed_fast"  # --fail-fast stopped a target: an objective can no longer be met
     ALL_FAILED = "all_failed"  # every request failed, the service's own way (5xx, timeouts)
     SLO = "slo"  # an objective was missed
@@ -44,7 +45,7 @@ class Kind(str, Enum):
 
 
 _INVALID = frozenset({Kind.INTERRUPTED, Kind.TARGET_ERROR, Kind.PREFLIGHT, Kind.SERVER_EXITED, Kind.UNREACHABLE,
-                      Kind.SETUP, Kind.GENERATOR_LIMITED, Kind.MISSING_TARGETS})
+                      Kind.SETUP, Kind.GENERATOR_LIMITED, Kind.MISSING_TARGETS, Kind.HOST_CONTENDED})
 WARNINGS = frozenset({Kind.MOSTLY_FAILED})
 
 
@@ -142,6 +143,9 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
             out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
         for w in s.get("lost_workers") or []:  # which worker made the run incomplete, named for its target
             out.append(Reason(Kind.INTERRUPTED, t.name, f"{t.name}: {LostWorker.from_json(w).sentence()}"))
+        contended = (s.get("host") or {}).get("contended")
+        if contended:
+            out.append(Reason(Kind.HOST_CONTENDED, t.name, f"{t.name}: {host_contended_text(contended)}"))
     if t.failed_fast:
         out.append(Reason(Kind.FAILED_FAST, t.name,
                           f"{t.name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
@@ -169,6 +173,16 @@ def generator_limited_text(g: dict) -> str:
         parts.append("generator CPU saturated")
     parts += [held_text(c["phase"], c) for c in g.get("closed_loop_short") or []]
     return "generator-limited" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def host_contended_text(contended: list[dict]) -> str:
+    """The phase whose judged process waited longest for a CPU, with its share (of the time it had work to do), and
+    how many other phases were over the limit too."""
+    worst = max(contended, key=lambda c: c["wait_share"])
+    more = len(contended) - 1
+    return (f"host contended: {worst['label']} waited for a CPU {worst['wait_share']:.0%} of the time it had work "
+            f"in phase {worst['phase']}"
+            + (f" (and over the limit in {more} more phase{'s' if more > 1 else ''})" if more else ""))
 
 
 def judge(targets: list[TargetOutcome], *, interrupted: bool = False, expected_targets: int | None = None,

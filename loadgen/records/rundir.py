@@ -7,6 +7,7 @@
       <target>/requests.parquet     one row per request, written incrementally
       <target>/summary.json         per phase and overall
       <target>/server_metrics.csv   scraped Prometheus metrics, when the target has them
+      <target>/host.csv             the host sampled: CPU wait of latbench and the managed server, steal, load
 
 Nothing here ever holds a secret: every file goes through the run's :class:`~loadgen.redact.Redactor` (one that
 knows no secret still redacts the userinfo and credential parameters of every URL).
@@ -36,6 +37,7 @@ REQUESTS = "requests.parquet"
 SUMMARY = "summary.json"
 SERVER_METRICS = "server_metrics.csv"
 SERVER_LOG = "server.log"  # what a managed server printed, redacted (loadgen.run.targets.ServerLog)
+HOST = "host.csv"  # loadgen.engine.host
 META = "meta.json"
 REGRESSION = "regression.json"
 COLD_START = "cold_start.json"

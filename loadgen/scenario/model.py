@@ -586,6 +586,9 @@ class Load(Strict):
     max_in_flight: int = Field(10_000, ge=1, le=1_000_000)
     send_lag_threshold: PositiveDuration = Field(0.005,
                                                  description="p99 send lag above this marks the run generator-limited")
+    host_wait_limit: float = Field(1 / 3, gt=0, le=1, description="a managed server (latbench, for an external "
+                                   "target) that waited for a CPU over this share of the time it had work, in a "
+                                   "recorded phase, makes the run invalid: host contended (1: never)")
     grace: Duration = Field(5.0, description="after the last phase, how long in-flight requests may finish")
     @model_validator(mode="before")
     @classmethod

@@ -5,9 +5,13 @@ import pytest
 
 from loadgen.analysis.verdict import Kind, Reason, TargetOutcome, Verdict, generator_limited_text, judge
 
+SERVER = "the reference server"
 
-def summary(*, ok=100, count=100, errors=None, slos=(), limited=False, lagging=True, saturated=False):
+
+def summary(*, ok=100, count=100, errors=None, slos=(), limited=False, lagging=True, saturated=False, contended=()):
     return {"overall": {"count": count, "ok": ok, "errors": errors or {}},
+            "host": {"measured": True, "contended": [{"phase": ph, "source": "server", "label": SERVER,
+                                                      "wait_share": share, "busy": 0.8} for ph, share in contended]},
             "generator_limited": limited,
             "generator": {"send_lag_p99": 0.012, "send_lag_threshold": 0.005, "lagging": lagging,
                           "cpu_saturated": saturated},
@@ -34,6 +38,9 @@ ELSEWHERE = ("other: latency.p99 < 1ms", False, False)
     ([TargetOutcome("a", summary(ok=40, errors={"http_5xx": 60}))], {}, "passed", 0, []),  # a warning only
     ([TargetOutcome("a", error="404", error_kind=Kind.PREFLIGHT)], {}, "invalid", 3, [Kind.PREFLIGHT]),
     ([TargetOutcome("a", summary(limited=True, slos=[MISSED]))], {}, "invalid", 3, [Kind.GENERATOR_LIMITED, Kind.SLO]),
+    ([TargetOutcome("a", summary(contended=[("burst", 0.38)], slos=[MISSED]))], {}, "invalid", 3,
+     [Kind.HOST_CONTENDED, Kind.SLO]),
+    ([TargetOutcome("a", {**summary(), "host": {"measured": False, "note": "no /proc"}})], {}, "passed", 0, []),
     ([TargetOutcome("a", error="the reference server exited")], {}, "invalid", 3, [Kind.TARGET_ERROR]),
     ([TargetOutcome("a", summary())], {"interrupted": True}, "invalid", 3, [Kind.INTERRUPTED]),
     ([TargetOutcome("a", summary())], {"expected_targets": 2}, "invalid", 3, [Kind.MISSING_TARGETS]),
@@ -96,3 +103,15 @@ def test_a_lost_worker_is_named_in_an_interrupted_reason_of_its_target():
         "a: Locust worker hostb:77 (index 2) died mid-run at 3.0 s (its heartbeat stopped); its 5 records received "
         "are kept, its later ones are missing",
         "a: Locust worker local-0 (pid 4242) exited during start-up (exit code 1); nothing was sent"]
+
+
+@pytest.mark.parametrize("contended, text", [
+    ([("burst", 0.38)], "a: host contended: the reference server waited for a CPU 38% of the time it had work in "
+                        "phase burst"),
+    ([("baseline", 0.41), ("burst", 0.58), ("recovery", 0.39)],  # the worst phase, and how many more
+     "a: host contended: the reference server waited for a CPU 58% of the time it had work in phase burst "
+     "(and over the limit in 2 more phases)"),
+])
+def test_host_contended_names_the_process_its_share_and_the_phase(contended, text):
+    v = judge([TargetOutcome("a", summary(contended=contended))])
+    assert v.outcome == "invalid" and v.texts() == [text] and v.reasons[0].kind.invalid
