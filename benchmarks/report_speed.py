@@ -62,7 +62,7 @@ def _batch(rng, scheduled, phase, recorded, base, tokens, error_rate) -> pa.Reco
         "bytes_in": counts.astype(np.int64) * 100, "worker": np.zeros(n, np.int16),
         "first_answer": first_token, "reasoning_tokens": np.zeros(n, np.int32),
         "chunk_tokens_source": np.where(counts > 0, "chunks", ""),
-        "session": np.full(n, -1, np.int64), "turn": np.full(n, -1, np.int16),
+        "session": np.full(n, -1, np.int64), "turn": np.full(n, -1, np.int16), "user": np.full(n, -1, np.int32),
     }
     lists = {"token_times": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32())),
              "chunk_tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(len(values), np.int16)))}

@@ -249,6 +249,7 @@ class Client:
                 raise FetchError("too_large", shown, f"an answer over {_size(cap)}: not read further")
         if watchdog.fired:
             raise FetchError("timeout", shown, "no answer within the deadline")
+        raw.close()  # read to its end: the connection may carry the next request
         return Response(raw.status, headers, bytes(out), "")
 
     def _drop(self, url: str) -> None:

@@ -241,8 +241,13 @@ class BadServer:
 # --- modes: each writes its (mis)answer ---------------------------------------------------------------
 
 
+MODEL_LIST = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+
+
 async def ok(req, w):
-    if req.stream:
+    if req.method == "GET" and req.path.split("?", 1)[0].endswith("/models"):  # an OpenAI server's model list
+        w.write(_full(200, MODEL_LIST))
+    elif req.stream:
         w.write(SSE_HEAD + _chunk(good_stream()) + CHUNKED_END)
     else:
         w.write(_full(200, good_json()))

@@ -28,10 +28,13 @@ def write_scenario(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
 
 
 def run(tmp_path: Path, text: str, **kw):
-    """Run a scenario given as YAML text; returns (RunResult, summary of the first target, records frame)."""
+    """Run a scenario given as YAML text; returns (RunResult, summary of the first target, records frame); the
+    summary and frame are None when the target sent nothing (it did not start, or its pre-flight stopped it)."""
     loaded = load_scenario(write_scenario(tmp_path, text))
     result = run_scenario(loaded, out=str(tmp_path / "runs"), **kw)
     tdir = result.rundir.path / result.targets[0].dir
+    if not (tdir / "summary.json").is_file():
+        return result, None, None
     summary = json.loads((tdir / "summary.json").read_text())
     frame = records_frame(read_records(tdir / "requests.parquet"))
     return result, summary, frame

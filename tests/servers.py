@@ -14,6 +14,7 @@ import time
 
 from aiohttp import web
 
+PREFLIGHT_HEADER = "X-Latbench-Preflight"  # loadgen.run.preflight.PREFLIGHT_HEADER
 
 def _chat_body(n_tokens: int) -> dict:
     return {
@@ -202,15 +203,24 @@ class KnownServer:
 
 class RecordingServer(KnownServer):
     """Chat and completions that answer at once with ``pieces`` as stream chunks (with a usage chunk only when
-    ``usage``), and keep every request body received in ``bodies`` (what the server was sent)."""
+    ``usage``), and keep every request body received in ``bodies`` (what the server was sent): the load's; the
+    pre-flight's minimal request (its ``X-Latbench-Preflight`` header) in ``preflight``."""
 
     def __init__(self, pieces=("Hello", " there", ", the", " way is", " long."), usage=True):
         super().__init__()
-        self.pieces, self.usage, self.bodies = list(pieces), usage, []
+        self.pieces, self.usage, self.bodies, self.preflight = list(pieces), usage, [], []
+
+    def _keep(self, request: web.Request, body: dict) -> bool:
+        """Keep ``body`` where it belongs; False for the pre-flight's request (answered, not counted as load)."""
+        if request.headers.get(PREFLIGHT_HEADER):
+            self.preflight.append(body)
+            return False
+        self.bodies.append(body)
+        return True
 
     async def chat(self, request: web.Request):
         body = await request.json()
-        self.bodies.append(body)
+        self._keep(request, body)
         chat = request.path.endswith("/chat/completions")
         text = "".join(self.pieces)
         if not body.get("stream"):
@@ -245,13 +255,14 @@ class ConversationServer(RecordingServer):
     async def chat(self, request: web.Request):
         body = await request.json()
         chat = request.path.endswith("/chat/completions")
-        self.bodies.append(body)
-        if chat and self.fail_after is not None and sum(m["role"] == "assistant"
-                                                        for m in body["messages"]) >= self.fail_after:
+        counted = self._keep(request, body)  # the pre-flight's request is answered, not counted
+        if counted and chat and self.fail_after is not None and sum(m["role"] == "assistant"
+                                                                    for m in body["messages"]) >= self.fail_after:
             self.answers.append(None)
             return web.json_response({"error": {"message": "nope"}}, status=500)
         text = f"answer {len(self.answers)} from the server"
-        self.answers.append(text)
+        if counted:
+            self.answers.append(text)
         await asyncio.sleep(self.delay)
         usage = {"prompt_tokens": 1, "completion_tokens": 5, "total_tokens": 6}
         if not body.get("stream"):

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loadgen.records.schema import ABORTED
+from loadgen.redact import escape_control
 
 #: error classes that say the measurement is set up wrong, not that the service is slow or broken
 SETUP_CLASSES = frozenset({"connect", "dns", "tls", "http_3xx", "http_4xx", "bad_response", "bad_stream", "other",
@@ -40,9 +41,8 @@ def describe(f: dict) -> str:
     status = f" (HTTP {top['status']})" if top["status"] else ""
     text = f"{top['error']}{status} on {top['count']} of {f['count']}"
     ex = f.get("example")
-    if ex:
-        said = " ".join(str(ex.get("detail") or "").split())
-        said = "".join(c if c.isprintable() else repr(c)[1:-1] for c in said)[:120]
+    if ex:  # what the server said comes last and whole (as the engine kept it): redaction sees where it was cut
+        said = escape_control(" ".join(str(ex.get("detail") or "").split()))
         head = f"HTTP {ex['status']}" if ex.get("status") else ex.get("error", "")
-        text += f"; e.g. {head}" + (f": {said!r}" if said else "")
+        text += f"; e.g. {head}" + (f", which said: {said}" if said else "")
     return text

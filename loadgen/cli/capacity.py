@@ -39,9 +39,10 @@ from loadgen.units import parse_duration
 @click.option("--repeat", "repeat_runs", default=1, show_default=True, type=click.IntRange(1, 100), metavar="N",
               help="search N times, each from a fresh start of a managed target; report each bracket and their spread")
 @click.option("--pause", default="0s", show_default=True, help="wait between repeated searches")
+@click.option("--no-preflight", is_flag=True, help="skip the check of the target before any load (`latbench check`)")
 @exits_on_errors
 def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance, target_url, out, repeat_runs,
-             pause) -> None:
+             pause, no_preflight) -> None:
     out_console = console()
     loaded = load_or_exit(scenario)
     loaded.redactor.add_url(target_url)
@@ -88,11 +89,13 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     if repeat_runs > 1:
         rd, result = run_capacity_repeated(loaded, objectives, qps_min, qps_max, durations[0], durations[1], tol,
                                            out, target_url, on_engine=lambda e: current.update(engine=e),
-                                           on_step=on_step, repeat=repeat_runs, pause=pause_s, on_search=on_search)
+                                           on_step=on_step, repeat=repeat_runs, pause=pause_s, on_search=on_search,
+                                           preflight=not no_preflight)
         text = spread_headline(result)
     else:
         rd, result = run_capacity(loaded, objectives, qps_min, qps_max, durations[0], durations[1], tol, out,
-                                  target_url, on_engine=lambda e: current.update(engine=e), on_step=on_step)
+                                  target_url, on_engine=lambda e: current.update(engine=e), on_step=on_step,
+                                  preflight=not no_preflight)
         text = headline(result)
     report(rd.path)
     out_console.print(f"capacity: {text}", style="bold")

@@ -75,9 +75,10 @@ def status_line(st: TargetStatus) -> str:
 @click.option("--status-every", default="30s", show_default=True, help="print one status line per target this often")
 @click.option("--force-rate", is_flag=True, help=f"allow --qps above {MAX_REMOTE_QPS:g} at a target not on this "
                                                  "machine")
+@click.option("--no-preflight", is_flag=True, help="skip the check of each target before the probe (`latbench check`)")
 @exits_on_errors
 def watch(scenario, qps, metrics_port, metrics_host, window, duration, rotate_every, keep, target_url, out,
-          linger, status_every, force_rate) -> None:
+          linger, status_every, force_rate, no_preflight) -> None:
     out_console = console()
     loaded = load_or_exit(scenario)
     loaded.redactor.add_url(target_url)
@@ -120,7 +121,7 @@ def watch(scenario, qps, metrics_port, metrics_host, window, duration, rotate_ev
     try:
         result = watch_scenario(loaded, settings, out=out, target_url=target_url, on_ready=on_ready,
                                 on_engine=lambda g: current.update(engine=g), on_status=on_status,
-                                status_every_s=every)
+                                status_every_s=every, preflight=not no_preflight)
     except RunDirWriteError as exc:
         click.echo(f"latbench: {exc}; the watch stopped, records written before it are kept", err=True)
         sys.exit(exc.exit_code)

@@ -125,7 +125,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
 
 def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_max: float, step_duration: float,
                  warmup: float, tolerance: float = 0.1, out: str | None = None, target_url: str | None = None,
-                 on_engine: OnEngine | None = None, on_step=None, exact_out: bool = False) -> tuple[RunDir, dict]:
+                 on_engine: OnEngine | None = None, on_step=None, exact_out: bool = False,
+                 preflight: bool = True) -> tuple[RunDir, dict]:
     """Start the scenario's (first) target once, search its capacity step by step, write the RunDir.
 
     Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step. ``exact_out``:
@@ -143,7 +144,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     engine = SingleProcess()
     t0 = [0.0]
     # one server for the whole search, checked once before the first step; its log is the RunDir's server.log
-    with measure(loaded, target, rd.path, fix_prefix=bool(target_url)) as m:
+    with measure(loaded, target, rd.path, check=preflight, fix_prefix=bool(target_url)) as m:
         url, model, server = m.url, m.model, m.server
 
         def run_step(step_loaded: LoadedScenario, tdir):

@@ -23,7 +23,8 @@ from loadgen.scenario.slo import SLO
 def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_max: float,
                           step_duration: float, warmup: float, tolerance: float = 0.1, out: str | None = None,
                           target_url: str | None = None, on_engine: OnEngine | None = None, on_step=None,
-                          repeat: int = 3, pause: float = 0.0, on_search=None) -> tuple[RunDir, dict]:
+                          repeat: int = 3, pause: float = 0.0, on_search=None,
+                          preflight: bool = True) -> tuple[RunDir, dict]:
     """Search ``repeat`` times (rates in req/s, durations in seconds); returns the RunDir and its capacity.json:
     ``repeats`` (the number of searches), ``searches`` (each one's folder and result) and ``spread``.
     ``on_search(k, folder, result)`` after each search."""
@@ -42,7 +43,7 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
             time.sleep(pause)
         sub, result = run_capacity(loaded, slos, qps_min, qps_max, step_duration, warmup, tolerance,
                                    out=str(rd.path / f"search{k}"), target_url=target_url, on_engine=on_engine,
-                                   on_step=on_step, exact_out=True)
+                                   on_step=on_step, exact_out=True, preflight=preflight)
         searches.append({"search": k, "dir": sub.path.name, "result": result})
         meta["targets"].append({"name": f"search{k}", "dir": sub.path.name, "search": k,
                                 "bracket": result["bracket"]})

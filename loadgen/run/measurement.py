@@ -25,7 +25,7 @@ from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
 from loadgen.errors import TargetError
 from loadgen.fetch import FetchError, fetch
 from loadgen.records.rundir import SERVER_LOG
-from loadgen.run.preflight import Check, preflight
+from loadgen.run.preflight import Check, check_tokenizer, preflight
 from loadgen.run.targets import ManagedServer, ServerExit, ServerLog, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Target
@@ -140,8 +140,9 @@ def measure(loaded: LoadedScenario, target: Target, log_dir: Path | None, *, che
         model = resolve_model(target, url, server)
         result = None
         if check:
+            check_tokenizer(target, url, model, loaded.scenario.workload)  # prompts are built with it: first
             result = preflight(target, url, model, loaded.scenario.workload, generate=generate,
-                               fix_prefix=fix_prefix and not managed)
+                               fix_prefix=fix_prefix and not managed, redact=loaded.redactor.text)
             for note in result.notes:
                 log.warning("%s: pre-flight: %s", target.name, note)
             if not result.ok:

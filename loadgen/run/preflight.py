@@ -22,21 +22,27 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlsplit
 
+from loadgen.errors import UsageError
 from loadgen.fetch import FetchError, fetch, safe_url
 from loadgen.protocols.base import StopResponse
 from loadgen.protocols.registry import make_protocol
 from loadgen.records.schema import Outcome
+from loadgen.redact import escape_control
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt
+from loadgen.scenario.tokenizer import ServerTokenizer, TokenizerError
 from loadgen.scenario.urls import join_url
 
 MODELS_APIS = ("openai-chat", "openai-completions", "embeddings", "openai-responses")
 PREFIXED_APIS = MODELS_APIS + ("anthropic-messages", "rerank")  # served under /v1 by the servers latbench knows
 DEADLINE_S = 5.0  # the model list, a connect
-GENERATE_DEADLINE_S = 60.0  # the minimal request (a first request may load a model)
+GENERATE_DEADLINE_S = 10.0  # the minimal request: slower than this, it is the service's (measured by the run)
 SHOWN_BYTES = 120
+REDACTED_BYTES = 8192  # of a body, redacted whole before its first SHOWN_BYTES are shown
+PREFLIGHT_HEADER = "X-Latbench-Preflight"  # on the minimal request, so a server's log can tell it from the load
 
 
 @dataclass
@@ -51,6 +57,7 @@ class Check:
     models: list[str] = field(default_factory=list)
     model: str | None = None  # the model to send when the scenario names none: the first one listed here
     generated: bool = False  # the minimal request was sent
+    status: int = 0  # the HTTP status that answered it
     seconds: float = 0.0
 
     @property
@@ -62,21 +69,37 @@ class Check:
                 "models": self.models, "model": self.model, "generated": self.generated, "seconds": self.seconds}
 
 
-def shown(body: bytes) -> str:
-    """The first bytes of a body as they may be printed: escaped, never control characters."""
-    text = body[:SHOWN_BYTES].decode("utf-8", "replace")
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return repr(out + ("…" if len(body) > SHOWN_BYTES else ""))
+def shown(body: bytes, redact: Callable[[str], str] = str) -> str:
+    """The first bytes of a body as they may be printed: redacted before it is cut (a secret the server echoed is
+    never cut into a prefix the redactor cannot know), control characters escaped."""
+    text = redact(body[:REDACTED_BYTES].decode("utf-8", "replace"))
+    out = escape_control(text[:SHOWN_BYTES])
+    return repr(out + ("…" if len(text) > SHOWN_BYTES or len(body) > REDACTED_BYTES else ""))
+
+
+def check_tokenizer(target: Target, url: str, model: str | None, workload: Workload) -> None:
+    """``workload.tokenizer: server``: the target's ``/tokenize`` answers, before anything is sent to its API
+    (prompts are built with it). A UsageError otherwise: the scenario asks what the target does not serve."""
+    if workload.tokenizer != "server" or not url.startswith(("http://", "https://")):
+        return
+    tok = ServerTokenizer(url, dict(target.headers), model or None)
+    try:
+        tok.encode("Hello")
+    except TokenizerError as exc:
+        raise UsageError(f"workload.tokenizer: {exc}") from None
+    finally:
+        tok.close()
 
 
 def preflight(target: Target, url: str, model: str | None, workload: Workload, *, generate: bool = True,
-              fix_prefix: bool = False) -> Check:
-    """Check ``target`` at ``url`` (resolved) before any load; see the module's docstring."""
+              fix_prefix: bool = False, redact: Callable[[str], str] = str) -> Check:
+    """Check ``target`` at ``url`` (resolved) before any load; see the module's docstring. ``redact``: the run's
+    redaction, applied to what a server said before any of it is quoted."""
     t0 = time.perf_counter()
-    check = _check(target, url, model, workload, generate)
+    check = _check(target, url, model, workload, generate, redact)
     if check.kind in ("not_found", NO_MODELS) and target.api in PREFIXED_APIS and not _has_v1(url):
         prefixed = url.rstrip("/") + "/v1"
-        again = _check(target, prefixed, model, workload, generate)
+        again = _check(target, prefixed, model, workload, generate, redact)
         if again.ok and again.kind != NO_MODELS:
             if fix_prefix:
                 again.notes.insert(0, f"{safe_url(url)} has no /v1 and answers 404; {safe_url(prefixed)} answers: "
@@ -99,18 +122,30 @@ def _has_v1(url: str) -> bool:
     return urlsplit(url).path.rstrip("/").endswith("/v1")
 
 
-def _check(target: Target, url: str, model: str | None, workload: Workload, generate: bool) -> Check:
+def _check(target: Target, url: str, model: str | None, workload: Workload, generate: bool,
+           redact: Callable[[str], str]) -> Check:
     check = Check(url)
     if url.startswith(("grpc://", "grpcs://")):
         _connect(check, url)
         return check
     headers = dict(target.headers)
     if target.api in MODELS_APIS:
-        _models(check, target, url, headers, model)
+        _models(check, target, url, headers, model, redact)
+        unlisted = check.kind == "model"
+        if unlisted and generate:  # the minimal request decides: refused, the list is what the user needs
+            listed, check.kind, check.problem = check.problem, None, None
+            _generate(check, target, url, model, workload, redact)
+            if check.ok:
+                check.notes.append(listed.replace("the server does not list", "the server does not list the") +
+                                   "; it answered a request for it all the same")
+            elif check.kind in ("not_found", "refused"):
+                check.problem = f"{listed} (a request for it answered HTTP {check.status})"
+                check.kind = "model"
+            return check
         if not check.ok or not generate:
             return check
     if generate:
-        _generate(check, target, url, check.model or model, workload)
+        _generate(check, target, url, check.model or model, workload, redact)
     elif target.api not in MODELS_APIS:
         _connect(check, url)
     return check
@@ -146,7 +181,8 @@ def _connect(check: Check, url: str) -> None:
         _fail(check, "unreachable", f"{safe_url(url)} is unreachable: {getattr(exc, 'strerror', None) or exc}")
 
 
-def _models(check: Check, target: Target, url: str, headers: dict, model: str | None) -> None:
+def _models(check: Check, target: Target, url: str, headers: dict, model: str | None,
+            redact: Callable[[str], str]) -> None:
     asked = join_url(url, "/models")
     try:
         resp = fetch("GET", asked, headers=headers, deadline_s=DEADLINE_S)
@@ -163,19 +199,21 @@ def _models(check: Check, target: Target, url: str, headers: dict, model: str | 
             ids = [str(c["id"]) for c in resp.json()["data"]]
         except (ValueError, KeyError, TypeError):
             _fail(check, "shape", f"{safe_url(asked)} answered HTTP {resp.status} with something other than a model "
-                                  f"list: {shown(resp.body)}")
+                                  f"list: {shown(resp.body, redact)}")
             return
         check.models = ids
         if not target.model and ids:
             check.model = ids[0]
-        if target.model and ids and target.model not in ids:
+        if target.model and ids and target.model not in ids:  # decided by the minimal request, where one is sent:
+            # a router or an alias may serve a model it does not list
             _fail(check, "model", f"the server does not list model {target.model!r}; it lists: "
                                   + ", ".join(repr(i) for i in ids[:20]) + (" …" if len(ids) > 20 else ""))
     else:
         check.notes.append(f"{safe_url(asked)} answered HTTP {resp.status}")
 
 
-def _generate(check: Check, target: Target, url: str, model: str | None, workload: Workload) -> None:
+def _generate(check: Check, target: Target, url: str, model: str | None, workload: Workload,
+              redact: Callable[[str], str]) -> None:
     try:
         protocol = make_protocol(target, workload, model, base_url=url)
         req = protocol.build(0, Prompt("Hello", None, 1, 1))
@@ -184,7 +222,7 @@ def _generate(check: Check, target: Target, url: str, model: str | None, workloa
         return
     asked = safe_url(req.url)
     try:
-        resp = fetch(req.method, req.url, headers=dict(req.headers), body=req.body or None,
+        resp = fetch(req.method, req.url, headers={**dict(req.headers), PREFLIGHT_HEADER: "1"}, body=req.body or None,
                      deadline_s=min(GENERATE_DEADLINE_S, target.timeout), max_bytes=4 << 20, max_redirects=0)
     except FetchError as exc:
         if exc.kind == "timeout":
@@ -194,7 +232,7 @@ def _generate(check: Check, target: Target, url: str, model: str | None, workloa
             return
         _unreachable(check, exc)
         return
-    check.generated = True
+    check.generated, check.status = True, resp.status
     check.kind = None
     out = Outcome()
     handler = protocol.handler()
@@ -217,8 +255,9 @@ def _generate(check: Check, target: Target, url: str, model: str | None, workloa
     elif status == 429 or status >= 500:
         check.notes.append(f"the minimal request to {asked} answered HTTP {status} (the service's own: measured)")
     elif status >= 400:
-        _fail(check, "refused", f"{asked} answered HTTP {status} to a minimal {target.api} request: {shown(resp.body)}")
+        _fail(check, "refused", f"{asked} answered HTTP {status} to a minimal {target.api} request: "
+                                f"{shown(resp.body, redact)}")
     elif out.error in ("bad_response", "bad_stream"):
         why = f" ({out.error_detail[:120]})" if out.error_detail else ""
         _fail(check, "shape", f"{asked} answered HTTP {status} but not as {target.api} answers{why}: "
-                              f"{shown(resp.body)}")
+                              f"{shown(resp.body, redact)}")

@@ -211,7 +211,8 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
                 log.warning("baseline: %s", note)
         verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
                         regressions=regressions, groups=groups)
-        meta.update(complete=not interrupted and len(runs) == expected and all(r.summary for r in runs),
+        meta.update(complete=not interrupted and len(runs) == expected
+                    and all(r.summary and not r.server_exited for r in runs),
                     exit_code=verdict.exit_code, verdict=verdict.to_json())
         rd.write_meta(meta, redactor)
         return RunResult(rd, runs, interrupted, verdict)
@@ -262,7 +263,7 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
                 host.stop()  # before the server stops, on the way out of the measurement
     except PreflightFailed as exc:
         tr.error, tr.error_kind = exc.check.problem, Kind.PREFLIGHT
-        entry["preflight"] = exc.check.to_json()
+        entry.update(url=exc.check.url, preflight=exc.check.to_json())
         log.error("target %s: pre-flight: %s (nothing was sent)", name, tr.error)
         rd.write_meta(meta, redactor)
         return tr
@@ -339,7 +340,10 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
     summary["host"] = host_summary(read_host(mt.tdir / HOST), plan_phases(sc.load), res.duration, judged, labels,
                                    note=host_note, limit=sc.load.host_wait_limit)
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
-    summary["failures"] = failure_summary(table, res.error_example)
+    example = res.error_example
+    if example:  # what a server said, redacted where it stands (its first 200 characters may cut a secret short)
+        example = {**example, "detail": mt.loaded.redactor.text(example["detail"])}
+    summary["failures"] = failure_summary(table, example)
     if server_exit is not None:
         summary["server_exit"] = server_exit
     summary["preflight"] = check.to_json() if check is not None else {"ok": None, "skipped": True}

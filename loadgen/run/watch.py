@@ -180,7 +180,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                    target_url: str | None = None, on_ready: Callable[[str], None] | None = None,
                    on_engine: Callable[[RunControl], None] | None = None,
                    on_status: Callable[[list[TargetStatus]], None] | None = None,
-                   status_every_s: float = 10.0) -> WatchResult:
+                   status_every_s: float = 10.0, preflight: bool = True) -> WatchResult:
     """Probe every target of ``loaded`` at ``settings.qps`` and serve the metrics until stopped.
 
     ``on_ready(metrics_url)`` is called once /metrics is served and the targets are up; ``on_engine`` with the
@@ -209,10 +209,12 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
     measurements: list[Measurement] = []
     stack = ExitStack()  # every target's measurement (its managed server) ends with the watch
     try:
+        # the port first: a taken one is a usage error found before anything is sent (on_ready comes later)
+        metrics_url, stop_metrics = serve(exporter, settings.host, settings.port)
         mts = []
         for index, target in enumerate(targets):
             tdir = rd.new_target_dir(target.name)
-            m = stack.enter_context(measure(loaded, target, tdir, fix_prefix=bool(target_url)))
+            m = stack.enter_context(measure(loaded, target, tdir, check=preflight, fix_prefix=bool(target_url)))
             m.on_engine(None)(group)  # a managed server that exits stops the whole watch
             measurements.append(m)
             url, model = m.url, m.model
@@ -231,7 +233,6 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
             exporter.add_target(mt.name, slos, settings.qps, _clock_of(holder), all_slos=list(sc.slo),
                                 send_lag_threshold=sc.load.send_lag_threshold,
                                 goodput_bounds=bounds_for(sc.goodput or [], mt.name, PHASE))
-        metrics_url, stop_metrics = serve(exporter, settings.host, settings.port)
         meta["watch"]["metrics_url"] = metrics_url
         rd.write_meta(meta, redactor)
         if on_ready:

@@ -91,7 +91,8 @@ def test_sigint_stops_cleanly_keeps_records_and_marks_incomplete(tmp_path, known
 def test_second_sigint_aborts_in_flight_requests_and_still_writes(tmp_path, known_server):
     srv = known_server(delay=20)
     path = write_scenario(tmp_path, scenario(srv.url, qps=20))
-    p = start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
+    # every answer takes 20 s: the requests in flight are the point, not the pre-flight's wait for its own answer
+    p = start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-preflight"])
     time.sleep(2.5)
     p.send_signal(signal.SIGINT)
     time.sleep(0.5)
@@ -160,7 +161,8 @@ def test_verbose_logs_one_redacted_line_per_failed_request_and_no_library_debug(
 
     with BadServer() as srv:
         path = write_scenario(tmp_path, scenario(srv.url("echo"), duration="1s", qps=20))
-        p = subprocess.run(LATBENCH + ["-v", "run", str(path), "--out", str(tmp_path / "runs"), "--quiet"],
+        p = subprocess.run(LATBENCH + ["-v", "run", str(path), "--out", str(tmp_path / "runs"), "--quiet",
+                                       "--no-preflight"],  # the load's failed requests (the pre-flight stops at 401)
                            capture_output=True, text=True, env={**os.environ, "LB_TEST_KEY": "sk-planted-secret-456"},
                            timeout=120)
     rd = only_rundir(tmp_path / "runs")

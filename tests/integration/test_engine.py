@@ -110,11 +110,13 @@ def test_timeout_is_recorded(tmp_path, known_server):
     res, s, df = run(tmp_path, text)
     assert set(df["error"]) == {"timeout"}
     assert np.allclose(df["service_time"], 0.1, atol=0.03)
-    assert res.exit_code == 0  # no SLO given; an error-only run is valid data
+    assert res.exit_code == 1  # no SLO given, but every request failed, the service's own way (a timeout)
 
 
 def test_connection_refused_is_unreachable_exit_3(tmp_path):
-    res, s, df = run(tmp_path, scenario("http://127.0.0.1:9/v1", "        - {name: main, duration: 1s, qps: 20}"))
+    # the load path's own rule (the pre-flight would stop the run before any load: tests/integration/test_validity.py)
+    res, s, df = run(tmp_path, scenario("http://127.0.0.1:9/v1", "        - {name: main, duration: 1s, qps: 20}"),
+                     preflight=False)
     assert set(df["error"]) == {"connect"}
     assert res.exit_code == 3 and "unreachable" in " ".join(res.reasons)
 

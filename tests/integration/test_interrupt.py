@@ -72,7 +72,8 @@ def _report_marks_incomplete(rd: Path) -> str:
 def test_first_sigterm_stops_sending_and_lets_in_flight_finish(tmp_path):
     with BadServer(default_mode="slow") as srv:
         path = write_scenario(tmp_path, _scenario(f"http://127.0.0.1:{srv.port}/slow/v1"))
-        p = _start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
+        # the signal is timed to the load (the pre-flight would wait on the server first)
+        p = _start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-preflight"])
         _wait(lambda: srv.hits["slow"] >= 30, 20, "30 requests at the server")
         t_signal = time.perf_counter()
         p.send_signal(signal.SIGTERM)
@@ -97,7 +98,8 @@ def test_first_sigterm_stops_sending_and_lets_in_flight_finish(tmp_path):
 def test_sigterm_past_the_grace_or_twice_cancels_in_flight_and_flushes(tmp_path, second):
     with BadServer(default_mode="stall") as srv:
         path = write_scenario(tmp_path, _scenario(f"http://127.0.0.1:{srv.port}/stall/v1", grace="1500ms"))
-        p = _start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
+        # the signal is timed to the load (the pre-flight would wait on the server first)
+        p = _start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-preflight"])
         _wait(lambda: srv.hits["stall"] >= 10, 20, "10 requests at the server")
         t = time.perf_counter()
         p.send_signal(signal.SIGTERM)
@@ -132,7 +134,10 @@ def _children(pid: int) -> list[tuple[int, str]]:
     return out
 
 
-def test_target_process_dying_mid_run_keeps_records_and_later_requests_fail_connect(tmp_path):
+def test_target_process_dying_mid_run_keeps_records_and_stops_the_load(tmp_path):
+    """Issue 26, item 2: a managed server that dies used to be measured for the rest of the run (every later request
+    a connect error, the verdict an error-rate failure). The load stops at once now, the records taken are kept,
+    and the run is invalid with the reason the server died."""
     text = """
     name: dying
     target:
@@ -161,23 +166,21 @@ def test_target_process_dying_mid_run_keeps_records_and_later_requests_fail_conn
     os.kill(server[0], signal.SIGKILL)
     out, _ = p.communicate(timeout=60)
     assert "Traceback" not in out, out
-    # the error-rate objective failed (1); on a busy machine the run may also be generator-limited (3)
-    assert p.returncode in (1, 3) and "error_rate" in out, out
+    assert p.returncode == 3 and "reference server exited (signal 9, SIGKILL)" in out, out
     rd = _rundir(runs)
-    assert json.loads((rd / "meta.json").read_text())["complete"] is True  # the run itself went to its end
+    assert json.loads((rd / "meta.json").read_text())["complete"] is False  # stopped with its server
     table = _records(rd).sort_values("scheduled")
-    assert sorted(table["seq"]) == list(range(40))  # every scheduled request, exactly once
+    n = len(table)
+    assert sorted(table["seq"]) == list(range(n)) and n < 40  # every request sent, exactly once; no more sent
     ok = table["error"] == ""
-    assert 5 <= ok.sum() <= 35
-    last_ok = table.loc[ok, "scheduled"].max()
-    after = table[table["scheduled"] > last_ok + 0.5]
-    assert len(after) >= 5 and set(after["error"]) == {"connect"}, table["error"].value_counts()
-    assert set(table["error"]) <= {"", "connect", "reset", "bad_stream"}  # in flight at the kill: cut
+    assert ok.sum() >= 5
+    assert set(table["error"]) <= {"", "connect", "reset", "bad_stream", "cancelled"}  # in flight at the kill
     summary = json.loads((rd / "target" / "summary.json").read_text())
     ov = summary["overall"]
-    assert ov["ok"] + sum(ov["errors"].values()) == ov["count"] == 40
+    assert ov["ok"] + sum(ov["errors"].values()) + ov["aborted"] == ov["count"] == n
+    assert summary["duration_s"] - summary["server_exit"]["t"] < 1.0  # the load stopped with the server
     r = subprocess.run(LATBENCH + ["report", str(rd)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "connect" in (rd / "report.html").read_text()
+    assert r.returncode == 0 and "server.log" in (rd / "report.html").read_text()
 
 
 def _mount_tmpfs(folder: Path, size: str) -> bool:

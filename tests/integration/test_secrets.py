@@ -116,7 +116,9 @@ def echo_server():
 def verbose_run(tmp_path_factory, echo_server):
     tmp = tmp_path_factory.mktemp("secrets")
     path = write_scenario(tmp, _scenario(echo_server.port))
-    return _latbench(["-v", "run", str(path)], tmp)
+    # the load path against servers echoing every header back (the pre-flight would stop most targets before any
+    # load: test_planted_secrets_never_leak_through_the_preflight runs it)
+    return _latbench(["-v", "run", str(path), "--no-preflight"], tmp)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +128,7 @@ def target_flag_run(tmp_path_factory, echo_server):
     path = write_scenario(tmp, _scenario())
     url = (f"http://bob:{TARGET_FLAG[0]}@127.0.0.1:{echo_server.port}/echo/v1"
            f"?api_key={TARGET_FLAG[1]}&api-version=2024-02-01")
-    return _latbench(["-v", "run", str(path), "--target", url], tmp)
+    return _latbench(["-v", "run", str(path), "--target", url, "--no-preflight"], tmp)
 
 
 def _assert_nowhere(r: subprocess.CompletedProcess, rd: Path) -> None:
@@ -155,6 +157,20 @@ def test_planted_secrets_appear_in_no_file_of_the_rundir_nor_any_output(verbose_
     assert "api-version=2024-02-01" in text  # what is no credential is kept
 
 
+def test_planted_secrets_never_leak_through_the_preflight(tmp_path, echo_server):
+    """The pre-flight quotes what a server answered when it is not the API's shape, and names the headers it sent:
+    with every target of the planted scenario (echoing servers among them), nothing of a secret is printed or
+    written, by ``run`` (stopped before any load) nor by ``latbench check``."""
+    path = write_scenario(tmp_path, _scenario(echo_server.port))
+    r, rd = _latbench(["-v", "run", str(path)], tmp_path)
+    assert r.returncode == 3 and "pre-flight" in r.stdout + r.stderr, r.stdout + r.stderr
+    _assert_nowhere(r, rd)
+    env = {**os.environ, **SECRETS}
+    c = subprocess.run(LATBENCH + ["check", str(path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=180)
+    assert c.returncode == 3 and "FAILED" in c.stdout, c.stdout + c.stderr
+    _assert_nowhere(c, tmp_path / "nothing-written")
+
+
 def test_target_userinfo_and_query_never_written_nor_printed(target_flag_run):
     """Issue 13, item 2: --target "http://user:pass@HOST/v1?api_key=..." leaked into meta.json and report.html."""
     r, rd = target_flag_run
@@ -177,7 +193,7 @@ def test_short_expanded_values_are_hidden_where_placed_and_rewrite_nothing_else(
           phases: [{{name: main, duration: 500ms, qps: 10}}]
         """)
         r, rd = _latbench(["run", str(path)], tmp_path, {"RT_SCHEME": "http"})
-    assert r.returncode == 0, r.stdout + r.stderr  # no SLO: the run passes, whatever the server answers
+    assert r.returncode == 1, r.stdout + r.stderr  # no SLO, but every request failed, the service's own way (5xx)
     (tdir,) = [p for p in rd.iterdir() if p.is_dir()]
     summary = json.loads((tdir / "summary.json").read_text())
     assert set(summary["overall"]["errors"]) == {"http_5xx"}
@@ -213,7 +229,7 @@ def test_a_repeated_capacity_search_writes_and_prints_no_secret(tmp_path, echo_s
     """)
     url = f"http://bob:{TARGET_FLAG[0]}@127.0.0.1:{echo_server.port}/echo/v1?api_key={TARGET_FLAG[1]}"
     r, rd = _latbench(["capacity", str(path), "--target", url, "--min", "5", "--max", "10", "--step-duration", "1s",
-                       "--warmup", "0s", "--repeat", "2"], tmp_path)
+                       "--warmup", "0s", "--repeat", "2", "--no-preflight"], tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr  # reachable, and no rate held: a failed search, not a crash
     assert "Traceback" not in r.stderr
     top = json.loads((rd / "capacity.json").read_text())
@@ -299,3 +315,51 @@ def test_an_env_host_is_printed_as_it_is_by_watch(tmp_path, echo_server):
     assert meta["targets"][0]["url"] == f"http://127.0.0.1:{echo_server.port}/ok/v1"
     assert "${LB_WATCH_HOST}" in (rd / "scenario.yaml").read_text()  # the scenario copy, as written
     assert SECRETS["LB_PLANT_HEADER"] not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode", ["steady", "trace"])
+def test_the_model_lookup_follows_no_redirect_to_another_origin_with_the_key(tmp_path, mode):
+    """Issue 27, item 1: the model lookup (and a trace replay's max_model_len lookup) used urllib, which followed a
+    302 to another port with every header: the listener there got ``authorization: Bearer <key>``. Now every
+    request latbench makes besides load goes through loadgen.fetch: a redirect to another origin is not followed,
+    and the run says why it stopped."""
+    key = "sk-redirected-key-5be1"
+    heard: list[str] = []
+    with BadServer(log=heard.append) as listener, BadServer() as srv:
+        load = "  phases: [{name: main, duration: 300ms, qps: 10}]\n"
+        if mode == "trace":
+            rows = "\n".join(json.dumps({"timestamp": i * 100, "input_length": 16, "output_length": 2,
+                                         "hash_ids": [i]}) for i in range(3))
+            (tmp_path / "t.jsonl").write_text(rows + "\n")
+            load = "  mode: trace\n  file: t.jsonl\n"
+        path = write_scenario(tmp_path, f"""
+name: lookup
+target: {{url: "{srv.url('redirect_away')}?to={listener.port}", stream: false,
+         headers: {{Authorization: "Bearer ${{LB_REDIRECT_KEY}}", X-Api-Key: "${{LB_REDIRECT_KEY}}"}}}}
+load:
+{load}""")
+        res = subprocess.run([*LATBENCH, "-v", "run", str(path), "--out", str(tmp_path / "runs"), "--quiet",
+                              "--no-report"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "LB_REDIRECT_KEY": key})
+    assert not heard and sum(listener.hits.values()) == 0, heard  # nothing reached the other origin
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "to another origin" in res.stdout + res.stderr
+    assert key not in res.stdout + res.stderr
+
+
+def test_a_model_list_that_never_ends_holds_the_run_seconds_not_minutes(tmp_path):
+    """Issue 27, item 1: a slowloris /v1/models held the run 120 s; the lookup has an overall deadline now."""
+    import time
+
+    with BadServer() as srv:
+        path = write_scenario(tmp_path, f"""
+name: slowloris
+target: {{url: "{srv.url('stall')}", stream: false}}
+load: {{phases: [{{name: main, duration: 300ms, qps: 10}}]}}
+""")
+        t0 = time.monotonic()
+        res = subprocess.run([*LATBENCH, "run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-report"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "no answer within the deadline" in res.stdout and took < 25, (took, res.stdout)

@@ -109,11 +109,14 @@ def test_a_sharegpt_files_prompts_are_what_the_server_receives(tmp_path):
     finally:
         srv.stop()
     assert res.exit_code == 0, res.reasons
-    got = [b["prompt"] for b in srv.bodies]
+    (preflight,) = srv.preflight  # the pre-flight's one minimal request, not recorded
+    assert preflight["prompt"] == "Hello" and preflight["max_tokens"] == 1 and len(df) == 40
+    bodies = srv.bodies
+    got = [b["prompt"] for b in bodies]
     assert len(got) == 40 and got[:20] == got[20:]  # 20 sampled entries, then again in the same order
     assert set(got) <= {e.text for e in entries} and len(set(got)) == 20
     replies = {e.text: e.reply for e in entries}
-    assert all(b["max_tokens"] == -(-len(replies[b["prompt"]]) // 4) for b in srv.bodies)  # the reply's length
+    assert all(b["max_tokens"] == -(-len(replies[b["prompt"]]) // 4) for b in bodies)  # the reply's length
     assert all(b["temperature"] == 0 for b in srv.bodies)
 
 

@@ -178,9 +178,10 @@ def test_every_request_failing_after_the_preflight_is_invalid_with_the_commonest
                         "--no-preflight")
     assert res.returncode == 3, res.stdout + res.stderr
     assert "every request failed" in res.stdout and "http_4xx (HTTP 404) on 5 of 5" in res.stdout
-    assert "unknown mode" in res.stdout  # what the server said
     summary = json.loads(next((tmp_path / "runs").glob("*/target/summary.json")).read_text())
     assert summary["preflight"] == {"ok": None, "skipped": True}
+    meta = json.loads(next((tmp_path / "runs").glob("*/meta.json")).read_text())
+    assert "which said: {\"error\": {\"message\": \"unknown mode\"}}" in meta["verdict"]["reasons"][0]["text"]
 
 
 def test_every_request_failing_the_service_s_own_way_fails_the_run(tmp_path):
@@ -204,7 +205,8 @@ def test_latbench_check_prints_one_line_per_target(tmp_path, reference):
     assert res.returncode == 3, res.stdout + res.stderr
     lines = res.stdout.strip().splitlines()
     assert lines[0].startswith(f"good: ok: {reference}/v1 (model tiny; models tiny, a minimal request answered")
-    assert lines[1] == "wrongmodel: FAILED: the server does not list model 'nosuchmodel'; it lists: 'tiny'"
+    assert lines[1] == ("wrongmodel: FAILED: the server does not list model 'nosuchmodel'; it lists: 'tiny' "
+                        "(a request for it answered HTTP 404)"), lines
     ok = _latbench("check", str(path), "--target", reference)
     assert ok.returncode == 0 and ok.stdout.startswith("good: ok: "), ok.stdout + ok.stderr
 
