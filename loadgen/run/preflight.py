@@ -145,7 +145,8 @@ def _check(target: Target, url: str, model: str | None, workload: Workload, gene
         if not check.ok or not generate:
             return check
     if generate:
-        _generate(check, target, url, check.model or model, workload, redact)
+        neutral = "" if target.api == "http" else "default"  # no model named, none listed: what the run sends
+        _generate(check, target, url, check.model or model or neutral, workload, redact)
     elif target.api not in MODELS_APIS:
         _connect(check, url)
     return check

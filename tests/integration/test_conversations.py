@@ -111,6 +111,7 @@ def test_conversations_on_completions_send_the_history_as_text(tmp_path):
         assert srv.answers[prompts.index(user1)] == answer
 
 
+@pytest.mark.alone  # several generator processes on two cores: the other worker would contend
 @pytest.mark.parametrize("flags", [["--processes", "2"], ["--engine", "locust", "--workers", "2"]],
                          ids=["processes", "locust"])
 def test_sessions_stay_with_the_sender_that_started_them(tmp_path, flags):

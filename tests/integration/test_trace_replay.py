@@ -79,6 +79,7 @@ def test_a_trace_replays_at_its_times_with_its_lengths_and_shared_prefixes_on_th
     assert checked[0] > 100 and checked[2] > 100
 
 
+@pytest.mark.alone  # several generator processes and a server on two cores: the other worker would contend
 @pytest.mark.parametrize("opts", [EngineOptions(processes=2), EngineOptions(engine="locust", workers=2)],
                          ids=["processes", "locust"])
 def test_every_engine_replays_the_trace_on_its_times(tmp_path, known_server, opts):
@@ -104,6 +105,7 @@ def bundled_trace(tmp_path: Path, **load) -> Path:
     return p
 
 
+@pytest.mark.alone  # the reference server's CPU waits are judged (host_wait_limit)
 def test_the_bundled_trace_against_the_reference_server_in_its_own_tokens(tmp_path):
     loaded = load_scenario(bundled_trace(tmp_path, max_requests=40, speed=4.0))
     res = run_scenario(loaded, out=str(tmp_path / "runs"))
