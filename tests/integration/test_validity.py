@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.fetch import FetchError, fetch
+from loadgen.records.schema import read_records
 from loadgen.run.targets import free_port
 from tests.bad_servers import BadServer
 from tests.helpers import ROOT, run, start_reference, write_scenario
@@ -87,8 +88,15 @@ def test_a_managed_server_killed_mid_run_makes_the_run_invalid_at_once_and_keeps
     (reason,) = [r for r in meta["verdict"]["reasons"] if r["kind"] == "server_exited"]
     assert "reference server exited (signal 9, SIGKILL)" in reason["text"] and "into phase burst" in reason["text"]
     assert "reference server exited (signal 9, SIGKILL)" in out
+    assert meta["complete"] is False  # stopped with its server
     summary = json.loads((rd / "target" / "summary.json").read_text())
     assert summary["server_exit"]["phase"] == "burst" and summary["overall"]["ok"] >= 15
+    table = read_records(rd / "target" / "requests.parquet")
+    seqs = sorted(table.column("seq").to_pylist())
+    assert seqs == list(range(len(seqs))) and len(seqs) < 120  # every request sent recorded once; no more sent
+    assert set(table.column("error").to_pylist()) <= {"", "connect", "reset", "bad_stream", "cancelled"}
+    ov = summary["overall"]
+    assert ov["ok"] + sum(ov["errors"].values()) + ov["aborted"] == ov["count"] == len(seqs)
     assert summary["duration_s"] - summary["server_exit"]["t"] < 1.0, summary["duration_s"]
     log = (rd / "target" / "server.log").read_text()
     assert "listening on http://127.0.0.1" in log
