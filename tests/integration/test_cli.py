@@ -75,7 +75,10 @@ def test_sigint_stops_cleanly_keeps_records_and_marks_incomplete(tmp_path, known
     srv = known_server(delay=0.02)
     path = write_scenario(tmp_path, scenario(srv.url))
     p = start(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"])
-    time.sleep(3.0)
+    deadline = time.monotonic() + 60  # from the load's start (the records file), not the process's: a busy host
+    while not list((tmp_path / "runs").glob("*/target/requests.parquet*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(2.0)  # ~100 requests at 50 req/s
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 3, out
