@@ -61,16 +61,20 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _tids(pid: int) -> list[str]:
+    """The thread ids of ``pid`` (none when it is gone)."""
+    try:
+        return os.listdir(PROC / str(pid) / "task")
+    except OSError:
+        return []
+
+
 def children(pid: int) -> list[int]:
     """Child processes of ``pid`` (``/proc/<pid>/task/*/children``; a scan of ``/proc/*/stat`` where the kernel
     lacks those files)."""
     out: list[int] = []
     tasks = PROC / str(pid) / "task"
-    try:
-        tids = os.listdir(tasks)
-    except OSError:
-        return out
-    for tid in tids:
+    for tid in _tids(pid):
         text = _read(tasks / tid / "children")
         if text is None:
             return _children_by_scan(pid)
@@ -104,11 +108,7 @@ def thread_times(pid: int) -> dict[int, tuple[int, int, int]]:
     """{tid: (CPU ns, run-queue delay ns, times it was put on a CPU)} of every thread of ``pid``."""
     out = {}
     tasks = PROC / str(pid) / "task"
-    try:
-        tids = os.listdir(tasks)
-    except OSError:
-        return out
-    for tid in tids:
+    for tid in _tids(pid):
         text = _read(tasks / tid / "schedstat")
         if text:
             f = text.split()
