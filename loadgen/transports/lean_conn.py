@@ -186,7 +186,9 @@ class Conn(asyncio.Protocol):
         self._keep = keep = self.parser.should_keep_alive()
         # llhttp keeps alive only a framed body; otherwise look at the headers once (no per-header callback)
         self._framed = keep or self._has_framing()
-        coding = _CODING.search(self._raw, 0, self._raw.find(b"\r\n\r\n"))
+        raw = self._raw  # two substring tests first: the regex only for a response that names an encoding
+        coding = (_CODING.search(raw, 0, raw.find(b"\r\n\r\n")) if b"ncoding" in raw or b"NCODING" in raw
+                  else None)
         if coding is not None:  # asked for none, but sent compressed: inflated with the cap (never trusted raw)
             call.handler = inflating(call.handler, coding.group(1).decode("latin-1"))
         call.handler.on_status(status, call.out)
