@@ -94,6 +94,8 @@ _held: list[int] = []  # the exclusive lock's descriptors while a module of this
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: timing-sensitive; runs while no other test of the session runs")
+    config.addinivalue_line("markers", "contends: contends its host on purpose; its failures are never excused as "
+                                       "the host's")
 
 
 def _lock(path: Path, mode: int) -> int:
@@ -188,7 +190,7 @@ def _host_reasons(item) -> list[str]:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.when != "call" or not report.failed:
+    if report.when != "call" or not report.failed or item.get_closest_marker("contends"):
         return
     reasons = _host_reasons(item)
     if reasons:

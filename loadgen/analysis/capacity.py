@@ -36,7 +36,7 @@ import pandas as pd
 
 from loadgen.analysis.metrics import metric_samples
 from loadgen.analysis.stats import sectioned_ci
-from loadgen.analysis.verdict import UNREACHABLE_CLASSES
+from loadgen.analysis.verdict import UNREACHABLE_CLASSES, host_contended_text
 from loadgen.records.rundir import CAPACITY
 from loadgen.scenario.model import GoodputObjectives, Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
@@ -64,6 +64,7 @@ class Step:
     dir: str = ""
     inconclusive: bool = False  # the objectives' intervals straddled their thresholds: run again, longer
     unreachable: bool = False  # every request failed to connect: the step says nothing of the target's capacity
+    contended: str | None = None  # the judged process waited too long for a CPU: a failure that may be the host's
 
 
 def step_load(base: Load, qps: float, duration: float, warmup: float, index: int = 0) -> Load:
@@ -133,6 +134,9 @@ def judge(summary: dict, qps: float) -> tuple[bool, list[str], bool]:
     outright only if its whole interval does. When it straddles the threshold and nothing else failed,
     the step is inconclusive: more samples, not a verdict, are what it needs."""
     hard, doubt = [], []
+    contended = (summary.get("host") or {}).get("contended")
+    if contended:
+        hard.append(host_contended_text(contended))
     if unreachable(summary):
         hard.append(f"target unreachable ({', '.join(sorted(summary['overall']['errors']))} on every request)")
     for r in summary["slo"]:

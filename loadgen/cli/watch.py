@@ -10,7 +10,7 @@ import click
 
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import console, exits_on_errors, redact_output
-from loadgen.errors import EXIT_OK, RunDirWriteError
+from loadgen.errors import EXIT_INVALID, EXIT_OK, RunDirWriteError
 from loadgen.run.signals import install_signal_handlers
 from loadgen.run.watch import EngineGroup, TargetStatus, WatchSettings, watch_scenario
 from loadgen.scenario.slo import show_value
@@ -130,4 +130,8 @@ def watch(scenario, qps, metrics_port, metrics_host, window, duration, rotate_ev
         for line in wt.skipped:
             out_console.print(f"  not watched: {line}", highlight=False)
     out_console.print(f"RunDir: {result.rundir.path}", highlight=False)
+    if result.verdict.exit_code == EXIT_INVALID:  # an objective missed is /metrics' to alert on; an invalid watch exits
+        why = "; ".join(r.text for r in result.verdict.reasons)
+        out_console.print(f"the watch is invalid: {why}", style="bold yellow", highlight=False)
+        sys.exit(EXIT_INVALID)
     sys.exit(EXIT_OK)

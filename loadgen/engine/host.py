@@ -199,10 +199,11 @@ class HostSampler:
     last one and ends the thread; ``write(path, t0)`` writes host.csv with times since ``t0`` (perf_counter).
     """
 
-    def __init__(self, watched: list[Watched], interval: float = INTERVAL):
+    def __init__(self, watched: list[Watched], interval: float = INTERVAL, max_samples: int | None = None):
         self.interval = interval
+        self.max_samples = max_samples
         self.trees = [_Tree(w) for w in watched]
-        self.rows: list[tuple[float, str, str, float]] = []  # (perf_counter, source, metric, value)
+        self.samples: list[list[tuple[float, str, str, float]]] = []  # each: (perf_counter, source, metric, value)
         self.note: str | None = None if (PROC / "self" / "task").is_dir() else "host not measured: no /proc here"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -265,11 +266,20 @@ class HostSampler:
         if la is not None:
             rows += [(t, "host", "load1", la[0]), (t, "host", "runnable", la[1]),
                      (t, "host", "cpus", os.cpu_count() or 0)]
-        self.rows += rows
+        self.samples.append(rows)
+        if self.max_samples and len(self.samples) > self.max_samples:
+            # every counter is cumulative, so dropping every other sample loses resolution, never a total:
+            # the first (the baseline) and the newest stay
+            self.samples = self.samples[:-1:2] + self.samples[-1:]
+
+    @property
+    def rows(self) -> list[tuple[float, str, str, float]]:
+        """Every sample's rows, oldest first."""
+        return [r for sample in self.samples for r in sample]
 
     def write(self, path: Path, t0: float) -> Path | None:
         """host.csv, times since ``t0`` (perf_counter); None when nothing was sampled."""
-        if not self.rows:
+        if not self.samples:
             return None
         path = Path(path)
         with open(path, "w", newline="", encoding="utf-8") as f:

@@ -25,9 +25,10 @@ from loadgen.analysis.capacity import (
 )
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.analysis.stats import stat_value
+from loadgen.analysis.verdict import host_contended_text
 from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
-from loadgen.records.rundir import REQUESTS, SUMMARY, RunDir, write_json
+from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.measurement import cli_target, exit_text, measure
 from loadgen.run.runner import check_target_url, host_meta
@@ -36,11 +37,19 @@ from loadgen.scenario.slo import SLO
 from loadgen.schedule.arrivals import plan_phases
 
 
+class _Contended(Exception):
+    """A step failed while the process judged waited too long for a CPU: the search stops there."""
+
+
 def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO], qps_min: float, qps_max: float,
                   step_duration: float, warmup: float, tolerance: float = 0.1, max_steps: int = 12,
-                  on_step=None) -> dict:
+                  on_step=None, host_of=None) -> dict:
     """Search for the highest sustainable rate. ``run_step(loaded_for_step, tdir) -> EngineResult`` sends one
-    step's load (the caller owns the target's lifetime). Returns capacity.json's content."""
+    step's load (the caller owns the target's lifetime). Returns capacity.json's content.
+
+    ``host_of(tdir, plans, result) -> dict``: the step's summary ``host`` block (its CPU waits,
+    :meth:`loadgen.run.measurement.Measurement.host_block`). A step that fails while the judged process waited too
+    long for a CPU ends the search: the failure may be the host's, so the search is invalid, not an answer."""
     sc = loaded.scenario
     slos = step_objectives(slos)
     steps: list[Step] = []
@@ -57,6 +66,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                             send_lag_threshold=sc.load.send_lag_threshold,
                             cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast,
                             goodput=step_goodput(sc.goodput))
+        if host_of is not None:
+            summary["host"] = host_of(tdir, plan_phases(load), res)
         sectioned_intervals(records_frame(table), summary["slo"])
         write_json(tdir / SUMMARY, summary, loaded.redactor)
         ok, reasons, unsure = judge(summary, qps)
@@ -64,12 +75,16 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
                   stat_value(m["latency"], "p50"), stat_value(m["latency"], "p99"), stat_value(m["ttft"], "p99"),
                   summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name,
-                  inconclusive=unsure and not longer, unreachable=unreachable(summary))
+                  inconclusive=unsure and not longer, unreachable=unreachable(summary),
+                  contended=host_contended_text(summary["host"]["contended"])
+                  if (summary.get("host") or {}).get("contended") else None)
         steps.append(st)
         if on_step:
             on_step(st)
         if res.interrupted:
             raise KeyboardInterrupt
+        if st.contended and not st.passed:
+            raise _Contended(f"step {st.dir}: {st.contended}")
         return st
 
     def holds(qps: float) -> bool:
@@ -85,6 +100,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
     lo, hi = None, None  # last passing, first failing
     qps = qps_min
     interrupted = False
+    contended = None
     try:
         while qps <= qps_max * (1 + 1e-9) and len(steps) < max_steps:
             if holds(qps):
@@ -103,6 +119,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                 hi = mid
     except KeyboardInterrupt:
         interrupted = True
+    except _Contended as exc:
+        contended = str(exc)
     expected = sc.load.expected_qps
     failing = next((st for st in steps if hi is not None and st.qps == hi), None)
     return {
@@ -117,7 +135,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         "knee_qps": knee(steps),
         "expected_qps": expected,
         "headroom": (lo / expected - 1.0) if (lo is not None and expected) else None,
-        "complete": not interrupted,
+        "complete": not interrupted and contended is None,
+        "host_contended": contended,  # why the search stopped at a step the host may have failed: invalid
         "unreachable": lo is None and bool(steps) and steps[0].unreachable,  # an invalid search: exit 3
         "steps": [s.__dict__ for s in steps],
     }
@@ -147,10 +166,19 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     with measure(loaded, target, rd.path, check=preflight, fix_prefix=bool(target_url)) as m:
         url, model, server = m.url, m.model, m.server
 
+        host_notes: dict[str, str | None] = {}
+
         def run_step(step_loaded: LoadedScenario, tdir):
-            res = engine.run(m.measured(tdir, loaded=step_loaded), m.on_engine(on_engine), fail_fast=STEP_FAIL_FAST)
+            with m.sampling() as host:  # each step's CPU waits: a step the host failed is no capacity
+                res = engine.run(m.measured(tdir, loaded=step_loaded), m.on_engine(on_engine),
+                                 fail_fast=STEP_FAIL_FAST)
+            host.write(tdir / HOST, res.t0)
+            host_notes[tdir.name] = host.note
             t0[0] = res.t0
             return res
+
+        def host_of(tdir, plans, res) -> dict:
+            return m.host_block(tdir, plans, res.duration, host_notes.get(tdir.name), sc.load.host_wait_limit)
 
         def step_done(st: Step) -> None:
             meta["targets"].append({"name": st.dir, "dir": st.dir, "url": url, "model": model, "qps": st.qps,
@@ -160,7 +188,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
                 on_step(st)
 
         result = find_capacity(loaded, run_step, rd, slos, qps_min, qps_max, step_duration, warmup, tolerance,
-                               on_step=step_done)
+                               on_step=step_done, host_of=host_of)
     if m.exited is not None:  # the search stopped at the step the server died in: invalid, not a capacity
         result["server_exit"] = exit_text(m.exited, t0[0], [])
         result["complete"] = False

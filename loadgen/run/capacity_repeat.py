@@ -65,7 +65,9 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
            "spread": spread,
            "max_sustainable_qps": spread["held"]["median"], "first_failing_qps": spread["failing"]["median"],
            "headroom": spread["headroom"], "target": results[0].get("target") if results else None,
-           "unreachable": bool(results) and all(r.get("unreachable") for r in results)}
+           "unreachable": bool(results) and all(r.get("unreachable") for r in results),
+           "host_contended": next((f"search {s['search']}: {s['result']['host_contended']}" for s in searches
+                                   if s["result"].get("host_contended")), None)}
     write_json(rd.path / CAPACITY, top, redactor)
     meta.update(complete=top["complete"], capacity=[top["max_sustainable_qps"], top["first_failing_qps"]])
     rd.write_meta(meta, redactor)

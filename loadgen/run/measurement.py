@@ -9,7 +9,10 @@ the process and keeps its log. What could have bent the numbers is measured here
   cancelled, every record kept), and the summary says which process, how and when
   (:func:`exit_text`): the run is invalid, not failed;
 - a target that cannot be reached, is not at its URL, refuses the credentials, lacks the model or does not
-  answer in its API's shape stops the run before any load (:class:`PreflightFailed`, exit 3).
+  answer in its API's shape stops the run before any load (:class:`PreflightFailed`, exit 3);
+- the CPU waits of latbench and of the managed server are sampled while each engine runs
+  (:meth:`Measurement.sampling`, ``host.csv``), and a phase in which the judged one waited too long for a CPU
+  makes the run (or the capacity step, or the watch) invalid (:meth:`Measurement.host_block`).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from loadgen.analysis.host import host_summary, read_host
 from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
+from loadgen.engine.host import INTERVAL, HostSampler, watch_run
 from loadgen.errors import TargetError
 from loadgen.fetch import FetchError, fetch
-from loadgen.records.rundir import SERVER_LOG
+from loadgen.records.rundir import HOST, SERVER_LOG
 from loadgen.run.preflight import Check, check_tokenizer, preflight
 from loadgen.run.targets import ManagedServer, ServerExit, ServerLog, start_managed
 from loadgen.scenario.loader import LoadedScenario
@@ -48,6 +53,17 @@ def cli_target(targets: list[Target], target_url: str | None) -> list[Target]:
     if not target_url:
         return targets
     return [targets[0].model_copy(update={"url": target_url, "reference": None, "command": None})]
+
+
+def host_judged(target: Target) -> tuple[str, dict[str, str]]:
+    """Whose CPU waits judge the run (the managed server's; latbench's for an external target), and how the reasons
+    name each tree host.csv watches."""
+    labels = {"latbench": "latbench"}
+    if target.reference is not None:
+        labels["server"] = "the reference server"
+    elif target.command is not None:
+        labels["server"] = f"the server command {Path(target.command.run[0]).name!r}"
+    return ("server" if "server" in labels else "latbench"), labels
 
 
 def resolve_model(target: Target, url: str, server: ManagedServer | None) -> str:
@@ -104,6 +120,26 @@ class Measurement:
                 inner(control)
 
         return attach
+
+    @contextmanager
+    def sampling(self, interval: float = INTERVAL, max_samples: int | None = None) -> Iterator[HostSampler]:
+        """The host sampled around one engine run: latbench's process tree and the managed server's (CPU time,
+        time waiting for a CPU, steal). ``write`` the sampler's rows to ``host.csv`` once the run's t0 is known;
+        ``max_samples`` bounds its memory for a watch that runs for days (older samples are thinned)."""
+        sampler = HostSampler(watch_run(self.server.proc.pid if self.server else None), interval=interval,
+                              max_samples=max_samples).start()
+        try:
+            yield sampler
+        finally:
+            sampler.stop()  # before the server stops, on the way out of the measurement
+
+    def host_block(self, tdir: Path, plans: list[PhasePlan], duration: float, note: str | None,
+                   limit: float) -> dict:
+        """summary.json's ``host`` from ``tdir``'s host.csv: per phase, and the phases in which the judged tree
+        (the managed server, or latbench for an external target) waited for a CPU more than ``limit`` of the
+        time it had work (:func:`loadgen.analysis.host.host_summary`)."""
+        judged, labels = host_judged(self.target)
+        return host_summary(read_host(Path(tdir) / HOST), plans, duration, judged, labels, note=note, limit=limit)
 
     def _on_exit(self, ex: ServerExit) -> None:
         log.error("%s exited (%s) during the run: stopping the load", ex.what, ex.how)

@@ -20,14 +20,12 @@ from pathlib import Path
 from loadgen.analysis.between import baseline_reasons, compare_baseline
 from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.failures import failure_summary
-from loadgen.analysis.host import host_summary, read_host
 from loadgen.analysis.metrics import summarize
 from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeats import RepeatRun, group_outcomes, repeats_summary
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
-from loadgen.engine.host import HostSampler, watch_run
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import RunDirWriteError, TargetStartError, UsageError
 from loadgen.protocols.trace_workload import describe_trace
@@ -256,11 +254,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
             spec = sc.load.trace
             trace = (describe_trace(mt.target, sc.workload, spec, m.model, m.url, loaded.path.parent,
                                     chat=target.api in CHAT_APIS) if spec is not None else None)
-            host = HostSampler(watch_run(m.server.proc.pid if m.server else None)).start()  # CPU waits, steal
-            try:
+            with m.sampling() as host:  # CPU waits and steal, while the engine runs
                 res = opts.engine_for(target).run(mt, m.on_engine(on_engine), fail_fast)
-            finally:
-                host.stop()  # before the server stops, on the way out of the measurement
     except PreflightFailed as exc:
         tr.error, tr.error_kind = exc.check.problem, Kind.PREFLIGHT
         entry.update(url=exc.check.url, preflight=exc.check.to_json())
@@ -280,7 +275,9 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     tr.failed_fast = res.failed_fast
     tr.server_exited = exited is not None
     tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens,
-                                  trace=trace, server_exit=exited, check=m.check, host_note=host.note)
+                                  trace=trace, server_exit=exited, check=m.check,
+                                  host=m.host_block(tdir, plan_phases(sc.load), res.duration, host.note,
+                                                    sc.load.host_wait_limit))
     write_json(tdir / SUMMARY, tr.summary, redactor)
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
@@ -302,21 +299,10 @@ def trace_note(trace: dict) -> str:
             f"{trace['clipped_input_tokens']} input and {trace['clipped_output_tokens']} output tokens cut")
 
 
-def host_judged(target: Target) -> tuple[str, dict[str, str]]:
-    """Whose CPU waits judge the run (the managed server's; latbench's for an external target), and how the reasons
-    name each tree host.csv watches."""
-    labels = {"latbench": "latbench"}
-    if target.reference is not None:
-        labels["server"] = "the reference server"
-    elif target.command is not None:
-        labels["server"] = f"the server command {Path(target.command.run[0]).name!r}"
-    return ("server" if "server" in labels else "latbench"), labels
-
-
 def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
                      capacity: dict | None = None, tokens: dict | None = None, trace: dict | None = None,
                      server_exit: dict | None = None, check: Check | None = None,
-                     host_note: str | None = None) -> dict:
+                     host: dict | None = None) -> dict:
     """summary.json of one target from its records and its engine's result (``capacity``: see
     :func:`capacity_fields`; ``tokens``: how its token counts were made; ``trace``: the trace replayed, with the
     requests clipped to fit the target)."""
@@ -336,9 +322,7 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
     summary["lost_workers"] = [w.to_json() for w in res.lost_workers]  # the verdict names each (its target's)
     if trace is not None:
         summary["trace"] = trace
-    judged, labels = host_judged(mt.target)
-    summary["host"] = host_summary(read_host(mt.tdir / HOST), plan_phases(sc.load), res.duration, judged, labels,
-                                   note=host_note, limit=sc.load.host_wait_limit)
+    summary["host"] = host if host is not None else {"measured": False, "note": "host not measured"}
     summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
     example = res.error_example
     if example:  # what a server said, redacted where it stands (its first 200 characters may cut a secret short)

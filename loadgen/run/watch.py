@@ -33,8 +33,9 @@ from loadgen.engine.base import EngineResult, MeasuredTarget, RunControl, run_as
 from loadgen.engine.live import LiveStats
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import build_sender
+from loadgen.errors import EXIT_INVALID, EXIT_OK
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
-from loadgen.records.rundir import SUMMARY, RunDir, write_json
+from loadgen.records.rundir import HOST, SUMMARY, RunDir, write_json
 from loadgen.run.measurement import Measurement, cli_target, exit_text, measure
 from loadgen.run.runner import check_target_url, host_meta
 from loadgen.scenario.loader import LoadedScenario
@@ -45,6 +46,7 @@ log = logging.getLogger("latbench.watch")
 
 WATCH_JSON = "watch.json"
 SUMMARY_BINS = 3600  # summary.json's time series: at most this many bins, however long the watch ran
+HOST_SAMPLES = 2 * SUMMARY_BINS  # host.csv: at most about this many samples (older ones thinned), however long
 
 
 @dataclass(frozen=True)
@@ -249,13 +251,17 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
 
         if on_engine:  # from here a signal stops the probe; before, it interrupts the start (KeyboardInterrupt)
             on_engine(group)
-        try:
-            results = run_async(main())
-        finally:
-            group.probe_ended()
-        for wt, (mt, slos), res, m in zip(watched, mts, results, measurements):
+        # each target's CPU waits (and latbench's) while the probe runs: a watch on a contended host is invalid
+        with ExitStack() as sampling:
+            samplers = [sampling.enter_context(m.sampling(max_samples=HOST_SAMPLES)) for m in measurements]
+            try:
+                results = run_async(main())
+            finally:
+                group.probe_ended()
+        for wt, (mt, slos), res, m, host in zip(watched, mts, results, measurements, samplers):
             wt.result = res
-            wt.summary = _summary(mt, res, slos, settings, wt)
+            host.write(mt.tdir / HOST, res.t0)
+            wt.summary = _summary(mt, res, slos, settings, wt, m, host.note)
             if m.exited is not None:
                 wt.summary["server_exit"] = exit_text(m.exited, res.t0, [settings.plan(sc.load.arrival)])
             write_json(mt.tdir / SUMMARY, wt.summary, redactor)
@@ -265,7 +271,9 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
                         interrupted=False, expected_targets=len(watched))
         for entry, w in zip(meta["targets"], watched):
             entry.update(wall_start=w.result.wall_start, duration_s=w.result.duration, requests=w.result.requests)
-        meta.update(complete=True, exit_code=verdict.exit_code, verdict=verdict.to_json())
+        # the watch's own exit: 3 when it measured something else; an objective missed is for /metrics to alert on
+        meta.update(complete=True, exit_code=verdict.exit_code if verdict.exit_code == EXIT_INVALID else EXIT_OK,
+                    verdict=verdict.to_json())
         rd.write_meta(meta, redactor)
         write_json(rd.path / WATCH_JSON, _watch_facts(watched, exporter, settings), redactor)
         group.linger(settings.linger_s)  # watch.json first: whoever sees it scrapes final counts
@@ -319,8 +327,10 @@ async def _watch_one(mt: MeasuredTarget, plan: PhasePlan, settings: WatchSetting
         await transport.close()
 
 
-def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSettings, wt: WatchedTarget) -> dict:
-    """summary.json over the records still on disk, as a one-phase run from the oldest of them to the end."""
+def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSettings, wt: WatchedTarget,
+             m: Measurement, host_note: str | None) -> dict:
+    """summary.json over the records still on disk, as a one-phase run from the oldest of them to the end, with the
+    host's CPU waits over the same span (``m``: the target's measurement, whose host.csv it reads)."""
     table = read_segments(mt.tdir)
     start = 0.0
     notes = list(res.notes) + [f"not judged by a watch: {s}" for s in wt.skipped]
@@ -336,7 +346,8 @@ def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSetting
     s = summarize(table, [plan], slos, res.duration, target=mt.name, scenario=sc.name, complete=True, notes=notes,
                   send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds,
                   timeseries_step=max(1.0, math.ceil(res.duration / SUMMARY_BINS)), goodput=sc.goodput)
-    s.update(model=mt.model, engine="native", run_name=mt.name, mode="watch")
+    s.update(model=mt.model, engine="native", run_name=mt.name, mode="watch",
+             host=m.host_block(mt.tdir, [plan], res.duration, host_note, sc.load.host_wait_limit))
     return s
 
 

@@ -13,7 +13,8 @@ from loadgen.analysis.host import read_host, tree_phase
 from loadgen.engine.host import HostSampler, Watched, tree
 from tests.helpers import run
 
-pytestmark = [pytest.mark.alone, pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux /proc")]
+pytestmark = [pytest.mark.alone, pytest.mark.contends,
+              pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux /proc")]
 
 CPU = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 BUSY = "import os, sys, time; os.sched_setaffinity(0, {%d}); e = time.time() + %f\nwhile time.time() < e: pass"

@@ -242,3 +242,76 @@ def test_the_one_client_follows_no_redirect_to_another_origin_and_keeps_its_dead
         with pytest.raises(FetchError) as exc:
             fetch("GET", srv.url("slowdrip") + "/models", deadline_s=0.5)
         assert exc.value.kind == "timeout" and time.monotonic() - t0 < 2.0
+
+
+#: a managed server that spins a thread of its own (always runnable: it has work all the time) on one CPU
+SPINNING = ("import os, runpy, sys, threading; os.sched_setaffinity(0, {%d}); "
+            "threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start(); "
+            "sys.argv = ['bad_servers', '--mode', 'ok', '--port', sys.argv[1]]; "
+            "runpy.run_module('tests.bad_servers', run_name='__main__')")
+HOG = "import os, time; os.sched_setaffinity(0, {%d}); e = time.time() + %f\nwhile time.time() < e: pass"
+
+
+def _hogged(cpu: int, seconds: float) -> list[subprocess.Popen]:
+    """Two spinning processes pinned to ``cpu``: a process there waits for it about two thirds of the time."""
+    return [subprocess.Popen([sys.executable, "-c", HOG % (cpu, seconds)]) for _ in range(2)]
+
+
+def _spinning_target(cpu: int) -> str:
+    return ('target: {command: {run: ["%s", "-c", "%s", "{port}"], url: "http://127.0.0.1:{port}/ok/v1", '
+            'ready_url: "http://127.0.0.1:{port}/health"}, model: m, stream: false}' % (sys.executable, SPINNING % cpu))
+
+
+@pytest.mark.alone
+@pytest.mark.contends
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or not hasattr(os, "sched_setaffinity"), reason="Linux")
+def test_a_capacity_step_failed_on_a_contended_host_makes_the_search_invalid(tmp_path):
+    """#26 item 6: capacity steps are sampled as runs are. A managed server pinned to a CPU beside two hogs waits for
+    it most of the time it has work: the step it fails says nothing of its capacity, and the search is invalid
+    (exit 3), not an answer of 'holds nothing' (exit 1)."""
+    cpu = max(os.sched_getaffinity(0))
+    sc = tmp_path / "cap.yaml"
+    sc.write_text(f"name: cap\n{_spinning_target(cpu)}\nload: {{phases: [{{name: p, duration: 1s, qps: 1}}]}}\n"
+                  "slo: [latency.p50 < 1us]\n")  # no step can meet it: the first one fails
+    hogs = _hogged(cpu, 60)
+    try:
+        p = _latbench("capacity", str(sc), "--min", "2", "--max", "2", "--step-duration", "2s", "--warmup", "0s",
+                      "--out", str(tmp_path / "runs"))
+    finally:
+        for h in hogs:
+            h.kill(), h.wait()
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "the search is invalid: step qps-2: host contended: the server command" in p.stdout, p.stdout
+    rd = next((tmp_path / "runs").iterdir())
+    cap = json.loads((rd / "capacity.json").read_text())
+    assert cap["complete"] is False and "waited for a CPU" in cap["host_contended"]
+    step = cap["steps"][0]
+    assert step["contended"] and not step["passed"] and step["reasons"][0].startswith("host contended")
+    summary = json.loads((rd / step["dir"] / "summary.json").read_text())
+    assert summary["host"]["judged"] == "server" and summary["host"]["contended"][0]["wait_share"] > 1 / 3
+    assert (rd / step["dir"] / "host.csv").is_file()
+    assert "INVALID:" in (rd / "report.html").read_text()
+
+
+@pytest.mark.alone
+@pytest.mark.contends
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or not hasattr(os, "sched_setaffinity"), reason="Linux")
+def test_a_watch_on_a_contended_host_is_invalid(tmp_path):
+    """#26 item 6: a watch samples the host over its span too; its managed server starved of a CPU makes it exit 3."""
+    cpu = max(os.sched_getaffinity(0))
+    sc = tmp_path / "w.yaml"
+    sc.write_text(f"name: w\n{_spinning_target(cpu)}\nload: {{phases: [{{name: p, duration: 1s, qps: 1}}]}}\n")
+    hogs = _hogged(cpu, 60)
+    try:
+        p = _latbench("watch", str(sc), "--qps", "2", "--duration", "3s", "--metrics-port", "0",
+                      "--out", str(tmp_path / "runs"))
+    finally:
+        for h in hogs:
+            h.kill(), h.wait()
+    assert p.returncode == 3, p.stdout + p.stderr
+    rd = next((tmp_path / "runs").iterdir())
+    summary = json.loads(next(rd.glob("*/summary.json")).read_text())
+    assert summary["host"]["measured"] and summary["host"]["contended"], summary["host"]
+    meta = json.loads((rd / "meta.json").read_text())
+    assert [r["kind"] for r in meta["verdict"]["reasons"]] == ["host_contended"], meta["verdict"]
+    assert next(rd.glob("*/host.csv")).is_file()
