@@ -198,6 +198,8 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
         rec = e.get("recovery")
         if rec is None:
             first.append("no recovery time: there is no latency.p99 objective for the phase after it to recover to.")
+        elif not rec.get("measured", True):
+            first.append(f"no recovery time: no request was sent in {rec['phase']} (the run stopped before it).")
         elif rec.get("recovered"):
             first += ["latency p99 was back under ", _cell(s, name, f"{b}/recovery/threshold", "ms"), " ms ",
                       _cell(s, name, f"{b}/recovery/seconds", "s"), f" into {rec['phase']}."]

@@ -190,7 +190,7 @@ def mark_bursts(lat_ax, inflight_ax, bursts: list[dict]) -> None:
             lat_ax.text(t_rec, 0.97, f" recovered {rec['seconds']:.1f} s after {b['spike']}",
                         transform=lat_ax.get_xaxis_transform(), va="top", ha="left", fontsize=8,
                         color=RECOVERY_COLOR, fontweight="bold")
-        elif rec:
+        elif rec and rec.get("measured", True):
             lat_ax.axvspan(b["end"], b["after_end"], color="#d62728", alpha=0.10, lw=0)
             lat_ax.text(b["end"], 0.97, f" not recovered during {rec['phase']}", transform=lat_ax.get_xaxis_transform(),
                         va="top", ha="left", fontsize=8, color="#d62728", fontweight="bold")

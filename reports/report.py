@@ -33,9 +33,9 @@ def target_section(td, i: int) -> dict:
     return sec
 
 
-def headline_block(run: RunData) -> dict | None:
+def headline_block(run: RunData, sections: list[dict]) -> dict | None:
     """The headline (see :mod:`reports.headline`) with its figure: the warm-up curve of a cold-start
-    study, the marked time series of a burst."""
+    study, the marked time series of a burst (taken from its target's section, drawn once)."""
     h = headline(run)
     if h is None:
         return None
@@ -44,7 +44,8 @@ def headline_block(run: RunData) -> dict | None:
         h["figure"] = warmup_figure(run.cold_start)
     elif h["kind"] == "burst":
         td = next(td for td in run.targets if (td.summary or {}).get("burst"))
-        h["figure"] = next((f for f in target_figures(td) if f["id"] == "timeseries"), None)
+        sec = next(sec for sec in sections if sec["target_name"] == td.name)
+        h["figure"] = next((f for f in sec["figures"] if f["id"] == "timeseries"), None)
         h["figure_target"] = td.name
     return h
 
@@ -66,8 +67,8 @@ def run_context(run: RunData) -> dict:
     """Everything report.html shows, computed; the template only lays it out."""
     cold = bool(run.cold_start)
     labelled = [(name, tds) for name, tds in run.groups()] if cold else [(td.name, td) for td in run.targets]
-    h = headline_block(run)
     sections = [target_section(td, i) for i, td in enumerate(run.targets)]
+    h = headline_block(run, sections)
     for sec in sections:
         if h and h.get("figure_target") == sec["target_name"]:  # shown once, in the headline
             sec["figures"] = [f for f in sec["figures"] if f["id"] != "timeseries"]

@@ -244,7 +244,8 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
     rolling p99 latency (2 s windows by scheduled time sliding by 0.5 s, failed requests as infinitely
     slow) is back under the latency.p99 objective of the phase after it, and stays there. ``seconds`` None:
     did not recover. ``window_requests``: the median count of requests in a window (a window's p99 is its
-    maximum below 100 requests: how coarse the rule is); ``windows``: each window's start and p99."""
+    maximum below 100 requests: how coarse the rule is); ``windows``: each window's start and p99;
+    ``measured``: whether any request was sent in the phase after (a run that stopped before it has none)."""
     out = []
     for cur, nxt in zip(plans, plans[1:]):
         if cur.closed or nxt.closed or 0.5 * (cur.rate_start + cur.rate_end) <= 0.5 * (nxt.rate_start + nxt.rate_end):
@@ -266,12 +267,12 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
             sizes.append(w.size)
         seconds = None
         for i in range(len(good)):
-            if all(good[i:]):
+            if all(good[i:]) and any(sizes[i:]):  # empty windows alone (the run stopped) show no recovery
                 seconds = float(ends[i] - RECOVERY_WINDOW_S - nxt.start)  # the first good window's start
                 break
         out.append({"spike": cur.name, "phase": nxt.name, "threshold": limit, "window_s": RECOVERY_WINDOW_S,
                     "step_s": RECOVERY_STEP_S, "window_requests": float(np.median(sizes)) if sizes else 0.0,
-                    "seconds": seconds, "recovered": seconds is not None,
+                    "seconds": seconds, "recovered": seconds is not None, "measured": bool(len(sel)),
                     "windows": {"start": [float(e - RECOVERY_WINDOW_S) for e in ends],
                                 "p99": [json_num(v) for v in p99s]}})
     return out

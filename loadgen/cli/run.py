@@ -116,7 +116,6 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_
         sys.exit(exc.exit_code)
     finally:
         display.close()
-    write_reports(out_console, result.rundir.path, html=not no_report)
     repeats_file = result.rundir.path / "repeats.json"
     if repeats_file.is_file():  # per target, each run and across the runs, rather than a table per run
         for name, group in json.loads(repeats_file.read_text())["targets"].items():
@@ -127,10 +126,13 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_
             out_console.print(tokens_line(tr.summary), highlight=False)
             for r in tr.summary.get("recovery", []):
                 when = (f"recovered {r['seconds']:.1f} s into {r['phase']}" if r["recovered"]
+                        else f"not measured: no request was sent in {r['phase']}" if not r.get("measured", True)
                         else f"did not recover during {r['phase']}")
                 out_console.print(f"after {r['spike']}: rolling p99 (2 s windows) vs "
                                   f"{r['threshold'] * 1e3:g} ms: {when}")
-    print_verdict(out_console, result)
+    print_reasons(out_console, result.verdict.outcome, result.reasons)  # before the report: it takes seconds
+    write_reports(out_console, result.rundir.path, html=not no_report)
+    print_rundir(out_console, result)
     sys.exit(result.exit_code)
 
 
@@ -144,8 +146,7 @@ def write_reports(out: Console, rundir: Path, html: bool = True) -> None:
         out.print(f"report not rendered: {type(exc).__name__}: {exc} (re-render with: latbench report {rundir})")
 
 
-def print_verdict(out: Console, result: RunResult) -> None:
-    print_reasons(out, result.verdict.outcome, result.reasons)
+def print_rundir(out: Console, result: RunResult) -> None:
     html = result.rundir.path / "report.html"
     out.print(f"RunDir: {result.rundir.path}   " + (f"report: {html}" if html.is_file() else
                                                      f"report: none (latbench report {result.rundir.path})"),

@@ -64,3 +64,21 @@ def test_architectures_names_the_knobs_that_differ():
     assert a["knobs"] == {"preload": [False, True], "warmup": [False, True], "max_batch_size": [1, 32],
                           "cache_size": [0, 1024]}
     assert architectures([("naive", s, naive)]) is None
+
+
+def test_a_recovery_phase_nobody_was_sent_in_is_not_a_recovery():
+    """A run stopped during its spike (its server died) has empty windows after it: no recovery time, and it says
+    the phase was not measured; one fast request after the spike makes the phase recovered from its start."""
+    from loadgen.analysis.metrics import recovery
+    from loadgen.scenario.slo import parse_slo
+
+    plans = [PhasePlan(0, "base", 0.0, 2.0, 5.0, 5.0), PhasePlan(1, "spike", 2.0, 4.0, 50.0, 50.0),
+             PhasePlan(2, "after", 4.0, 8.0, 5.0, 5.0)]
+    slos = [parse_slo("latency.p99 < 500ms")]
+    cols = ["scheduled", "latency", "ok", "aborted"]
+    df = pd.DataFrame([(0.5, 0.1, True, False), (2.5, 0.9, True, False)], columns=cols)
+    (rec,) = recovery(df, plans, slos)
+    assert rec["measured"] is False and rec["recovered"] is False and rec["seconds"] is None
+    df = pd.concat([df, pd.DataFrame([(6.2, 0.1, True, False)], columns=cols)], ignore_index=True)
+    (rec,) = recovery(df, plans, slos)
+    assert rec["measured"] and rec["recovered"] and rec["seconds"] == 0.0  # empty windows before it: good
