@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("loadgen", "reports", "reference_server")
 #: loadgen's stages, lowest first: a module may import its own stage and the ones before it.
 STAGES = ("version", "errors", "units", "redact", "fetch", "scenario", "schedule", "records", "protocols", "transports",
-          "engine", "analysis", "run", "cli")
+          "engine", "analysis", "monitoring", "run", "cli")
 #: what reports may import from loadgen: definitions and analysis, never what sends load
 REPORTS_MAY_IMPORT = {"version", "errors", "units", "redact", "scenario", "schedule", "records", "analysis"}
 
