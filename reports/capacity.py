@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from loadgen.analysis.capacity import headline
-from loadgen.analysis.repeats import spread_headline
+from loadgen.analysis.repeated import spread_headline
 from loadgen.records.rundir import write_text
 from loadgen.scenario.slo import parse_slo
 from reports.html import render

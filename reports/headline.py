@@ -24,7 +24,7 @@ from loadgen.analysis.headline import architectures
 from reports import fmt
 from reports.loader import RunData, TargetData
 from reports.model import COLD, Cell, get
-from reports.repeats import repeated_headline
+from reports.repeated import repeated_headline
 
 ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
 

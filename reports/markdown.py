@@ -10,7 +10,7 @@ from pathlib import Path
 from loadgen.analysis.host import notable_lines
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
-from reports import fmt, model, repeats
+from reports import fmt, model, repeated
 from reports.headline import headline
 from reports.loader import RunData
 from reports.report import run_comparison
@@ -61,7 +61,7 @@ def _slo_table(run: RunData) -> list[str]:
     per architecture and objective, with each start's measurement. A repeated run's objectives are shown
     as the verdict judged them: per target, over its runs."""
     if run.repeats:
-        slos = repeats.slo_rows(run.repeats)
+        slos = repeated.slo_rows(run.repeats)
         return _table(["target", "objective", "measured", "95% CI", "result"],
                       [[esc(r["target"]), code(r["expr"]),
                         r["value"].text + (" ms" if r["value"].kind == "ms" else "")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from loadgen.analysis.closedloop import HELD_MIN
 from loadgen.records.rundir import write_text
-from reports import model, repeats
+from reports import model, repeated
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
 from reports.html import render
@@ -78,9 +78,9 @@ def run_context(run: RunData) -> dict:
         "header": model.header(run),
         "verdict": model.verdict(run),
         "headline": h,
-        "slos": repeats.slo_rows(run.repeats) if run.repeats else model.slo_rows(run.targets),
+        "slos": repeated.slo_rows(run.repeats) if run.repeats else model.slo_rows(run.targets),
         "comparison": None if cold else run_comparison(run),
-        "between": repeats.section(run.repeats),
+        "between": repeated.section(run.repeats),
         "cold_comparison": model.cold_start_comparison(run.cold_start) if cold else None,
         "start_columns": [c[2] for c in model.START_COLUMNS],
         "overview": overview_figures(labelled),

@@ -130,7 +130,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     """Start the scenario's (first) target once, search its capacity step by step, write the RunDir.
 
     Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step. ``exact_out``:
-    ``out`` is the RunDir itself (one search of a repeated one, :mod:`loadgen.run.capacity_repeat`)."""
+    ``out`` is the RunDir itself (one search of a repeated one, :mod:`loadgen.run.repeated_capacity`)."""
     check_target_url(target_url)
     sc = loaded.scenario
     target = cli_target(sc.target_list(), target_url)[0]
