@@ -1,6 +1,9 @@
 """The capacity report: latency-throughput curve, the sustainable bracket, the knee and the headroom.
 
 Reads capacity.json (written by ``latbench capacity``) and renders report.html into the same RunDir.
+
+One idea at several stages, capacity planning, so one file name: :mod:`loadgen.run.capacity` (the search),
+:mod:`loadgen.analysis.capacity` (the judgement), :mod:`loadgen.cli.capacity` (the command).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ statistics), :mod:`loadgen.analysis.repeated_baseline` (the baseline check betwe
 from __future__ import annotations
 
 from reports import fmt
-from reports.model import Cell
 from reports.plots import PALETTE, figure, ms_log_axis, plot_style, to_uri
+from reports.report_model import Cell
 from reports.strips import REPEATS_SRC, strips_for
 
 #: rows of the between-run table: (repeats.json statistic, label, display kind)

@@ -1,4 +1,8 @@
-"""``latbench capacity``: the highest rate the scenario's target sustains under its objectives."""
+"""``latbench capacity``: the highest rate the scenario's target sustains under its objectives.
+
+One idea at several stages, capacity planning, so one file name: :mod:`loadgen.run.capacity` (the search),
+:mod:`loadgen.analysis.capacity` (the judgement), :mod:`reports.capacity` (the report).
+"""
 
 from __future__ import annotations
 

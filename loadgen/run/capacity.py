@@ -3,6 +3,9 @@
 Doubling from ``qps_min`` until a step fails (or ``qps_max`` passes), then geometric bisection between the
 last passing and the first failing rate until they are within ``tolerance``. Whether a step held is
 judged by :func:`loadgen.analysis.capacity.judge` (the rules are described there).
+
+One idea at several stages, capacity planning, so one file name: :mod:`loadgen.analysis.capacity` (the judgement),
+:mod:`reports.capacity` (the report), :mod:`loadgen.cli.capacity` (the command).
 """
 
 from __future__ import annotations

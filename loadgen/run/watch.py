@@ -10,6 +10,8 @@ each target's retained records are summarized into ``summary.json`` as a one-pha
 
 Server metrics are not scraped into the RunDir (the file would grow without bound): Prometheus scrapes the
 server itself; ``latbench dashboards`` puts its panels beside the probe's.
+
+One idea at several stages, ``latbench watch``, so one file name: :mod:`loadgen.cli.watch` (the command).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from loadgen.analysis.repeated import group_outcomes
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.records.rundir import SERVER_LOG
 from reports import fmt
-from reports.loader import RunData, TargetData
+from reports.rundir_loader import RunData, TargetData
 from reports.strips import REPEATS_SRC, strips_for
 
 DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("ttfat", "time to first answer token"),
