@@ -20,7 +20,7 @@ or 1.50.
      percentile's ratio bootstrapped as if every request were independent
      (:func:`loadgen.analysis.regression.compare_frames`);
    - between-run: Welch's one-sided test on the per-run log percentiles, each of a target's K checks at
-     0.05 / K (:func:`loadgen.analysis.between.compare_run_sets`); with one run on each side latbench falls
+     0.05 / K (:func:`loadgen.analysis.repeated_baseline.compare_run_sets`); with one run on each side latbench falls
      back to the within-run check, so N = 1 is the same method for both (drawn as separate trials).
 4. The table: the false-alarm rate (A/A trials that failed) and the detection rate at each slow-down, per
    method and N, each with its binomial standard error. Trials share runs of one pool, so their errors are
@@ -48,10 +48,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadgen.analysis.between import compare_run_sets  # noqa: E402
 from loadgen.analysis.metrics import records_frame  # noqa: E402
 from loadgen.analysis.regression import compare_frames  # noqa: E402
-from loadgen.analysis.repeats import run_value  # noqa: E402
+from loadgen.analysis.repeated import run_value  # noqa: E402
+from loadgen.analysis.repeated_baseline import compare_run_sets  # noqa: E402
 from loadgen.records.rundir import REGRESSION, REQUESTS, SUMMARY  # noqa: E402
 from loadgen.records.schema import read_records  # noqa: E402
 from loadgen.run.runner import run_scenario  # noqa: E402

@@ -72,7 +72,7 @@ def write_scenario(folder: Path, url: str, qps: float, duration: float, stream: 
 def native(path: Path, url: str, model: str, tdir: Path):
     from loadgen.engine.base import EngineSettings, run_async
     from loadgen.engine.native import NativeEngine
-    from loadgen.protocols.apis import make_protocol
+    from loadgen.protocols.registry import make_protocol
     from loadgen.records.schema import RecordWriter, read_records
     from loadgen.scenario.loader import load_scenario
     from loadgen.scenario.prompts import make_prompt_source

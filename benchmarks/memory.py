@@ -91,7 +91,7 @@ def measure_stream_engine(n: int, streams: int, tokens: int) -> dict:
 
     from loadgen.engine.base import EngineSettings, run_async
     from loadgen.engine.native import NativeEngine
-    from loadgen.protocols.apis import make_protocol
+    from loadgen.protocols.registry import make_protocol
     from loadgen.records.schema import RecordWriter, read_records
     from loadgen.scenario.model import Target, Workload
     from loadgen.scenario.prompts import make_prompt_source
@@ -199,7 +199,7 @@ def measure_engine(n: int, callbacks: bool = False) -> dict:
 
     from loadgen.engine.base import EngineSettings, run_async
     from loadgen.engine.native import NativeEngine
-    from loadgen.protocols.apis import make_protocol
+    from loadgen.protocols.registry import make_protocol
     from loadgen.records.schema import RecordWriter
     from loadgen.scenario.model import Target, Workload
     from loadgen.scenario.prompts import make_prompt_source

@@ -23,7 +23,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.analysis.metrics import summarize  # noqa: E402
-from loadgen.analysis.repeats import RepeatRun, repeats_summary  # noqa: E402
+from loadgen.analysis.repeated import RepeatRun, repeats_summary  # noqa: E402
 from loadgen.records.rundir import REPEATS, REQUESTS, SUMMARY, RunDir, write_json  # noqa: E402
 from loadgen.records.schema import SCHEMA, RecordWriter, read_records  # noqa: E402
 from loadgen.scenario.model import Load  # noqa: E402

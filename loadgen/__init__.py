@@ -10,7 +10,8 @@ is first used.
     print(result.verdict.outcome, result.exit_code)
 
 The stages, in the order data flows (imports point down this list only): ``scenario`` -> ``schedule``
--> ``records`` -> ``protocols`` -> ``transports`` -> ``engine`` -> ``analysis`` -> ``run`` -> ``cli``.
+-> ``records`` -> ``protocols`` -> ``transports`` -> ``engine`` -> ``analysis`` -> ``monitoring`` -> ``run``
+-> ``cli``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ _EXPORTS = {
     "write_outputs": "reports.outputs",
     "render_report": "reports.outputs",
     "write_capacity_report": "reports.capacity",
-    "load_rundir": "reports.loader",
+    "load_rundir": "reports.rundir_loader",
     "write_compare": "reports.compare",
     "RunDirError": "loadgen.errors",
 }

@@ -1,6 +1,9 @@
 """The capacity report: latency-throughput curve, the sustainable bracket, the knee and the headroom.
 
 Reads capacity.json (written by ``latbench capacity``) and renders report.html into the same RunDir.
+
+One idea at several stages, capacity planning, so one file name: :mod:`loadgen.run.capacity` (the search),
+:mod:`loadgen.analysis.capacity` (the judgement), :mod:`loadgen.cli.capacity` (the command).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ import json
 from pathlib import Path
 
 from loadgen.analysis.capacity import headline
-from loadgen.analysis.repeats import spread_headline
+from loadgen.analysis.repeated import spread_headline
 from loadgen.records.rundir import write_text
 from loadgen.scenario.slo import parse_slo
 from reports.html import render

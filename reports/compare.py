@@ -14,12 +14,12 @@ from pathlib import Path
 
 from loadgen.errors import RunDirError
 from loadgen.records.rundir import write_text
-from reports import model
+from reports import report_model
 from reports.figures import overview_figures, warmup_figure
 from reports.headline import architectures_headline, cold_start_headline
 from reports.html import render
-from reports.loader import RunData, TargetData, load_rundir
 from reports.plots import overlay_timeseries_plot
+from reports.rundir_loader import RunData, TargetData, load_rundir
 
 
 @dataclass
@@ -73,7 +73,7 @@ def compare_context(entries: list[Entry]) -> dict:
     rows = []
     for e in entries:
         tds = e.starts or e.runs or [e.target]
-        v = model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, tds), use_meta=False)
+        v = report_model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, tds), use_meta=False)
         state = v["state"]
         if e.repeat is not None:  # judged over its runs; the runs alone only for what makes them invalid
             slos = [r for r in e.repeat.get("slo") or [] if r.get("applies", True)]
@@ -103,9 +103,9 @@ def compare_context(entries: list[Entry]) -> dict:
         "title": "latbench comparison · " + " vs ".join(e.label for e in entries),
         "entries": rows,
         "headline": h,
-        "comparison": model.comparison([(e.label, e.target.summary) for e in plain],
+        "comparison": report_model.comparison([(e.label, e.target.summary) for e in plain],
                                        {e.label: e.repeat for e in plain if e.repeat is not None}),
-        "cold_comparison": model.cold_start_comparison(cold) if cold else None,
+        "cold_comparison": report_model.cold_start_comparison(cold) if cold else None,
         "figures": figs,
     }
 

@@ -8,7 +8,7 @@ import pandas as pd
 from loadgen.analysis.metrics import itl_samples  # the one definition of inter-token latency
 from reports import plots
 from reports.host import host_caption, host_plot
-from reports.loader import TargetData
+from reports.rundir_loader import TargetData
 from reports.server import gpu_utilization, server_plot, ttft_comparison
 
 ITL_SAMPLE = 5000  # requests whose token gaps feed the ITL histogram

@@ -13,18 +13,20 @@ what it measures, before any table.
 - repeated runs (repeats.json): per target, the median p50 and p99 over its runs with between-run intervals
 - otherwise: the overall p50 and p99 at the rate achieved
 
-Every number is a :class:`reports.model.Cell` read from where it was computed (summary.json,
+Every number is a :class:`reports.report_model.Cell` read from where it was computed (summary.json,
 cold_start.json, or :func:`loadgen.headline.architectures`); this module only words and formats.
 A sentence is a list of parts, each a str or a Cell; HTML and Markdown lay the same parts out.
+
+One idea at several stages, a report's headline, so one file name: :mod:`loadgen.analysis.headline` (the numbers).
 """
 
 from __future__ import annotations
 
 from loadgen.analysis.headline import architectures
 from reports import fmt
-from reports.loader import RunData, TargetData
-from reports.model import COLD, Cell, get
-from reports.repeats import repeated_headline
+from reports.repeated import repeated_headline
+from reports.report_model import COLD, Cell, get
+from reports.rundir_loader import RunData, TargetData
 
 ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
 

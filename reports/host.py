@@ -4,6 +4,9 @@ Drawn from host.csv (:mod:`loadgen.engine.host`) with the one definition of the 
 (:mod:`loadgen.analysis.host`): per sample interval, the share of the time a process tree had work that it spent
 waiting for a CPU (blank where it did under 0.2 CPUs of work), the run's limit dashed, CPU steal dotted; the
 client's p99 above it on the same clock.
+
+One idea at several stages, the host's share of a run, so one file name: :mod:`loadgen.engine.host` (sampling it),
+:mod:`loadgen.analysis.host` (judging it).
 """
 
 from __future__ import annotations

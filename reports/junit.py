@@ -12,8 +12,8 @@ from pathlib import Path
 
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
-from reports import fmt, model
-from reports.loader import RunData
+from reports import fmt, report_model
+from reports.rundir_loader import RunData
 
 
 def _measured(r: dict) -> str:
@@ -31,7 +31,7 @@ def _measured(r: dict) -> str:
 
 def render_junit(run: RunData) -> str:
     root = ET.Element("testsuites", name=f"latbench: {run.name}")
-    v = model.verdict(run)
+    v = report_model.verdict(run)
     total = failures = 0
     for group, tds in run.groups():  # fresh starts or repetitions of one target: one suite for it
         g = (run.repeats or {}).get("targets", {}).get(group)
@@ -48,7 +48,7 @@ def render_junit(run: RunData) -> str:
             case = ET.SubElement(suite, "testcase", name=f"{r.get('expr')}{start}", classname=f"latbench.{group}")
             if not r.get("passed"):
                 f = ET.SubElement(case, "failure", message=f"{r.get('expr')}{start}: {_measured(r)}", type="SLO")
-                who = model.target_label(td) if td is not None else group
+                who = report_model.target_label(td) if td is not None else group
                 f.text = f"{who}: objective {r.get('expr')} missed; {_measured(r)}"
             else:
                 ET.SubElement(case, "system-out").text = _measured(r)

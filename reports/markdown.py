@@ -10,10 +10,10 @@ from pathlib import Path
 from loadgen.analysis.host import notable_lines
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
-from reports import fmt, model, repeats
+from reports import fmt, repeated, report_model
 from reports.headline import headline
-from reports.loader import RunData
-from reports.report import run_comparison
+from reports.run_report import run_comparison
+from reports.rundir_loader import RunData
 
 ICON = {"passed": "✅", "failed": "❌", "invalid": "⚠️"}
 
@@ -61,13 +61,13 @@ def _slo_table(run: RunData) -> list[str]:
     per architecture and objective, with each start's measurement. A repeated run's objectives are shown
     as the verdict judged them: per target, over its runs."""
     if run.repeats:
-        slos = repeats.slo_rows(run.repeats)
+        slos = repeated.slo_rows(run.repeats)
         return _table(["target", "objective", "measured", "95% CI", "result"],
                       [[esc(r["target"]), code(r["expr"]),
                         r["value"].text + (" ms" if r["value"].kind == "ms" else "")
                         + (f" ({esc(r['reason'])}; runs {r['runs']})" if r.get("runs") else ""),
                         r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
-    slos = model.slo_rows(run.targets)
+    slos = report_model.slo_rows(run.targets)
     if not slos:
         return []
     if not run.cold_start:
@@ -77,7 +77,7 @@ def _slo_table(run: RunData) -> list[str]:
     rows = []
     for group, tds in run.groups():
         by_expr: dict[str, list[dict]] = {}
-        for r in model.slo_rows(tds):
+        for r in report_model.slo_rows(tds):
             by_expr.setdefault(r["expr"], []).append(r)
         for expr, rs in by_expr.items():
             passed = sum(1 for r in rs if r["passed"])
@@ -88,7 +88,7 @@ def _slo_table(run: RunData) -> list[str]:
 
 
 def _cold_table(run: RunData) -> list[str]:
-    cmp = model.cold_start_comparison(run.cold_start)
+    cmp = report_model.cold_start_comparison(run.cold_start)
     head = ["architecture", "starts", "cold"] + cmp["columns"]
     rows = [[esc(r["label"]), str(r["starts"]), str(r["cold"])]
             + [f"{c['median'].text} ({c['min'].text}–{c['max'].text})" for c in r["cells"]] for r in cmp["rows"]]
@@ -98,17 +98,17 @@ def _cold_table(run: RunData) -> list[str]:
 def _closed_table(run: RunData) -> list[str]:
     """Closed-loop phases: the concurrency held against the asked, and the client's done->sent gap."""
     keep = ("asked", "held", "fraction", "gap/p50", "gap/p99")
-    idx = [i for i, c in enumerate(model.CLOSED_COLUMNS) if c[0] in keep]
+    idx = [i for i, c in enumerate(report_model.CLOSED_COLUMNS) if c[0] in keep]
     rows = [[esc(td.name), esc(r["label"]) + (" (**not held**)" if r["limited"] else "")]
             + [r["cells"][i].text for i in idx]
-            for td in run.targets if td.summary for r in model.closed_loop_rows(td.summary, td.name)]
+            for td in run.targets if td.summary for r in report_model.closed_loop_rows(td.summary, td.name)]
     if not rows:
         return []
-    return _table(["target", "closed-loop phase"] + [model.CLOSED_COLUMNS[i][2] for i in idx], rows, text_cols=2)
+    return _table(["target", "closed-loop phase"] + [report_model.CLOSED_COLUMNS[i][2] for i in idx], rows, text_cols=2)
 
 
 def render_markdown(run: RunData) -> str:
-    v = model.verdict(run)
+    v = report_model.verdict(run)
     lines = [f"### {ICON[v['state']]} latbench: {esc(run.name)}: **{v['word']}** ({esc(v['headline'])})", ""]
     lines += [f"- ❌ {esc(r)}" for r in v["failed"]]
     lines += [f"- ⚠️ {esc(w)}" for w in v["warnings"]]
@@ -129,7 +129,7 @@ def render_markdown(run: RunData) -> str:
             continue
 
         def g(path: str, kind: str, s=s) -> str:
-            return fmt.fmt(model.get(s, path), kind)
+            return fmt.fmt(report_model.get(s, path), kind)
 
         rows.append([esc(td.name), g("overall/count", "count"), g("overall/error_rate", "pct"),
                      g("overall/metrics/latency/mean", "ms"), g("overall/metrics/latency/percentiles/p50/value", "ms"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from reports.junit import write_junit
-from reports.loader import load_rundir
 from reports.markdown import write_markdown
-from reports.report import render_run, write_report
+from reports.run_report import render_run, write_report
+from reports.rundir_loader import load_rundir
 
 
 def write_outputs(rundir_path, html: bool = True) -> list[Path]:

@@ -15,7 +15,7 @@ from loadgen.records.schema import read_records
 from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
 from reports import fmt
-from reports.model import get
+from reports.report_model import get
 
 ROOT = Path(__file__).resolve().parent.parent
 

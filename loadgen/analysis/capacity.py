@@ -23,6 +23,9 @@ give narrower intervals and so a tighter, still honest, answer.
 
 The answer is a bracket: the target holds ``max_sustainable_qps`` (the last passing rate) and fails at
 ``first_failing_qps``; the truth lies between. Headroom compares the held rate with ``expected_qps``.
+
+One idea at several stages, capacity planning, so one file name: :mod:`loadgen.run.capacity` (the search),
+:mod:`reports.capacity` (the report), :mod:`loadgen.cli.capacity` (the command).
 """
 
 from __future__ import annotations

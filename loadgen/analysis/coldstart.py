@@ -8,6 +8,8 @@ and the first-request penalty over it, and whether the start was cold (the page-
 before it, :mod:`loadgen.run.coldstart`); and over the starts, the median and range of each: the numbers
 a report's headline quotes. With five starts the range is a 94% interval of the median:
 P(min <= median <= max) = 1 - 2 / 2^5. Seconds throughout.
+
+One idea at several stages, cold-start studies, so one file name: :mod:`loadgen.run.coldstart` (making each start cold).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ A later turn resends a longer history, so its prefill is longer: TTFT by turn sh
     turns_per_session   mean and max turns recorded per session
     ended_by_failure    sessions whose last recorded turn failed (an error ends a session)
     by_turn             per turn index: count, error_rate, latency and ttft (describe), prompt_tokens_mean
+
+One idea at several stages, multi-turn conversations, so one file name: :mod:`loadgen.scenario.conversations` (the user
+turns).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ plans and phase statistics (seconds inside). Reports only format them.
 A ratio of two percentiles gets an interval from the ends of their 95% intervals (lower over upper, upper
 over lower): it holds whenever both intervals do, so with at least 90% confidence. Without both intervals
 (too few samples) it has none, and says so.
+
+One idea at several stages, a report's headline, so one file name: :mod:`reports.headline` (the sentences).
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ Measured with ``scenarios/burst.yaml`` on the 2-core machine it was sized for, s
 threads at 1.2 CPUs wait for each other), 0.27 recovery; beside two CPU hogs 0.39-0.41 baseline, 0.58 burst,
 0.39 recovery, its p99 2-3x the quiet run's. Under ``MIN_BUSY`` the share is made of the wake-up delays of
 microsecond-long runs: large as a fraction, small against any latency (latbench at 0.06 CPUs, alone: 0.23-0.54).
+
+One idea at several stages, the host's share of a run, so one file name: :mod:`loadgen.engine.host` (sampling it),
+:mod:`reports.host` (drawing it).
 """
 
 from __future__ import annotations

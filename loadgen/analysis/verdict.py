@@ -92,7 +92,7 @@ class TargetOutcome:
 
     ``slo``: the objective results to judge, when they are not the summary's own: a repeated run's runs
     pass ``[]`` (each run alone is not judged), and each repeated target one outcome with its objectives
-    judged over the runs (:func:`loadgen.analysis.repeats.group_outcomes`), without a summary."""
+    judged over the runs (:func:`loadgen.analysis.repeated.group_outcomes`), without a summary."""
 
     name: str
     summary: dict | None = None

@@ -1,4 +1,8 @@
-"""``latbench capacity``: the highest rate the scenario's target sustains under its objectives."""
+"""``latbench capacity``: the highest rate the scenario's target sustains under its objectives.
+
+One idea at several stages, capacity planning, so one file name: :mod:`loadgen.run.capacity` (the search),
+:mod:`loadgen.analysis.capacity` (the judgement), :mod:`reports.capacity` (the report).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,12 @@ import click
 
 import reports  # lazy (PEP 562): loads when the report is written
 from loadgen.analysis.capacity import headline, step_objectives
-from loadgen.analysis.repeats import spread_headline
+from loadgen.analysis.repeated import spread_headline
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import console, exits_on_errors, fraction_option, redact_output
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from loadgen.run.capacity import run_capacity
-from loadgen.run.capacity_repeat import run_capacity_repeated
+from loadgen.run.repeated_capacity import run_capacity_repeated
 from loadgen.run.signals import install_signal_handlers
 from loadgen.scenario.slo import parse_slo
 from loadgen.scenario.urls import on_loopback

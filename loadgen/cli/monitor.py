@@ -8,13 +8,13 @@ from pathlib import Path
 import click
 import yaml
 
-from loadgen.analysis.alerts import alert_rules, duration, prometheus_rule
-from loadgen.analysis.dashboard import dashboard
-from loadgen.analysis.window import watchable
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import console, exits_on_errors
 from loadgen.engine.scrape import MAX_BODY, parse_samples
 from loadgen.fetch import fetch
+from loadgen.monitoring.alerts import alert_rules, duration, prometheus_rule
+from loadgen.monitoring.dashboard import dashboard
+from loadgen.monitoring.window import watchable
 from loadgen.records.rundir import safe_name
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.slo import percentile_of

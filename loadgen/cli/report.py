@@ -13,9 +13,9 @@ import click
 from loadgen.cli.common import exits_on_errors
 from loadgen.errors import UsageError
 from reports.compare import write_compare
-from reports.loader import load_rundir
 from reports.outputs import write_outputs
-from reports.report import write_report
+from reports.run_report import write_report
+from reports.rundir_loader import load_rundir
 
 
 def _output(path: str, option: str = "-o") -> Path:

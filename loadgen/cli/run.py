@@ -11,7 +11,6 @@ import click
 from rich.console import Console
 
 import reports  # lazy (PEP 562): matplotlib and jinja2 load when the report is written, after the run
-from loadgen.cli.between import between_table
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import (
     EXIT_CODES,
@@ -22,6 +21,7 @@ from loadgen.cli.common import (
     redact_output,
 )
 from loadgen.cli.display import StatusDisplay, summary_table, tokens_line
+from loadgen.cli.repeated import between_table
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import RunDirWriteError
 from loadgen.run.gate import gate_rundir

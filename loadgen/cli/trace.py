@@ -1,5 +1,8 @@
 """``latbench trace generate`` and ``latbench trace show``: request traces in Mooncake's format, written or
-described; nothing is sent."""
+described; nothing is sent.
+
+One idea at several stages, request traces, so one file name: :mod:`loadgen.scenario.trace` (reading a trace).
+"""
 
 from __future__ import annotations
 

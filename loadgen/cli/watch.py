@@ -1,4 +1,7 @@
-"""``latbench watch``: keep probing a scenario's targets after the deploy, and serve Prometheus metrics."""
+"""``latbench watch``: keep probing a scenario's targets after the deploy, and serve Prometheus metrics.
+
+One idea at several stages, ``latbench watch``, so one file name: :mod:`loadgen.run.watch` (the probe).
+"""
 
 from __future__ import annotations
 

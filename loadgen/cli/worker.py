@@ -5,6 +5,8 @@ gevent monkey-patching starts in a fresh interpreter, before anything else is im
 
 The run's worker secret (:mod:`loadgen.engine.locust.auth`) comes from the environment or a file, never from
 the command line (which every user of the host can read).
+
+One idea at several stages, a Locust worker, so one file name: :mod:`loadgen.engine.locust.worker` (the worker process).
 """
 
 from __future__ import annotations

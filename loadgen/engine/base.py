@@ -4,6 +4,9 @@ Three engines implement :class:`Engine` (one asyncio process, several processes,
 Each gets a :class:`MeasuredTarget` (the one target being measured, with everything resolved) and
 returns one :class:`EngineResult`; while it runs, the display and the signal handler see it as a
 :class:`RunControl`.
+
+One idea at several stages, each stage's contract, so one file name: :mod:`loadgen.protocols.base` (what a protocol
+gives a transport), :mod:`loadgen.transports.base` (what a transport gives an engine).
 """
 
 from __future__ import annotations

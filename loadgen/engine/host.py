@@ -21,6 +21,9 @@ had been counted, and a thread born between two samples is counted from its birt
 
 Sampling never disturbs the run: every read that fails (a thread that just ended, a platform without /proc) is
 skipped; without /proc nothing is measured and :attr:`HostSampler.note` says so.
+
+One idea at several stages, the host's share of a run, so one file name: :mod:`loadgen.analysis.host` (judging it),
+:mod:`reports.host` (drawing it).
 """
 
 from __future__ import annotations

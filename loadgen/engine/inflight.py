@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict, deque
 
 from loadgen.engine.cancel import AbortAfterTokens, chosen
-from loadgen.protocols.streaming import counted_by_server
+from loadgen.protocols.shared import counted_by_server
 from loadgen.records.schema import ABORTED, Outcome
 from loadgen.schedule.arrivals import PhasePlan
 from loadgen.schedule.pacing import SPIN_S, sleep_for

@@ -21,6 +21,9 @@ A handler that must not read further (the response broke one of its caps: an SSE
 ``max_event_bytes``) sets ``out.error`` and raises :class:`StopResponse` from ``on_body``: the transport
 closes the connection, takes the exception's message as ``out.error_detail``, sets ``out.done`` and does not
 call ``on_end``.
+
+One idea at several stages, each stage's contract, so one file name: :mod:`loadgen.transports.base` (what a transport
+gives an engine), :mod:`loadgen.engine.base` (what an engine is given and returns).
 """
 
 from __future__ import annotations

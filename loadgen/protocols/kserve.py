@@ -17,18 +17,24 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
-from loadgen.protocols.apis import base_url_of, path_of, target_headers
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
+from loadgen.protocols.shared import (
+    EventStreamHandler,
+    JsonBodyHandler,
+    as_int,
+    base_url_of,
+    dumps,
+    output_from_usage,
+    path_of,
+    target_headers,
+)
 from loadgen.protocols.sse import MAX_EVENT_BYTES
-from loadgen.protocols.streaming import EventStreamHandler, JsonBodyHandler, as_int, output_from_usage
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import KServeTensors, Target, Workload
 from loadgen.scenario.prompts import Prompt
 from loadgen.scenario.urls import join_url
 
 __all__ = ["KServeHttpProtocol", "TritonGenerateProtocol"]
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _model_root(target: Target, model: str | None, base_url: str | None) -> str:
@@ -93,7 +99,7 @@ class KServeHttpProtocol(ApiProtocol):
         return {"inputs": inputs}
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        return Request("POST", self.url, self.path, self.headers, _dumps(self._body(prompt)).encode(), False)
+        return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), False)
 
     def handler(self) -> ResponseHandler:
         return KServeInferJson(self.names)
@@ -165,7 +171,7 @@ class TritonGenerateProtocol(ApiProtocol):
         return body
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        return Request("POST", self.url, self.path, self.headers, _dumps(self._body(prompt)).encode(), self.stream)
+        return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream)
 
     def handler(self) -> ResponseHandler:
         key = self.names.text_output

@@ -1,12 +1,21 @@
-"""The one place a target's API protocol is chosen: ``target.api`` -> an :class:`ApiProtocol`."""
+"""The one place a target's API protocol is chosen: ``target.api`` -> an :class:`ApiProtocol`.
+
+One module per API family: :mod:`~loadgen.protocols.openai` (chat, completions), :mod:`~loadgen.protocols.plain_http`,
+:mod:`~loadgen.protocols.anthropic` (Messages), :mod:`~loadgen.protocols.openai_responses`,
+:mod:`~loadgen.protocols.retrieval` (embeddings, rerank), :mod:`~loadgen.protocols.kserve` (KServe v2 and Triton
+generate over HTTP) and :mod:`~loadgen.protocols.kserve_grpc`; what they share is :mod:`~loadgen.protocols.shared`.
+"""
 
 from __future__ import annotations
 
-from loadgen.protocols.apis import ChatProtocol, CompletionsProtocol, EmbeddingsProtocol, HttpProtocol
+from loadgen.protocols.anthropic import AnthropicProtocol
 from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.kserve import KServeHttpProtocol, TritonGenerateProtocol
 from loadgen.protocols.kserve_grpc.api import KServeGrpcProtocol, is_grpc_url
-from loadgen.protocols.messages import AnthropicProtocol, RerankProtocol, ResponsesProtocol
+from loadgen.protocols.openai import ChatProtocol, CompletionsProtocol
+from loadgen.protocols.openai_responses import ResponsesProtocol
+from loadgen.protocols.plain_http import HttpProtocol
+from loadgen.protocols.retrieval import EmbeddingsProtocol, RerankProtocol
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.tokenizer import Tokenizer
 
@@ -29,8 +38,13 @@ TOKENIZED = (ChatProtocol, CompletionsProtocol)
 
 def make_protocol(target: Target, workload: Workload, model: str | None, base_url: str | None = None,
                   tokenizer: Tokenizer | None = None) -> ApiProtocol:
-    """The protocol of ``target.api`` (see :func:`loadgen.protocols.apis.make_protocol` for ``model``,
-    ``base_url`` and ``tokenizer``)."""
+    """The protocol of ``target.api``.
+
+    ``model`` is sent as ``model`` (None: ``target.model``; when both are None no model field is sent).
+    ``base_url`` replaces ``target.url`` for targets whose URL is known only once started (reference,
+    command); a trailing slash is dropped, so ``http://host:8000/v1`` and ``.../v1/`` are the same.
+    ``tokenizer`` counts output the server sends no usage for (a local one; ``server`` counts in chunks).
+    """
     cls = PROTOCOLS.get(target.api)
     if cls is KServeHttpProtocol and (target.transport == "grpc" or is_grpc_url(base_url or target.url)):
         cls = KServeGrpcProtocol

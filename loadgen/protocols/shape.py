@@ -1,7 +1,7 @@
 """What a non-streamed answer of each API must look like, checked at every size in bounded memory.
 
-One path for one concern: the protocols' JSON handlers (:mod:`loadgen.protocols.apis`,
-:mod:`loadgen.protocols.streaming`) read a body through a :class:`BodyReader` and judge it with
+One path for one concern: the protocols' JSON handlers (:mod:`loadgen.protocols.openai`,
+:mod:`loadgen.protocols.shared`) read a body through a :class:`BodyReader` and judge it with
 :func:`shape_problem`; :func:`body_problem` does the same for a whole body in hand (a pre-flight check).
 
 A body up to :data:`MAX_PARSED_BODY` bytes is kept and parsed whole. A longer one is never held: it is scanned

@@ -41,7 +41,7 @@ HOST = "host.csv"  # loadgen.engine.host
 META = "meta.json"
 REGRESSION = "regression.json"
 COLD_START = "cold_start.json"
-REPEATS = "repeats.json"  # between-run statistics of a repeated run (loadgen.analysis.repeats)
+REPEATS = "repeats.json"  # between-run statistics of a repeated run (loadgen.analysis.repeated)
 CAPACITY = "capacity.json"
 #: What a RunDir holds at its top level besides target folders: no target folder may take one of these names.
 RESERVED = frozenset({"scenario.yaml", META, "metrics.json", REGRESSION, COLD_START, CAPACITY, REPEATS,

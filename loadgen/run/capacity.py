@@ -3,6 +3,9 @@
 Doubling from ``qps_min`` until a step fails (or ``qps_max`` passes), then geometric bisection between the
 last passing and the first failing rate until they are within ``tolerance``. Whether a step held is
 judged by :func:`loadgen.analysis.capacity.judge` (the rules are described there).
+
+One idea at several stages, capacity planning, so one file name: :mod:`loadgen.analysis.capacity` (the judgement),
+:mod:`reports.capacity` (the report), :mod:`loadgen.cli.capacity` (the command).
 """
 
 from __future__ import annotations
@@ -149,7 +152,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     """Start the scenario's (first) target once, search its capacity step by step, write the RunDir.
 
     Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step. ``exact_out``:
-    ``out`` is the RunDir itself (one search of a repeated one, :mod:`loadgen.run.capacity_repeat`)."""
+    ``out`` is the RunDir itself (one search of a repeated one, :mod:`loadgen.run.repeated_capacity`)."""
     check_target_url(target_url)
     sc = loaded.scenario
     target = cli_target(sc.target_list(), target_url)[0]

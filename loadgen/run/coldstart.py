@@ -7,6 +7,9 @@ of it is left there. A start counts as cold when at most
 :data:`~loadgen.analysis.coldstart.COLD_RESIDENT_MAX` of the file's pages were cached as it began: its
 model load read the disk. Where the platform cannot evict or cannot tell, ``cold`` is ``None``
 (unknown); a ``command:`` target's files are unknown to latbench, so its starts are unknown too.
+
+One idea at several stages, cold-start studies, so one file name: :mod:`loadgen.analysis.coldstart` (the study summed
+up).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from loadgen.analysis.between import baseline_reasons, compare_baseline
 from loadgen.analysis.regression import check_baseline
-from loadgen.analysis.repeats import group_outcomes
+from loadgen.analysis.repeated import group_outcomes
+from loadgen.analysis.repeated_baseline import baseline_reasons, compare_baseline
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.records.rundir import REGRESSION, REPEATS, SUMMARY, RunDir, write_json
 

@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadgen.analysis.between import baseline_reasons, compare_baseline
 from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.failures import failure_summary
 from loadgen.analysis.metrics import summarize
 from loadgen.analysis.regression import check_baseline
-from loadgen.analysis.repeats import RepeatRun, group_outcomes, repeats_summary
+from loadgen.analysis.repeated import RepeatRun, group_outcomes, repeats_summary
+from loadgen.analysis.repeated_baseline import baseline_reasons, compare_baseline
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
@@ -46,7 +46,7 @@ from loadgen.records.schema import read_records
 from loadgen.run.coldstart import make_cold, prepare_weights
 from loadgen.run.measurement import PreflightFailed, cli_target, exit_text, measure
 from loadgen.run.preflight import Check
-from loadgen.run.repetitions import plan_runs
+from loadgen.run.repeated import plan_runs
 from loadgen.run.signals import received
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Repeat, Target
@@ -140,8 +140,8 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     RunDir to check for regressions beyond ``max_regression`` (a fraction). ``capacity`` names the RunDir
     of a capacity search of the same target: the headroom headline then says how far the run's highest
     rate sits from its knee. ``repeat`` (default: the scenario's) runs everything several times,
-    interleaved (:mod:`loadgen.run.repetitions`), and judges the objectives over the runs
-    (:mod:`loadgen.analysis.repeats`). ``preflight``: check each target before its load
+    interleaved (:mod:`loadgen.run.repeated`), and judges the objectives over the runs
+    (:mod:`loadgen.analysis.repeated`). ``preflight``: check each target before its load
     (:mod:`loadgen.run.preflight`; a ``--target`` URL without the ``/v1`` its API needs gains it there).
     """
     check_target_url(target_url)

@@ -4,12 +4,14 @@ its measurements served as Prometheus metrics.
 One phase, ``watch``, at ``qps`` requests per second (open loop, the scenario's arrival process), per target,
 all targets at once in one event loop (the native engine, unchanged: a watch is one long phase). Each target's
 records go through a :class:`~loadgen.records.rotate.RotatingRecordWriter` (disk bounded) and, as each batch
-is written, into the :class:`~loadgen.analysis.exposition.WatchExporter` that ``/metrics`` serves. The run's
+is written, into the :class:`~loadgen.monitoring.exposition.WatchExporter` that ``/metrics`` serves. The run's
 end (SIGINT/SIGTERM, or ``duration``) is a normal stop: in-flight requests get the scenario's grace, then
 each target's retained records are summarized into ``summary.json`` as a one-phase run.
 
 Server metrics are not scraped into the RunDir (the file would grow without bound): Prometheus scrapes the
 server itself; ``latbench dashboards`` puts its panels beside the probe's.
+
+One idea at several stages, ``latbench watch``, so one file name: :mod:`loadgen.cli.watch` (the command).
 """
 
 from __future__ import annotations
@@ -24,16 +26,16 @@ from typing import Callable
 
 import pyarrow as pa
 
-from loadgen.analysis.exposition import PHASE, WatchExporter, serve
 from loadgen.analysis.goodput import bounds_for
 from loadgen.analysis.metrics import summarize
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
-from loadgen.analysis.window import WindowState, watchable
 from loadgen.engine.base import EngineResult, MeasuredTarget, RunControl, run_async
 from loadgen.engine.live import LiveStats
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import build_sender
 from loadgen.errors import EXIT_INVALID, EXIT_OK
+from loadgen.monitoring.exposition import PHASE, WatchExporter, serve
+from loadgen.monitoring.window import WindowState, watchable
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
 from loadgen.records.rundir import HOST, SUMMARY, RunDir, write_json
 from loadgen.run.measurement import Measurement, cli_target, exit_text, measure

@@ -19,6 +19,9 @@ Session ``s`` holds conversation ``s % len``: a repeated conversation is a repea
 and pauses are the same; its answers are the server's each time). Think times are drawn per turn with
 the seed: ``constant`` is exactly ``mean``, ``exponential`` has that mean. The first turn has none: it is
 due at the session's arrival.
+
+One idea at several stages, multi-turn conversations, so one file name: :mod:`loadgen.analysis.conversations` (the
+summary by turn).
 """
 
 from __future__ import annotations

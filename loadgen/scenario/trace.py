@@ -29,6 +29,8 @@ template, BOS) + output is at most ``max_model_len`` (the rule vLLM and the refe
 does not is clipped or refused, as ``too_long`` says. Clipping cuts the input (from its end, so its leading blocks
 are kept) to leave room for the whole output; only an output that alone fills the context is cut instead, to
 what the input leaves (the input then to at most the context less one token).
+
+One idea at several stages, request traces, so one file name: :mod:`loadgen.cli.trace` (the command).
 """
 
 from __future__ import annotations

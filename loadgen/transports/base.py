@@ -5,6 +5,9 @@ Every transport sends a :class:`~loadgen.protocols.base.Request` and fills an
 A transport that can run requests without an asyncio Task each also offers ``submit`` (the callback path:
 ``submit(req, handler, out, on_done, ctx) -> call``, ``on_done(call)`` once it ended); the others set
 ``submit = None`` and the engine runs ``send`` in a Task per request.
+
+One idea at several stages, each stage's contract, so one file name: :mod:`loadgen.protocols.base` (what a protocol
+gives a transport), :mod:`loadgen.engine.base` (what an engine is given and returns).
 """
 
 from __future__ import annotations

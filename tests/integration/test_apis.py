@@ -12,7 +12,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from loadgen.protocols.apis import MAX_PARSED_BODY, _event_json, make_protocol
+from loadgen.protocols.openai import _event_json
+from loadgen.protocols.registry import make_protocol
+from loadgen.protocols.shape import MAX_PARSED_BODY
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt

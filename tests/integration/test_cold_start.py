@@ -17,7 +17,7 @@ from loadgen.run.pagecache import resident_fraction
 from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
 from reports import fmt, load_rundir, write_outputs
-from reports.model import get
+from reports.report_model import get
 from tests.helpers import check_cells, read_headline, write_scenario
 
 pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)

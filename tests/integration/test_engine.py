@@ -13,8 +13,8 @@ from loadgen.engine import native as engine_mod
 from loadgen.engine.options import EngineOptions
 from reports import load_rundir
 from reports.markdown import render_markdown
-from reports.model import get
-from reports.report import write_report
+from reports.report_model import get
+from reports.run_report import write_report
 from tests.helpers import formatted, parse, pct, run
 
 pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)

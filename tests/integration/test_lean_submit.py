@@ -11,8 +11,8 @@ import asyncio
 import math
 
 from loadgen.engine.base import run_async
-from loadgen.protocols.apis import make_protocol
 from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.protocols.registry import make_protocol
 from loadgen.protocols.reqcache import RequestCache
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import HttpRequest, Target, Workload

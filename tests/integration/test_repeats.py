@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from loadgen.analysis.repeats import STAT_KEYS, run_value
+from loadgen.analysis.repeated import STAT_KEYS, run_value
 from tests.helpers import run, write_scenario
 
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]

@@ -18,7 +18,7 @@ from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
 from reports import fmt, load_rundir, write_outputs
 from reports.headline import architectures_data
-from reports.model import get
+from reports.report_model import get
 from tests.conftest import ServerProcess
 from tests.helpers import formatted, parse, write_scenario
 

@@ -131,8 +131,8 @@ def test_a_busy_client_still_stamps_tokens_when_they_arrived(stamping_server, ke
     without them (``receive_stamps: read``) the first is stamped when the client got to it, ~15 ms late. (Two
     tokens that wait in the socket together are one read, stamped with the later one's arrival: TCP keeps the last
     packet's.)"""
-    from loadgen.protocols.apis import StreamHandler
     from loadgen.protocols.base import Request
+    from loadgen.protocols.openai import StreamHandler
     from loadgen.records.schema import Outcome
     from loadgen.transports.lean import LeanTransport
 
@@ -208,8 +208,8 @@ def test_kernel_stamps_where_they_cannot_be_taken_are_refused_with_the_scenario_
 @pytest.mark.skipif(sys.platform != "linux", reason="kernel receive stamps (SO_TIMESTAMPNS) are Linux's")
 def test_a_request_larger_than_the_socket_buffer_is_written_whole_with_kernel_stamps(stamping_server):
     """8 MB of prompt: the stamped socket writes what the kernel takes, the rest as it drains (add_writer)."""
-    from loadgen.protocols.apis import StreamHandler
     from loadgen.protocols.base import Request
+    from loadgen.protocols.openai import StreamHandler
     from loadgen.records.schema import Outcome
     from loadgen.transports.lean import LeanTransport
 
@@ -249,8 +249,8 @@ def test_a_kernel_that_refuses_the_stamps_leaves_reads_stamped_when_read(stampin
     still succeed, its reads stamped when read."""
     import socket
 
-    from loadgen.protocols.apis import StreamHandler
     from loadgen.protocols.base import Request
+    from loadgen.protocols.openai import StreamHandler
     from loadgen.records.schema import Outcome
     from loadgen.transports.lean import LeanTransport
     from loadgen.transports.lean_socket import SO_TIMESTAMPNS

@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 
 from loadgen.engine.base import run_async
-from loadgen.protocols.apis import make_protocol
 from loadgen.protocols.base import Request, ResponseHandler
+from loadgen.protocols.registry import make_protocol
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt

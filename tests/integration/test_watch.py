@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.analysis.buckets import BASE_BOUNDS, bucket_quantile
 from loadgen.analysis.stats import nearest_rank
+from loadgen.monitoring.buckets import BASE_BOUNDS, bucket_quantile
 from loadgen.records.rotate import read_segments
 from loadgen.run.targets import free_port
 from tests.helpers import start_reference

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from benchmarks.report_speed import synthetic_repeated_rundir, synthetic_rundir
-from loadgen.analysis.between import baseline_reasons, compare_baseline, compare_run_sets, welch
+from loadgen.analysis.repeated_baseline import baseline_reasons, compare_baseline, compare_run_sets, welch
 from loadgen.analysis.tdist import t_ppf, t_sf
 from loadgen.analysis.verdict import Kind
 from loadgen.records.rundir import RunDir

@@ -9,8 +9,8 @@ import pytest
 
 from loadgen.analysis.conversations import conversation_stats
 from loadgen.analysis.metrics import records_frame
-from loadgen.protocols.apis import ChatProtocol
 from loadgen.protocols.conversation import TURN_SEQ_BASE, Sessions, turn_seq
+from loadgen.protocols.openai import ChatProtocol
 from loadgen.records.schema import SCHEMA, Outcome, RecordBuffer, read_records
 from loadgen.scenario.conversations import make_conversation_source
 from loadgen.scenario.loader import ScenarioError, load_scenario

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("loadgen", "reports", "reference_server")
 #: loadgen's stages, lowest first: a module may import its own stage and the ones before it.
 STAGES = ("version", "errors", "units", "redact", "fetch", "scenario", "schedule", "records", "protocols", "transports",
-          "engine", "analysis", "run", "cli")
+          "engine", "analysis", "monitoring", "run", "cli")
 #: what reports may import from loadgen: definitions and analysis, never what sends load
 REPORTS_MAY_IMPORT = {"version", "errors", "units", "redact", "scenario", "schedule", "records", "analysis"}
 
@@ -150,3 +150,18 @@ def test_test_module_names_are_unique():
     """pytest imports test modules by basename (rootdir mode): two files of one name fail the whole collection."""
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_a_module_name_repeats_only_for_one_idea_at_several_stages():
+    """Two modules of loadgen/reports share a file name only when they are one idea at several stages, and each says
+    so: its docstring names every other module of that name (``:mod:`loadgen.analysis.host``...)."""
+    by_name: dict[str, list[str]] = {}
+    for m, path in MODULES.items():
+        if m.split(".")[0] in ("loadgen", "reports") and path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(m)
+    wrong = []
+    for mods in (ms for ms in by_name.values() if len(ms) > 1):
+        for m in mods:
+            doc = ast.get_docstring(ast.parse(MODULES[m].read_text())) or ""
+            wrong += [f"{MODULES[m].relative_to(ROOT)} does not name {o}" for o in mods if o != m and o not in doc]
+    assert not wrong, "\n".join(wrong)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import ScenarioError
-from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.registry import make_protocol
 from loadgen.protocols.reqcache import RequestCache
 from loadgen.protocols.workload import make_workload
 from loadgen.scenario.loader import load_scenario

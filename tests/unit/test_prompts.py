@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.registry import make_protocol
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import CHARS_PER_TOKEN, approx_tokens, make_prompt_source
 

@@ -7,12 +7,20 @@ import math
 import pytest
 
 from benchmarks.report_speed import synthetic_repeated_rundir
-from loadgen.analysis.repeats import RepeatRun, between, group_slo, repeat_groups, repeats_summary, run_value, scale_for
+from loadgen.analysis.repeated import (
+    RepeatRun,
+    between,
+    group_slo,
+    repeat_groups,
+    repeats_summary,
+    run_value,
+    scale_for,
+)
 from loadgen.analysis.tdist import t_cdf, t_ppf, t_sf
 from loadgen.analysis.verdict import Kind, TargetOutcome, judge
 from loadgen.errors import ScenarioError
 from loadgen.records.rundir import REPEATS, SUMMARY
-from loadgen.run.repetitions import plan_runs
+from loadgen.run.repeated import plan_runs
 from loadgen.scenario.loader import load_scenario, scenario_schema
 from loadgen.scenario.model import Target
 from loadgen.scenario.slo import parse_slo

@@ -18,7 +18,7 @@ from loadgen.schedule.arrivals import plan_phases
 from reports import fmt, load_rundir, write_outputs
 from reports.compare import entries_of, parse_spec
 from reports.headline import architectures_data
-from reports.model import comparison, get
+from reports.report_model import comparison, get
 from tests.helpers import formatted, parse
 
 

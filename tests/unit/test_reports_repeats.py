@@ -9,7 +9,7 @@ from benchmarks.report_speed import synthetic_repeated_rundir, synthetic_rundir
 from reports import fmt, write_outputs
 from reports.compare import compare_context, entries_of
 from reports.html import render
-from reports.model import get
+from reports.report_model import get
 from reports.strips import REPEATS_SRC, WIDTH, strips_for
 from tests.helpers import parse
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from loadgen.errors import ScenarioError
-from loadgen.protocols.apis import make_protocol
+from loadgen.protocols.registry import make_protocol
 from loadgen.scenario.loader import load_scenario, scenario_schema
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt, make_prompt_source

@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.analysis.buckets import BASE_BOUNDS, bucket_bounds, bucket_of, bucket_quantile
-from loadgen.analysis.exposition import WatchExporter, serve
 from loadgen.analysis.stats import nearest_rank
-from loadgen.analysis.window import SlidingWindow, watchable
 from loadgen.cli.main import main
+from loadgen.monitoring.buckets import BASE_BOUNDS, bucket_bounds, bucket_of, bucket_quantile
+from loadgen.monitoring.exposition import WatchExporter, serve
+from loadgen.monitoring.window import SlidingWindow, watchable
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments, segments
 from loadgen.records.schema import Outcome, RecordBuffer, read_records
 from loadgen.scenario.slo import parse_slo

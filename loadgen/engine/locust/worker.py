@@ -17,6 +17,8 @@ few ms), which shifts a worker's times as a whole, never the durations within a 
 
 Run only as its own process: importing this module imports locust, which monkey-patches the standard
 library through gevent (the master, also a Locust process, imports it too; the native engine never does).
+
+One idea at several stages, a Locust worker, so one file name: :mod:`loadgen.cli.worker` (the command).
 """
 
 from __future__ import annotations

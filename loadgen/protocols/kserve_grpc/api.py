@@ -15,10 +15,9 @@ handler as one ``on_body`` call, and calls ``on_end`` when the call ended with s
 
 from __future__ import annotations
 
-from loadgen.protocols.apis import target_headers
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler
 from loadgen.protocols.kserve_grpc import MODEL_INFER, MODEL_STREAM_INFER, messages
-from loadgen.protocols.streaming import DETAIL, bad_response, counted_by_server, output_from_usage
+from loadgen.protocols.shared import DETAIL, bad_response, counted_by_server, output_from_usage, target_headers
 from loadgen.records.schema import Outcome
 from loadgen.scenario.model import KServeTensors, Target, Workload
 from loadgen.scenario.prompts import Prompt

@@ -26,8 +26,8 @@ import re
 
 from prometheus_client.utils import floatToGoString
 
-from loadgen.analysis.buckets import HISTOGRAM_METRICS
-from loadgen.analysis.exposition import (
+from loadgen.monitoring.buckets import HISTOGRAM_METRICS
+from loadgen.monitoring.exposition import (
     HISTOGRAMS,
     PHASE,
     PROBE_LAGGING,

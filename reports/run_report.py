@@ -6,27 +6,27 @@ from pathlib import Path
 
 from loadgen.analysis.closedloop import HELD_MIN
 from loadgen.records.rundir import write_text
-from reports import model, repeats
+from reports import repeated, report_model
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
 from reports.html import render
-from reports.loader import RunData
+from reports.rundir_loader import RunData
 
 
 def target_section(td, i: int) -> dict:
     s = td.summary
-    sec = {"name": model.target_label(td), "target_name": td.name, "anchor": f"target-{i}", "moved": "",
-           "info": model.target_info(td), "ran": s is not None, "notes": list((s or {}).get("notes") or []),
+    sec = {"name": report_model.target_label(td), "target_name": td.name, "anchor": f"target-{i}", "moved": "",
+           "info": report_model.target_info(td), "ran": s is not None, "notes": list((s or {}).get("notes") or []),
            "complete": bool(s and s.get("complete", True)) and not td.recomputed}
     if s is None:
         return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": [], "turns": [],
                       "turns_note": "", "closed": []}
-    sec["scopes"] = [{"label": label, "recorded": rec, "rows": model.percentile_table(s, td.name, prefix)}
-                     for label, prefix, rec in model.scopes(s)]
-    sec["throughput"] = model.throughput_rows(s, td.name)
-    sec["closed"] = model.closed_loop_rows(s, td.name)
-    sec["error_scopes"], sec["errors"] = model.error_rows(s, td.name)
-    sec["turns"], sec["turns_note"] = model.turn_rows(s, td.name), model.conversation_note(s)
+    sec["scopes"] = [{"label": label, "recorded": rec, "rows": report_model.percentile_table(s, td.name, prefix)}
+                     for label, prefix, rec in report_model.scopes(s)]
+    sec["throughput"] = report_model.throughput_rows(s, td.name)
+    sec["closed"] = report_model.closed_loop_rows(s, td.name)
+    sec["error_scopes"], sec["errors"] = report_model.error_rows(s, td.name)
+    sec["turns"], sec["turns_note"] = report_model.turn_rows(s, td.name), report_model.conversation_note(s)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)
@@ -59,7 +59,7 @@ def groups_context(run: RunData, sections: list[dict]) -> list[dict]:
         starts = bool(run.cold_start and name in run.cold_start)
         out.append({"name": name, "anchor": f"group-{gi}" if starts else by_name[tds[0].name]["anchor"],
                     "starts": starts, "sections": [by_name[td.name] for td in tds],
-                    "start_rows": model.start_rows(run.cold_start, name) if starts else []})
+                    "start_rows": report_model.start_rows(run.cold_start, name) if starts else []})
     return out
 
 
@@ -76,20 +76,20 @@ def run_context(run: RunData) -> dict:
     return {
         "title": f"latbench · {run.name}",
         "scenario": run.name,
-        "header": model.header(run),
-        "verdict": model.verdict(run),
+        "header": report_model.header(run),
+        "verdict": report_model.verdict(run),
         "headline": h,
-        "slos": repeats.slo_rows(run.repeats) if run.repeats else model.slo_rows(run.targets),
+        "slos": repeated.slo_rows(run.repeats) if run.repeats else report_model.slo_rows(run.targets),
         "comparison": None if cold else run_comparison(run),
-        "between": repeats.section(run.repeats),
-        "cold_comparison": model.cold_start_comparison(run.cold_start) if cold else None,
-        "start_columns": [c[2] for c in model.START_COLUMNS],
+        "between": repeated.section(run.repeats),
+        "cold_comparison": report_model.cold_start_comparison(run.cold_start) if cold else None,
+        "start_columns": [c[2] for c in report_model.START_COLUMNS],
         "overview": overview_figures(labelled),
         "groups": groups_context(run, sections),
-        "pcts": model.PCTS,
-        "throughput_cols": [c[2] for c in model.THROUGHPUT],
-        "turn_cols": [c[2] for c in model.TURN_COLUMNS],
-        "closed_cols": [c[2] for c in model.CLOSED_COLUMNS],
+        "pcts": report_model.PCTS,
+        "throughput_cols": [c[2] for c in report_model.THROUGHPUT],
+        "turn_cols": [c[2] for c in report_model.TURN_COLUMNS],
+        "closed_cols": [c[2] for c in report_model.CLOSED_COLUMNS],
         "held_min": f"{HELD_MIN:.0%}",
     }
 
@@ -98,8 +98,8 @@ def run_comparison(run: RunData) -> dict | None:
     """The targets side by side; a repeated run's targets by the median of their runs, with per-run dots."""
     if run.repeats:
         groups = {name: g | {"name": name} for name, g in run.repeats.get("targets", {}).items()}
-        return model.comparison([(name, None) for name in groups], groups)
-    return model.comparison([(td.name, td.summary) for td in run.targets])
+        return report_model.comparison([(name, None) for name in groups], groups)
+    return report_model.comparison([(td.name, td.summary) for td in run.targets])
 
 
 def render_run(run: RunData) -> str:

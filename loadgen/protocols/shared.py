@@ -1,4 +1,9 @@
-"""Building blocks of the protocols that are not OpenAI chat/completions: a stream of JSON events, a JSON body.
+"""What the protocol modules share: request helpers (headers, URLs, JSON encoding), a JSON-body request base, and the
+handlers of a stream of JSON events and of a JSON body.
+
+:func:`target_headers`, :func:`base_url_of`, :func:`path_of` and :data:`dumps` build every protocol's requests;
+:class:`JsonApiProtocol` is the request side of the APIs that POST a JSON body depending on the prompt alone
+(Anthropic Messages, OpenAI Responses, rerank).
 
 :class:`EventStreamHandler` reads a server-sent-event stream whose events are JSON objects and leaves their
 meaning to :meth:`EventStreamHandler.on_event`; it records token chunks the one way every protocol must
@@ -7,7 +12,7 @@ reasoning) ``first_answer``, each one's arrival goes into ``token_times``. :clas
 whole JSON body (bounded), judges its shape (:mod:`loadgen.protocols.shape`) and hands the parsed object to
 :meth:`JsonBodyHandler.read`.
 
-Failures follow the OpenAI handlers (:mod:`loadgen.protocols.apis`): ``bad_stream`` for a stream that breaks
+Failures follow the OpenAI handlers (:mod:`loadgen.protocols.openai`): ``bad_stream`` for a stream that breaks
 its protocol (an error event, a data line that is not JSON, no end event when the protocol has one),
 ``bad_response`` for a body that is not what the protocol expects; an HTTP error status keeps its class.
 """
@@ -15,13 +20,70 @@ its protocol (an error event, a data line that is not JSON, no end event when th
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
-from loadgen.protocols.base import ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
 from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome
+from loadgen.scenario.model import Target, Workload, is_client_header
+from loadgen.scenario.prompts import Prompt
+from loadgen.scenario.urls import join_url
 
 DETAIL = 200  # characters of a server's message kept in error_detail
+
+#: compact JSON, non-ASCII kept as is: every protocol's request bodies
+dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+# --- requests ------------------------------------------------------------------------------------
+
+
+def target_headers(base: dict[str, str], target: Target) -> tuple[tuple[str, str], ...]:
+    """Protocol headers, then the target's own; a target header replaces one of the same name. Headers the client
+    writes itself (Content-Length, Transfer-Encoding...: the scenario refuses them) are never passed on."""
+    own = {k.lower() for k in target.headers}
+    return (tuple((k, v) for k, v in base.items() if k.lower() not in own)
+            + tuple((k, v) for k, v in target.headers.items() if not is_client_header(k)))
+
+
+def base_url_of(target: Target, base_url: str | None) -> str:
+    url = base_url if base_url is not None else target.url
+    if not url:
+        raise ValueError("the target has no URL yet: start it and pass base_url")
+    return url
+
+
+def path_of(url: str) -> str:
+    """Path and query of an absolute URL (the path '/' when it has none)."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+class JsonApiProtocol(ApiProtocol):
+    """POST a JSON body to ``{base}{endpoint}``; the body depends on the prompt alone."""
+
+    endpoint = ""
+    per_request = False  # built once per prompt (loadgen.protocols.reqcache)
+    extra_headers: dict[str, str] = {}
+
+    def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
+        self.url = join_url(base_url_of(target, base_url), self.endpoint)
+        self.path = path_of(self.url)
+        self.stream = target.stream
+        accept = "text/event-stream" if self.stream else "application/json"
+        self.headers = target_headers({"Content-Type": "application/json", "Accept": accept, **self.extra_headers},
+                                      target)
+        self.model = model
+        self.target = target
+
+    def _body(self, prompt: Prompt) -> dict:
+        raise NotImplementedError
+
+    def build(self, seq: int, prompt: Prompt) -> Request:
+        return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream)
+
+
+# --- handlers ------------------------------------------------------------------------------------
 
 
 class EventStreamHandler(ResponseHandler):

@@ -106,7 +106,7 @@ class RunData:
     scenario: dict
     targets: list[TargetData] = field(default_factory=list)
     cold_start: dict | None = None  # cold_start.json of a study of fresh starts (load.starts > 1)
-    repeats: dict | None = None  # repeats.json of a repeated run (loadgen.analysis.repeats)
+    repeats: dict | None = None  # repeats.json of a repeated run (loadgen.analysis.repeated)
 
     def groups(self) -> list[tuple[str, list[TargetData]]]:
         """Targets under their architecture: the fresh starts of a cold-start study, or the repetitions of a

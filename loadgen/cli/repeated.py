@@ -1,4 +1,10 @@
-"""What a repeated run prints at its end: per target, the statistics of each run and across the runs."""
+"""What a repeated run prints at its end: per target, the statistics of each run and across the runs.
+
+Repeated runs, one module per stage: :mod:`loadgen.run.repeated` (which runs, in which order),
+:mod:`loadgen.run.repeated_capacity` (repeated capacity searches), :mod:`loadgen.analysis.repeated` (between-run
+statistics), :mod:`loadgen.analysis.repeated_baseline` (the baseline check between run sets), :mod:`reports.repeated`
+(the report's section), :mod:`loadgen.cli.repeated` (the terminal table).
+"""
 
 from __future__ import annotations
 

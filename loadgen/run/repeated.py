@@ -5,6 +5,11 @@ A scenario runs each target once, or several times from a fresh start of its ser
 or ``load.starts`` (a cold-start study: folders ``<target>-start{k}``, entries with ``group`` and ``start``;
 only targets latbench starts itself have a start to study). Runs are interleaved across targets, round by
 round (A1 B1 A2 B2 ...), so a machine that drifts during the session drifts under every target alike.
+
+Repeated runs, one module per stage: :mod:`loadgen.run.repeated` (which runs, in which order),
+:mod:`loadgen.run.repeated_capacity` (repeated capacity searches), :mod:`loadgen.analysis.repeated` (between-run
+statistics), :mod:`loadgen.analysis.repeated_baseline` (the baseline check between run sets), :mod:`reports.repeated`
+(the report's section), :mod:`loadgen.cli.repeated` (the terminal table).
 """
 
 from __future__ import annotations

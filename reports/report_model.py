@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgen.analysis.repeats import group_outcomes
+from loadgen.analysis.repeated import group_outcomes
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.records.rundir import SERVER_LOG
 from reports import fmt
-from reports.loader import RunData, TargetData
+from reports.rundir_loader import RunData, TargetData
 from reports.strips import REPEATS_SRC, strips_for
 
 DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("ttfat", "time to first answer token"),
@@ -31,7 +31,7 @@ class Cell:
     target: str = ""
     css: str = ""
     title: str = ""
-    dots: object = None  # a repeated run's per-run values as a strip (reports.repeats.Strip), or None
+    dots: object = None  # a repeated run's per-run values as a strip (reports.repeated.Strip), or None
 
 
 def get(d: dict, path: str):

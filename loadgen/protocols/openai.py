@@ -1,4 +1,5 @@
-"""The API protocols: openai-chat, openai-completions, embeddings and plain http.
+"""The OpenAI chat and completions protocols: openai-chat and openai-completions (embeddings, whose base is
+:class:`OpenAIProtocol`, are :mod:`loadgen.protocols.retrieval`; plain http is :mod:`loadgen.protocols.plain_http`).
 
 Each turns ``(seq, prompt)`` into a pre-encoded :class:`~loadgen.protocols.base.Request` and gives one
 :class:`~loadgen.protocols.base.ResponseHandler` per request, which reads the body as it arrives and writes
@@ -27,7 +28,6 @@ Request bodies: latbench's fields (model, messages/prompt/input, max_tokens, str
 ``target.extra_body`` and a dataset entry's own ``extra_body`` merged over it (neither may set latbench's
 fields: the scenario model refuses them). Each Request carries its prompt's own token count
 (:class:`~loadgen.records.schema.PromptCounts`), which the record keeps beside the server's.
-- **http**: success by status alone.
 
 An HTTP error status (>= 400) or a redirect (3xx, never followed) keeps the status's error class; its body is
 counted, not parsed.
@@ -36,30 +36,21 @@ counted, not parsed.
 from __future__ import annotations
 
 import json
-import re
-from urllib.parse import quote, urlsplit
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
-from loadgen.protocols.shape import MAX_PARSED_BODY, BodyReader, shape_problem
+from loadgen.protocols.shape import BodyReader, shape_problem
+from loadgen.protocols.shared import base_url_of, dumps, path_of, target_headers
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome, PromptCounts
-from loadgen.scenario.model import HttpRequest, Target, Workload, is_client_header
+from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt
 from loadgen.scenario.tokenizer import Tokenizer
 from loadgen.scenario.urls import join_url
 
-__all__ = [
-    "ChatProtocol",
-    "CompletionsProtocol",
-    "EmbeddingsProtocol",
-    "HttpProtocol",
-    "MAX_PARSED_BODY",
-    "make_protocol",
-]
+__all__ = ["ChatProtocol", "CompletionsProtocol", "JsonHandler", "OpenAIProtocol", "StreamHandler"]
 
 _DETAIL = 200  # characters of a server's message kept in error_detail
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 # json's C scanner without json.loads's Python layers (encoding sniffing of bytes, whitespace regexes): a third
 # of the cost of a stream chunk. StopIteration means no JSON value starts at 0; json.loads then says why.
 _scan = json.JSONDecoder().scan_once
@@ -78,27 +69,6 @@ def _event_json(ev: bytes):
     if end != len(text) and text[end:].strip():
         raise ValueError(f"extra data at {end}")
     return obj
-
-
-def _headers(base: dict[str, str], target: Target) -> tuple[tuple[str, str], ...]:
-    """Protocol headers, then the target's own; a target header replaces one of the same name. Headers the client
-    writes itself (Content-Length, Transfer-Encoding...: the scenario refuses them) are never passed on."""
-    own = {k.lower() for k in target.headers}
-    return (tuple((k, v) for k, v in base.items() if k.lower() not in own)
-            + tuple((k, v) for k, v in target.headers.items() if not is_client_header(k)))
-
-
-def _base_url(target: Target, base_url: str | None) -> str:
-    url = base_url if base_url is not None else target.url
-    if not url:
-        raise ValueError("the target has no URL yet: start it and pass base_url")
-    return url
-
-
-def _path_of(url: str) -> str:
-    """Path and query of an absolute URL (the path '/' when it has none)."""
-    parts = urlsplit(url)
-    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _usage(out: Outcome, usage: dict, output: bool = True) -> bool:
@@ -338,17 +308,19 @@ def _answer_text(choices: list, reasoning: bool = True) -> str:
 # --- protocols -----------------------------------------------------------------------------------
 
 
-class _OpenAI(ApiProtocol):
+class OpenAIProtocol(ApiProtocol):
+    """The request side of the OpenAI APIs: ``POST {base}{endpoint}``, the body built by :meth:`_input`."""
+
     endpoint = ""
     per_request = False  # a request depends on its prompt alone: built once per prompt (loadgen.protocols.reqcache)
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
                  tokenizer: Tokenizer | None = None):
-        self.url = join_url(_base_url(target, base_url), self.endpoint)
-        self.path = _path_of(self.url)
+        self.url = join_url(base_url_of(target, base_url), self.endpoint)
+        self.path = path_of(self.url)
         self.stream = target.stream
         self.max_event_bytes = target.max_event_bytes
-        self.headers = _headers(
+        self.headers = target_headers(
             {"Content-Type": "application/json", "Accept": "text/event-stream" if self.stream else "application/json"},
             target,
         )
@@ -389,11 +361,11 @@ class _OpenAI(ApiProtocol):
 
     def build(self, seq: int, prompt: Prompt) -> Request:
         counts = PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by)
-        return Request("POST", self.url, self.path, self.headers, _dumps(self._body(prompt)).encode(), self.stream,
+        return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream,
                        counts)
 
 
-class ChatProtocol(_OpenAI):
+class ChatProtocol(OpenAIProtocol):
     """``POST {base}/chat/completions`` with ``messages`` (a text prompt is one user message)."""
 
     name = "openai-chat"
@@ -409,7 +381,7 @@ class ChatProtocol(_OpenAI):
         return JsonHandler(self.name, True, self.counter, self.keep_answer)
 
 
-class CompletionsProtocol(_OpenAI):
+class CompletionsProtocol(OpenAIProtocol):
     """``POST {base}/completions`` with ``prompt`` (chat messages flattened to text)."""
 
     name = "openai-completions"
@@ -422,111 +394,3 @@ class CompletionsProtocol(_OpenAI):
         if self.stream:
             return StreamHandler(False, self.counter, self.max_event_bytes, self.keep_answer)
         return JsonHandler(self.name, True, self.counter, self.keep_answer)
-
-
-class EmbeddingsProtocol(_OpenAI):
-    """``POST {base}/embeddings`` with ``input``; never streamed. ``output_tokens`` stays 0."""
-
-    name = "embeddings"
-    endpoint = "/embeddings"
-
-    def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
-                 tokenizer: Tokenizer | None = None):
-        super().__init__(target.model_copy(update={"stream": False}), workload, model, base_url, tokenizer)
-
-    def _body(self, prompt: Prompt) -> dict:
-        body = dict(self.fixed)
-        body["input"] = prompt.text
-        return self._options(body, prompt)
-
-    def handler(self) -> ResponseHandler:
-        return JsonHandler(self.name, output=False)
-
-
-_FIELD = re.compile(r"(\{seq\}|\{prompt\})")
-
-
-class HttpProtocol(ApiProtocol):
-    """Any HTTP endpoint: ``target.request``'s method, path and body, ``{seq}`` and ``{prompt}`` filled per request.
-
-    In a ``body`` (JSON) the placeholders are filled inside the encoded JSON, the prompt JSON-escaped.
-    In a ``template`` the prompt is JSON-escaped when ``content_type`` says JSON, else inserted as is.
-    In the path the prompt is percent-encoded. Without ``request``: ``GET`` the target URL.
-    Success is the status alone.
-    """
-
-    name = "http"
-
-    def __init__(self, target: Target, workload: Workload, model: str | None = None, base_url: str | None = None,
-                 tokenizer: Tokenizer | None = None):
-        req = target.request
-        base = _base_url(target, base_url)
-        self.method = req.method if req else "GET"
-        self._url = _FIELD.split(join_url(base, req.path if req else ""))
-        body_text, self._json = self._body_text(req)
-        self._body = _FIELD.split(body_text) if body_text is not None else None
-        base_headers = {"Content-Type": req.content_type} if self._body is not None else {}
-        self.headers = _headers(base_headers, target)
-        # with {seq} the request differs per request; else it depends on its prompt alone (loadgen.protocols.reqcache)
-        self.per_request = "{seq}" in self._url or (self._body is not None and "{seq}" in self._body)
-
-    @staticmethod
-    def _body_text(req: HttpRequest | None) -> tuple[str | None, bool]:
-        if req is None:
-            return None, False
-        if req.template is not None:
-            return req.template, "json" in req.content_type.lower()
-        if req.body is not None:
-            return json.dumps(req.body, ensure_ascii=False, separators=(",", ":")), True
-        return None, False
-
-    @staticmethod
-    def _fill(parts: list[str], seq: int, prompt: str) -> str:
-        if len(parts) == 1:
-            return parts[0]
-        return "".join(str(seq) if p == "{seq}" else prompt if p == "{prompt}" else p for p in parts)
-
-    def build(self, seq: int, prompt: Prompt) -> Request:
-        url = self._fill(self._url, seq, quote(prompt.text, safe="") if "{prompt}" in self._url else "")
-        body = b""
-        if self._body is not None:
-            text = prompt.text
-            if self._json and "{prompt}" in self._body:
-                text = _dumps(text)[1:-1]
-            body = self._fill(self._body, seq, text).encode()
-        return Request(self.method, url, _path_of(url), self.headers, body, False)
-
-    def handler(self) -> ResponseHandler:
-        return _STATUS_ONLY  # it holds no state: one for every request
-
-
-_STATUS_ONLY = ResponseHandler()
-
-
-_PROTOCOLS = {
-    "openai-chat": ChatProtocol,
-    "openai-completions": CompletionsProtocol,
-    "embeddings": EmbeddingsProtocol,
-    "http": HttpProtocol,
-}
-
-
-def make_protocol(target: Target, workload: Workload, model: str | None, base_url: str | None = None,
-                  tokenizer: Tokenizer | None = None) -> ApiProtocol:
-    """The protocol of ``target.api``.
-
-    ``model`` is sent as ``model`` (None: ``target.model``; when both are None no model field is sent).
-    ``base_url`` replaces ``target.url`` for targets whose URL is known only once started (reference,
-    command); a trailing slash is dropped, so ``http://host:8000/v1`` and ``.../v1/`` are the same.
-    ``tokenizer`` counts output the server sends no usage for (a local one; ``server`` counts in chunks).
-    """
-    cls = _PROTOCOLS.get(target.api)
-    if cls is None:
-        raise ValueError(f"unknown api {target.api!r}; expected one of {', '.join(_PROTOCOLS)}")
-    return cls(target, workload, model if model is not None else target.model, base_url, tokenizer)
-
-
-# The helpers the other protocol modules share (loadgen.protocols.messages, loadgen.protocols.kserve).
-target_headers = _headers
-base_url_of = _base_url
-path_of = _path_of

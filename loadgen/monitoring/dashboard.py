@@ -13,8 +13,8 @@ Percentiles are ``histogram_quantile`` estimates (interpolated inside a bucket);
 
 from __future__ import annotations
 
-from loadgen.analysis.alerts import escape_label
-from loadgen.analysis.exposition import HISTOGRAMS, PHASE, REQUESTS, SEND_LAG, SLO_HOLDING
+from loadgen.monitoring.alerts import escape_label
+from loadgen.monitoring.exposition import HISTOGRAMS, PHASE, REQUESTS, SEND_LAG, SLO_HOLDING
 from loadgen.scenario.slo import SLO
 
 GPU_BAND = (70.0, 80.0)  # the article: keep GPU utilization at 70-80%

@@ -1,11 +1,17 @@
 """A repeated run in a report: the between-run tables, the objectives judged over the runs, and the
-run-to-run plot, all read from repeats.json (written by the run; nothing is recomputed here)."""
+run-to-run plot, all read from repeats.json (written by the run; nothing is recomputed here).
+
+Repeated runs, one module per stage: :mod:`loadgen.run.repeated` (which runs, in which order),
+:mod:`loadgen.run.repeated_capacity` (repeated capacity searches), :mod:`loadgen.analysis.repeated` (between-run
+statistics), :mod:`loadgen.analysis.repeated_baseline` (the baseline check between run sets), :mod:`reports.repeated`
+(the report's section), :mod:`loadgen.cli.repeated` (the terminal table).
+"""
 
 from __future__ import annotations
 
 from reports import fmt
-from reports.model import Cell
 from reports.plots import PALETTE, figure, ms_log_axis, plot_style, to_uri
+from reports.report_model import Cell
 from reports.strips import REPEATS_SRC, strips_for
 
 #: rows of the between-run table: (repeats.json statistic, label, display kind)

@@ -4,14 +4,19 @@ One search's bracket says where one session's steps passed and failed; the next 
 machine, can land elsewhere (a slower start, a busier neighbour). Here the search runs N times, each
 against a freshly started managed server (a plain URL is searched N times as it is), optionally with a
 pause between searches, into ``search1`` .. ``searchN`` of one RunDir; the RunDir's capacity.json holds
-every bracket and their spread (:func:`loadgen.analysis.repeats.bracket_spread`).
+every bracket and their spread (:func:`loadgen.analysis.repeated.bracket_spread`).
+
+Repeated runs, one module per stage: :mod:`loadgen.run.repeated` (which runs, in which order),
+:mod:`loadgen.run.repeated_capacity` (repeated capacity searches), :mod:`loadgen.analysis.repeated` (between-run
+statistics), :mod:`loadgen.analysis.repeated_baseline` (the baseline check between run sets), :mod:`reports.repeated`
+(the report's section), :mod:`loadgen.cli.repeated` (the terminal table).
 """
 
 from __future__ import annotations
 
 import time
 
-from loadgen.analysis.repeats import bracket_spread
+from loadgen.analysis.repeated import bracket_spread
 from loadgen.engine.base import OnEngine
 from loadgen.records.rundir import CAPACITY, RunDir, write_json
 from loadgen.run.capacity import run_capacity

@@ -21,7 +21,7 @@ they are defined: the alert rules and the dashboard read them from here):
 
 Histograms count successful requests (as latbench's distributions do); failures are counted in
 ``latbench_requests_total``. Bucket bounds include every threshold of the scenario's objectives
-(:mod:`loadgen.analysis.buckets`). Histograms and counters are updated per record batch, as the engine
+(:mod:`loadgen.monitoring.buckets`). Histograms and counters are updated per record batch, as the engine
 writes it (about once a second); the window gauges are judged when Prometheus scrapes.
 """
 
@@ -40,11 +40,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from loadgen.analysis.buckets import HISTOGRAM_METRICS, bucket_bounds
 from loadgen.analysis.metrics import itl_samples, records_frame
-from loadgen.analysis.metrics_http import MAX_CONNECTIONS, READ_TIMEOUT_S, MetricsServer
-from loadgen.analysis.window import SlidingWindow, WindowState
 from loadgen.errors import UsageError
+from loadgen.monitoring.buckets import HISTOGRAM_METRICS, bucket_bounds
+from loadgen.monitoring.metrics_server import MAX_CONNECTIONS, READ_TIMEOUT_S, MetricsServer
+from loadgen.monitoring.window import SlidingWindow, WindowState
 from loadgen.records.schema import ERROR_CLASSES
 from loadgen.scenario.slo import SLO
 
@@ -223,7 +223,7 @@ def serve(exporter: WatchExporter, host: str, port: int, read_timeout_s: float =
     """Serve ``/metrics`` on ``host:port`` (0: a free port) in a thread; returns (url, stop).
 
     A connection that has not sent its request within ``read_timeout_s`` seconds is closed, and at most
-    ``max_connections`` are open (:class:`~loadgen.analysis.metrics_http.MetricsServer`): half-open clients cost
+    ``max_connections`` are open (:class:`~loadgen.monitoring.metrics_server.MetricsServer`): half-open clients cost
     neither threads nor the scrapes of others."""
     try:
         server = MetricsServer(exporter.registry, host, port, read_timeout_s, max_connections)

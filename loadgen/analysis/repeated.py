@@ -16,6 +16,11 @@ Objectives over repeated runs are judged on a between-run figure, as each object
 ``@upper`` after it) or else ``repeat.judge``: *median*, the median run must meet it; *upper*, the
 pessimistic end of the between-run interval must (the upper bound for ``<``, the lower for ``>``). A run
 without a value (no successful request) fails the objective for its target.
+
+Repeated runs, one module per stage: :mod:`loadgen.run.repeated` (which runs, in which order),
+:mod:`loadgen.run.repeated_capacity` (repeated capacity searches), :mod:`loadgen.analysis.repeated` (between-run
+statistics), :mod:`loadgen.analysis.repeated_baseline` (the baseline check between run sets), :mod:`reports.repeated`
+(the report's section), :mod:`loadgen.cli.repeated` (the terminal table).
 """
 
 from __future__ import annotations

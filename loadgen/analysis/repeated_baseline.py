@@ -23,6 +23,11 @@ changed. With repeated runs on either side (``--repeat N``) the comparison is ru
 
 With one run on each side between-run noise was not measured: the within-run bootstrap is used, and
 the result says so plainly (``notes``).
+
+Repeated runs, one module per stage: :mod:`loadgen.run.repeated` (which runs, in which order),
+:mod:`loadgen.run.repeated_capacity` (repeated capacity searches), :mod:`loadgen.analysis.repeated` (between-run
+statistics), :mod:`loadgen.analysis.repeated_baseline` (the baseline check between run sets), :mod:`reports.repeated`
+(the report's section), :mod:`loadgen.cli.repeated` (the terminal table).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.analysis.regression import CHECKS, compare_target, regression_reasons
-from loadgen.analysis.repeats import repeat_groups, run_value
+from loadgen.analysis.repeated import repeat_groups, run_value
 from loadgen.analysis.tdist import t_ppf, t_sf
 from loadgen.analysis.verdict import Kind, Reason
 from loadgen.records.rundir import SUMMARY, RunDir

@@ -1,0 +1,87 @@
+"""The OpenAI Responses protocol over HTTP.
+
+**openai-responses** (``POST {base}/responses``): ``response.output_text.delta``,
+``response.refusal.delta`` and ``response.function_call_arguments.delta`` are answer chunks,
+``response.reasoning_text.delta`` and ``response.reasoning_summary_text.delta`` reasoning;
+``response.completed`` or ``response.incomplete`` end the stream and carry ``response.usage``
+(``input_tokens``, ``output_tokens``, ``output_tokens_details.reasoning_tokens``); ``response.failed`` and
+``error`` are ``bad_stream``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from loadgen.protocols.base import ResponseHandler
+from loadgen.protocols.shared import EventStreamHandler, JsonApiProtocol, JsonBodyHandler, as_int, output_from_usage
+from loadgen.records.schema import Outcome
+from loadgen.scenario.prompts import Prompt
+
+__all__ = ["ResponsesProtocol"]
+
+_ANSWER_DELTAS = frozenset({"response.output_text.delta", "response.refusal.delta",
+                            "response.function_call_arguments.delta"})
+_REASONING_DELTAS = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
+
+
+def _responses_usage(handler, out: Outcome, usage) -> None:
+    if not isinstance(usage, dict):
+        return
+    it, ot = as_int(usage.get("input_tokens")), as_int(usage.get("output_tokens"))
+    if it is not None:
+        out.prompt_tokens = it
+    if ot is not None:
+        output_from_usage(out, ot)
+    details = usage.get("output_tokens_details")
+    rt = as_int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    if rt is not None:
+        if handler is None:
+            out.reasoning_tokens = rt
+        else:
+            handler.reasoning_from_usage(out, rt)
+
+
+class ResponsesStream(EventStreamHandler):
+    __slots__ = ()
+    end_name = "response.completed"
+
+    def on_event(self, obj: dict, now: float, out: Outcome) -> str | None:
+        kind = obj.get("type")
+        if kind in _ANSWER_DELTAS:
+            if obj.get("delta"):
+                self.token(out, now, True)
+        elif kind in _REASONING_DELTAS:
+            if obj.get("delta"):
+                self.token(out, now, False)
+        elif kind in ("response.completed", "response.incomplete"):
+            _responses_usage(self, out, (obj.get("response") or {}).get("usage"))
+            self.done = True
+        elif kind in ("response.failed", "error"):
+            return f"{kind}: " + json.dumps(obj.get("response", obj))[:200]
+        return None
+
+
+class ResponsesJson(JsonBodyHandler):
+    __slots__ = ()
+    api = "openai-responses"
+
+    def read(self, obj: dict, out: Outcome) -> str | None:
+        _responses_usage(None, out, obj.get("usage"))
+        return None
+
+
+class ResponsesProtocol(JsonApiProtocol):
+    """``POST {base}/responses`` (OpenAI Responses API)."""
+
+    name = "openai-responses"
+    endpoint = "/responses"
+
+    def _body(self, prompt: Prompt) -> dict:
+        body: dict = {"model": self.model} if self.model is not None else {}
+        body["input"] = prompt.messages if prompt.messages is not None else prompt.text
+        body["max_output_tokens"] = prompt.max_tokens
+        body["stream"] = self.stream
+        return body
+
+    def handler(self) -> ResponseHandler:
+        return ResponsesStream(self.target.max_event_bytes) if self.stream else ResponsesJson()
