@@ -59,7 +59,7 @@ class KnownServer:
     """
 
     def __init__(self, delay=0.05, ttft=0.08, gap=0.01, tokens=20, stall_at=None, stall_for=0.0, status=200, slots=0,
-                 per_chunk=1, reasoning=0, reasoning_field="reasoning_content"):
+                 per_chunk=1, reasoning=0, reasoning_field="reasoning_content", port=0):
         self.delay, self.ttft, self.gap, self.tokens = delay, ttft, gap, tokens
         self.per_chunk, self.reasoning, self.reasoning_field = per_chunk, reasoning, reasoning_field
         self.slots = slots  # > 0: at most this many requests served at once, the rest queue (a known capacity)
@@ -71,7 +71,7 @@ class KnownServer:
         self.t0 = None
         self._loop = None
         self._runner = None
-        self.port = None
+        self.port = port or None
         self._started = threading.Event()
 
     async def _maybe_stall(self):
@@ -176,7 +176,7 @@ class KnownServer:
             app.router.add_post(path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port or 0)
         self._loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]
         self.t0 = time.perf_counter()
@@ -293,6 +293,7 @@ def main(argv=None) -> None:
     ap.add_argument("--per-chunk", type=int, default=1)
     ap.add_argument("--reasoning", type=int, default=0)
     ap.add_argument("--reasoning-field", default="reasoning_content")
+    ap.add_argument("--port", type=int, default=0, help="0: a free port (printed); a `command:` target passes one")
     a = ap.parse_args(argv)
     kw = {k: v for k, v in vars(a).items() if v is not None}
     srv = KnownServer(**kw).start()

@@ -28,9 +28,10 @@ from loadgen.analysis.capacity import (
 )
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.analysis.stats import stat_value
-from loadgen.analysis.verdict import host_contended_text
+from loadgen.analysis.verdict import Kind, Reason, Verdict, host_contended_text
 from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
+from loadgen.errors import EXIT_INVALID
 from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.measurement import cli_target, exit_text, measure
@@ -199,5 +200,10 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
                         "server": dict(server.config) if server else {}}
     write_json(rd.path / CAPACITY, result, redactor)
     meta.update(complete=result["complete"], capacity=result["bracket"])
+    reasons = ([Reason(Kind.SERVER_EXITED, target.name, result["server_exit"]["text"])] if m.exited is not None
+               else []) + ([Reason(Kind.HOST_CONTENDED, target.name, result["host_contended"])]
+                           if result.get("host_contended") else [])
+    if reasons:  # a search that measured something else says so where a run's verdict stands
+        meta["verdict"] = Verdict("invalid", EXIT_INVALID, reasons).to_json()
     rd.write_meta(meta, redactor)
     return rd, result

@@ -94,8 +94,9 @@ def test_starts_are_grouped_under_their_architecture_everywhere(cold_run, tmp_pa
     assert "naive-start2" not in md
     suites = ET.parse(cold_run / "junit.xml").getroot().findall("testsuite")
     assert [s.get("name").split(" / ")[-1] for s in suites] == ["naive", "optimized"]
-    assert [c.get("name") for c in suites[0]] == ["naive/first_requests: latency.max < 10s (start 1)",
-                                                  "naive/first_requests: latency.max < 10s (start 2)"]
+    cases = suites[0].findall("testcase")  # beside them a system-err when the run has warnings (a busy host)
+    assert [c.get("name") for c in cases] == ["naive/first_requests: latency.max < 10s (start 1)",
+                                              "naive/first_requests: latency.max < 10s (start 2)"]
     out = tmp_path / "compare.html"
     r = CliRunner().invoke(compare, [str(cold_run), "-o", str(out)])
     assert r.exit_code == 0, r.output
