@@ -8,12 +8,11 @@ One idea at several stages, capacity planning, so one file name: :mod:`loadgen.r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from loadgen.analysis.capacity import headline
 from loadgen.analysis.repeated import spread_headline
-from loadgen.records.rundir import write_text
+from loadgen.records.rundir import CAPACITY, read_result, write_text
 from loadgen.scenario.slo import parse_slo
 from reports.html import render
 from reports.plots import figure, ms_log_axis, plot_style, to_uri
@@ -93,7 +92,7 @@ def _brackets(top: dict) -> str:
 def write_capacity_report(rundir_path) -> Path:
     """report.html of a capacity RunDir (one search, or ``--repeat N`` searches and their spread)."""
     root = Path(rundir_path)
-    result = json.loads((root / "capacity.json").read_text())
+    result = read_result(root / CAPACITY)
     if "searches" in result:
         html = render("capacity_repeat.html", title=f"capacity: {result['scenario']}", r=result,
                       headline=spread_headline(result), plot=_brackets(result) if result["searches"] else None)

@@ -7,7 +7,6 @@ no summary.json (the run was killed) has its summary recomputed from the records
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,18 @@ from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.host import read_host
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
-from loadgen.records.rundir import COLD_START, HOST, META, REPEATS, REQUESTS, SERVER_METRICS, SUMMARY, RunDir, jsonable
+from loadgen.records.rundir import (
+    COLD_START,
+    HOST,
+    META,
+    REPEATS,
+    REQUESTS,
+    SERVER_METRICS,
+    SUMMARY,
+    RunDir,
+    jsonable,
+    read_result,
+)
 from loadgen.records.schema import SCHEMA, read_records, records_exist
 from loadgen.scenario.model import GoodputObjectives, Load, slo_line
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
@@ -128,8 +138,11 @@ class RunData:
 
 
 def _read_json(p: Path) -> dict | None:
+    """A result file, None when missing or unreadable; RunDirError (exit 2) when a newer latbench wrote it."""
     try:
-        return json.loads(p.read_text())
+        return read_result(p)
+    except RunDirError:
+        raise
     except (OSError, ValueError):
         return None
 

@@ -32,7 +32,6 @@ statistics), :mod:`loadgen.analysis.repeated_baseline` (the baseline check betwe
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -42,7 +41,7 @@ from loadgen.analysis.regression import CHECKS, compare_target, regression_reaso
 from loadgen.analysis.repeated import repeat_groups, run_value
 from loadgen.analysis.tdist import t_ppf, t_sf
 from loadgen.analysis.verdict import Kind, Reason
-from loadgen.records.rundir import SUMMARY, RunDir
+from loadgen.records.rundir import SUMMARY, RunDir, read_result
 
 ALPHA = 0.05  # one-sided, for all of a target's checks together
 #: The percentiles compared run against run: those of the within-run check but service_time.p99, which between
@@ -152,7 +151,7 @@ def _summaries(rd: RunDir, entries: list[dict]) -> list[dict]:
     for e in entries:
         f = Path(rd.path) / e["dir"] / SUMMARY
         if f.is_file():
-            out.append(json.loads(f.read_text()))
+            out.append(read_result(f))
     return out
 
 

@@ -43,9 +43,13 @@ REGRESSION = "regression.json"
 COLD_START = "cold_start.json"
 REPEATS = "repeats.json"  # between-run statistics of a repeated run (loadgen.analysis.repeated)
 CAPACITY = "capacity.json"
+WATCH = "watch.json"  # a watch's facts (loadgen.run.watch)
+METRICS = "metrics.json"
+#: The result files: each carries ``schema_version`` (stamped by :func:`write_json`), and a reader refuses one
+#: written by a newer latbench (:func:`check_schema`); a file without one was written before they carried it.
+RESULT_FILES = frozenset({META, SUMMARY, METRICS, REGRESSION, COLD_START, REPEATS, CAPACITY, WATCH})
 #: What a RunDir holds at its top level besides target folders: no target folder may take one of these names.
-RESERVED = frozenset({"scenario.yaml", META, "metrics.json", REGRESSION, COLD_START, CAPACITY, REPEATS,
-                      "report.html", "summary.md", "junit.xml", "compare.html"})
+RESERVED = frozenset({"scenario.yaml", *RESULT_FILES, "report.html", "summary.md", "junit.xml", "compare.html"})
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
@@ -102,9 +106,28 @@ def write_text(path: str | os.PathLike, text: str, redactor: Redactor | None = N
 
 
 def write_json(path: str | os.PathLike, obj: Any, redactor: Redactor | None = None) -> Path:
-    """Write JSON atomically, NaN as null, every string value through ``redactor`` (keys and numbers never)."""
-    return _write_atomic(Path(path), json.dumps(jsonable((redactor or Redactor()).data(obj)), indent=1,
-                                                allow_nan=False))
+    """Write JSON atomically, NaN as null, every string value through ``redactor`` (keys and numbers never); a
+    result file (:data:`RESULT_FILES`) gets ``schema_version`` as its first key."""
+    path = Path(path)
+    if path.name in RESULT_FILES and isinstance(obj, dict):
+        obj = {"schema_version": SCHEMA_VERSION} | obj
+    return _write_atomic(path, json.dumps(jsonable((redactor or Redactor()).data(obj)), indent=1, allow_nan=False))
+
+
+def check_schema(path: str | os.PathLike, obj: Any) -> Any:
+    """``obj`` (read from the result file ``path``) when this latbench can read it: raises :class:`RunDirError`
+    for one written by a newer latbench, whose fields may mean what this one does not know. A file without a
+    ``schema_version`` was written before result files carried one (it reads as version 1)."""
+    version = obj.get("schema_version", SCHEMA_VERSION) if isinstance(obj, dict) else SCHEMA_VERSION
+    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION:
+        raise RunDirError(f"{path}: schema_version {version!r} was written by a newer latbench; this one "
+                          f"reads up to {SCHEMA_VERSION} (upgrade latbench to read it)")
+    return obj
+
+
+def read_result(path: str | os.PathLike) -> Any:
+    """A result file's JSON, checked by :func:`check_schema`; OSError and ValueError as json.loads raises them."""
+    return check_schema(path, json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def _write_atomic(path: Path, text: str) -> Path:
@@ -195,7 +218,7 @@ class RunDir:
         write_json(self.path / META, meta, redactor)
 
     def write_metric_definitions(self) -> None:
-        write_json(self.path / "metrics.json", {"schema_version": SCHEMA_VERSION, "metrics": METRIC_DEFINITIONS})
+        write_json(self.path / METRICS, {"metrics": METRIC_DEFINITIONS})
 
     def meta(self) -> dict:
         """meta.json, checked to be what latbench writes: a JSON object whose ``targets`` is a list of objects each
@@ -211,6 +234,7 @@ class RunDir:
             raise RunDirError(f"{path}: not JSON ({exc})") from None
         if not isinstance(meta, dict):
             raise RunDirError(f"{path}: expected a JSON object, got a JSON {type(meta).__name__}")
+        check_schema(path, meta)
         targets = meta.get("targets", [])
         if not isinstance(targets, list) or not all(
                 isinstance(t, dict) and isinstance(t.get("name"), str) and _is_folder_name(t.get("dir"))

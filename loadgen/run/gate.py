@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeated import group_outcomes
 from loadgen.analysis.repeated_baseline import baseline_reasons, compare_baseline
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
-from loadgen.records.rundir import REGRESSION, REPEATS, SUMMARY, RunDir, write_json
+from loadgen.records.rundir import REGRESSION, REPEATS, SUMMARY, RunDir, read_result, write_json
 
 
 def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 0.10) -> Verdict:
@@ -26,13 +24,13 @@ def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 
         f = rd.path / t["dir"] / SUMMARY
         slo = [] if t.get("repetition") is not None else None
         if f.is_file():
-            summary = json.loads(f.read_text())
+            summary = read_result(f)
             targets.append(TargetOutcome(t["name"], summary, failed_fast=summary.get("failed_fast"), slo=slo))
         else:
             targets.append(TargetOutcome(t["name"], error="no summary.json: the run did not finish this target"))
     groups = []
     if (rd.path / REPEATS).is_file():
-        groups = group_outcomes(json.loads((rd.path / REPEATS).read_text()))
+        groups = group_outcomes(read_result(rd.path / REPEATS))
     interrupted = not meta.get("complete", False) and not any(t.failed_fast for t in targets)
     regressions = []
     if baseline is not None:

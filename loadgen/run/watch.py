@@ -37,7 +37,7 @@ from loadgen.errors import EXIT_INVALID, EXIT_OK
 from loadgen.monitoring.exposition import PHASE, WatchExporter, serve
 from loadgen.monitoring.window import WindowState, watchable
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
-from loadgen.records.rundir import HOST, SUMMARY, RunDir, write_json
+from loadgen.records.rundir import HOST, SUMMARY, WATCH, RunDir, write_json
 from loadgen.run.measurement import Measurement, cli_target, exit_text, measure
 from loadgen.run.runner import check_target_url, host_meta
 from loadgen.scenario.loader import LoadedScenario
@@ -46,7 +46,7 @@ from loadgen.schedule.arrivals import PhasePlan
 
 log = logging.getLogger("latbench.watch")
 
-WATCH_JSON = "watch.json"
+WATCH_JSON = WATCH
 SUMMARY_BINS = 3600  # summary.json's time series: at most this many bins, however long the watch ran
 HOST_SAMPLES = 2 * SUMMARY_BINS  # host.csv: at most about this many samples (older ones thinned), however long
 
