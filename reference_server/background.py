@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from .app import RunningServer, start
+from .server import RunningServer, start
 from .config import ServerConfig
 
 

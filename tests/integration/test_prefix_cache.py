@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 
 from reference_server.__main__ import check_config, config_from_args
-from reference_server.backends import resolve_backend
+from reference_server.models.backends import resolve_backend
 from reference_server.background import BackgroundServer
 from reference_server.config import ServerConfig
-from reference_server.engine import Engine, GenRequest, model_step
-from reference_server.faults import FaultInjector
-from reference_server.metrics import Metrics
-from reference_server.modelspec import get_spec
-from reference_server.numpy_model import NumpyModel
-from reference_server.prefix_cache import BLOCK_TOKENS, PrefixCache, block_hashes
-from reference_server.weights import ensure_weights_file, read_weights_file
+from reference_server.serving.scheduler import Engine, GenRequest, model_step
+from reference_server.serving.faults import FaultInjector
+from reference_server.serving.metrics import Metrics
+from reference_server.models.modelspec import get_spec
+from reference_server.models.numpy_model import NumpyModel
+from reference_server.serving.prefix_cache import BLOCK_TOKENS, PrefixCache, block_hashes
+from reference_server.models.weights import ensure_weights_file, read_weights_file
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 

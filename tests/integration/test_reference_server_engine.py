@@ -10,16 +10,16 @@ import logging
 import numpy as np
 import pytest
 
-from reference_server.backends import resolve_backend
+from reference_server.models.backends import resolve_backend
 from reference_server.config import ServerConfig
-from reference_server.engine import Engine, EventChannel, GenRequest, model_step
-from reference_server.faults import FaultInjector
-from reference_server.metrics import Metrics
-from reference_server.modelspec import get_spec
-from reference_server.numpy_model import NumpyModel
-from reference_server.protocol import ChunkTemplate, chunk, parse_request, sse
-from reference_server.sim import get_profile
-from reference_server.weights import ensure_weights_file, read_weights_file
+from reference_server.serving.scheduler import Engine, EventChannel, GenRequest, model_step
+from reference_server.serving.faults import FaultInjector
+from reference_server.serving.metrics import Metrics
+from reference_server.models.modelspec import get_spec
+from reference_server.models.numpy_model import NumpyModel
+from reference_server.api.openai_protocol import ChunkTemplate, chunk, parse_request, sse
+from reference_server.models.sim import get_profile
+from reference_server.models.weights import ensure_weights_file, read_weights_file
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 

@@ -9,7 +9,7 @@ built like vLLM's chunked-prefill scheduler:
    ``max_batch_size``; a prompt longer than what is left is cut into chunks over several steps (when the
    model supports chunked prefill), so one long prompt cannot stall every stream;
    a request's first step looks its prompt up in the prefix cache, when the server has one
-   (:mod:`reference_server.prefix_cache`): the blocks found are copied into its KV cache and only the rest
+   (:mod:`reference_server.serving.prefix_cache`): the blocks found are copied into its KV cache and only the rest
    of the prompt is prefilled; the blocks each pass completes are stored;
 3. all of it runs as *one* pass (``model.step``): decode tokens and prompt chunks packed into one matrix
    for every weight matmul, attention per sequence. A sequence whose prompt completes gets its first
@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import ResolvedBackend, load_model
-from .config import ServerConfig
+from ..models.backends import ResolvedBackend, load_model
+from ..config import ServerConfig
 from .faults import FaultInjector
 from .metrics import Metrics
 from .prefix_cache import BLOCK_TOKENS, PrefixCache
-from .sampling import StopMatcher, sample
-from .tokenizer import decode_token
+from ..models.sampling import StopMatcher, sample
+from ..models.tokenizer import decode_token
 
 
 class QueueFull(Exception):

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from .backends import ResolvedBackend
-from .cache import CachedResult, ResultCache, cache_key
-from .config import ServerConfig
+from ..models.backends import ResolvedBackend
+from ..serving.result_cache import CachedResult, ResultCache, cache_key
+from ..config import ServerConfig
 from .counting import ByteCounter, TokenizerCounter
-from .engine import Engine, EngineFailed, GenRequest, QueueFull
-from .faults import FaultInjector, FaultPlan
-from .metrics import Metrics
-from .protocol import (
+from ..serving.scheduler import Engine, EngineFailed, GenRequest, QueueFull
+from ..serving.faults import FaultInjector, FaultPlan
+from ..serving.metrics import Metrics
+from .openai_protocol import (
     SSE_DONE,
     ApiError,
     ChunkTemplate,

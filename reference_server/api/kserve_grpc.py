@@ -5,7 +5,7 @@
 The messages come from the compiled descriptor beside this file (``grpc_predict_v2.desc``, made by latbench's
 ``python -m loadgen.protocols.kserve_grpc.generate`` from the vendored grpc_predict_v2.proto; this program
 imports nothing of latbench, so it keeps its own copy, checked to be the same by the tests). Tensors are those
-of the HTTP endpoints (:mod:`reference_server.kserve`): ``text_input``, ``max_tokens`` in; ``text_output``,
+of the HTTP endpoints (:mod:`reference_server.api.kserve_http`): ``text_input``, ``max_tokens`` in; ``text_output``,
 ``num_input_tokens``, ``num_output_tokens`` out (streamed: ``num_output_tokens`` 1 in each response, and
 ``num_input_tokens`` in the first). A refused request ends the call with the gRPC status of its
 HTTP status (400 INVALID_ARGUMENT, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 503 UNAVAILABLE, else INTERNAL);
@@ -20,8 +20,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from .generation import ServerState, begin, remember
-from .kserve import MODEL_VERSION, run_to_end, text_request
-from .protocol import ApiError
+from .kserve_http import MODEL_VERSION, run_to_end, text_request
+from .openai_protocol import ApiError
 
 DESCRIPTOR_FILE = Path(__file__).resolve().parent / "grpc_predict_v2.desc"
 SERVICE = "inference.GRPCInferenceService"

@@ -22,17 +22,17 @@ from typing import TextIO
 
 from aiohttp import web
 
-from .backends import resolve_backend
-from .cache import ResultCache
+from .models.backends import resolve_backend
+from .serving.result_cache import ResultCache
 from .config import ServerConfig
-from .counting import make_counter
-from .engine import Engine
-from .faults import FaultInjector
-from .generation import ServerState, handle_generation
-from .grpc_server import start_grpc
-from .kserve import add_routes as add_kserve_routes
-from .metrics import Metrics
-from .protocol import ApiError, parse_json, parse_messages
+from .api.counting import make_counter
+from .serving.scheduler import Engine
+from .serving.faults import FaultInjector
+from .api.generation import ServerState, handle_generation
+from .api.kserve_grpc import start_grpc
+from .api.kserve_http import add_routes as add_kserve_routes
+from .serving.metrics import Metrics
+from .api.openai_protocol import ApiError, parse_json, parse_messages
 
 LOGGER_NAME = "reference_server"
 

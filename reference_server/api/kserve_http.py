@@ -21,7 +21,7 @@ import time
 from aiohttp import web
 
 from .generation import ServerState, begin, remember
-from .protocol import ApiError, ParsedRequest, parse_json, parse_request
+from .openai_protocol import ApiError, ParsedRequest, parse_json, parse_request
 
 MODEL_VERSION = "1"
 
