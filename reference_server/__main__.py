@@ -12,8 +12,8 @@ import os
 import sys
 
 from .config import ARCHS, PRECISIONS, ServerConfig
-from .serving.lifeline import watch_parent
 from .models.modelspec import get_spec
+from .serving.lifeline import watch_parent
 
 _MS_FLAGS = {"max_queue_delay_ms": "max_queue_delay_s", "slow_ms": "slow_s", "stall_ms": "stall_s"}
 

@@ -22,17 +22,17 @@ from typing import TextIO
 
 from aiohttp import web
 
-from .models.backends import resolve_backend
-from .serving.result_cache import ResultCache
-from .config import ServerConfig
 from .api.counting import make_counter
-from .serving.scheduler import Engine
-from .serving.faults import FaultInjector
 from .api.generation import ServerState, handle_generation
 from .api.kserve_grpc import start_grpc
 from .api.kserve_http import add_routes as add_kserve_routes
-from .serving.metrics import Metrics
 from .api.openai_protocol import ApiError, parse_json, parse_messages
+from .config import ServerConfig
+from .models.backends import resolve_backend
+from .serving.faults import FaultInjector
+from .serving.metrics import Metrics
+from .serving.result_cache import ResultCache
+from .serving.scheduler import ServingEngine
 
 LOGGER_NAME = "reference_server"
 
@@ -175,7 +175,7 @@ async def start(config: ServerConfig, *, announce: TextIO | None = None) -> Runn
         metrics.add_gpu_collector()
     log = _BackendLog(logging.getLogger(LOGGER_NAME), {"backend": resolved.label})
     faults = FaultInjector(config)
-    engine = Engine(config, resolved, metrics, faults, log)
+    engine = ServingEngine(config, resolved, metrics, faults, log)
     state = ServerState(config, resolved, engine, metrics, faults,
                         ResultCache(config.cache_size) if config.cache_size > 0 else None, log,
                         config.served_model_name or resolved.spec.name, time.perf_counter(), time.time(), counter)

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from ..models.backends import ResolvedBackend
-from ..serving.result_cache import CachedResult, ResultCache, cache_key
 from ..config import ServerConfig
-from .counting import ByteCounter, TokenizerCounter
-from ..serving.scheduler import Engine, EngineFailed, GenRequest, QueueFull
+from ..models.backends import ResolvedBackend
 from ..serving.faults import FaultInjector, FaultPlan
+from ..serving.gen_request import EngineFailed, GenRequest, QueueFull
 from ..serving.metrics import Metrics
+from ..serving.result_cache import CachedResult, ResultCache, cache_key
+from ..serving.scheduler import ServingEngine
+from .counting import ByteCounter, TokenizerCounter
 from .openai_protocol import (
     SSE_DONE,
     ApiError,
@@ -37,7 +38,7 @@ class ServerState:
 
     config: ServerConfig
     resolved: ResolvedBackend
-    engine: Engine
+    engine: ServingEngine
     metrics: Metrics
     faults: FaultInjector
     cache: ResultCache | None

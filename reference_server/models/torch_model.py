@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .modelspec import ModelSpec
-from .numpy_model import sinusoidal_positions
+from .positions import sinusoidal_positions
 
 
 def _tensor(arr: np.ndarray) -> torch.Tensor:
