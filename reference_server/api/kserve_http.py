@@ -1,16 +1,14 @@
 """The KServe v2 / Triton inference protocol over HTTP/JSON, on the same engine as the OpenAI API.
 
-- ``POST /v2/models/{model}/infer``: a text model's tensors: ``text_input`` (BYTES, one element) and
-  ``max_tokens`` (an integer tensor, optional); the answer is ``text_output`` (BYTES) with
-  ``num_input_tokens`` and ``num_output_tokens`` (UINT32), the names Triton's vLLM backend uses.
+- ``POST /v2/models/{model}/infer``: the text model's tensors (:mod:`.kserve`) in ``inputs``; the answer's
+  in ``outputs``.
 - ``POST /v2/models/{model}/generate`` and ``generate_stream`` (Triton's generate extension): a JSON object
   ``{text_input, max_tokens}``; ``generate`` answers one object, ``generate_stream`` one server-sent event per
   token ``{model_name, model_version, text_output, num_output_tokens: 1}`` (the first also
   ``num_input_tokens``) and then closes (the extension has no end event).
 - ``GET /v2/health/live``, ``/v2/health/ready``, ``/v2/models/{model}``, ``/v2/models/{model}/ready``.
 
-Errors answer ``{"error": message}`` with the status, as KServe servers do. The same validation as the
-OpenAI endpoints applies (a KServe request is checked as a completions request of that prompt).
+Errors answer ``{"error": message}`` with the status, as KServe servers do.
 """
 
 from __future__ import annotations
@@ -20,22 +18,9 @@ import time
 
 from aiohttp import web
 
-from .generation import ServerState, begin, remember
-from .openai_protocol import ApiError, ParsedRequest, parse_json, parse_request
-
-MODEL_VERSION = "1"
-
-
-def text_request(state: ServerState, model: str, text, max_tokens, stream: bool) -> ParsedRequest:
-    """A KServe/Triton text request as the engine's parsed request; ApiError names what is wrong."""
-    if not isinstance(text, str):
-        raise ApiError(400, "text_input must be one string", param="text_input")
-    body = {"model": model, "prompt": text, "stream": stream}
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    cfg = state.config
-    return parse_request(body, "completion", served_model=state.served_model,
-                         max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens)
+from .generation import ServerState, begin
+from .kserve import INPUTS, MODEL_VERSION, OUTPUTS, PLATFORM, run_to_end, stream_pieces, text_request
+from .openai_protocol import ApiError, parse_json
 
 
 def tensor_inputs(body: dict) -> tuple[object, object]:
@@ -54,25 +39,6 @@ def tensor_inputs(body: dict) -> tuple[object, object]:
     return text, mt
 
 
-async def run_to_end(state: ServerState, req: ParsedRequest, arrival: float) -> tuple[str, int, int]:
-    """Generate a whole answer: (text, prompt tokens, output tokens)."""
-    g = await begin(state, req, arrival)
-    try:
-        pieces: list[str] = []
-        async for batch in g.events:
-            for event in batch:
-                if event[0] == "text":
-                    pieces.append(event[1])
-                elif event[0] == "error":
-                    raise ApiError(500, event[1], "server_error")
-                else:
-                    remember(state, g.key, pieces, event[1], g.prompt_tokens, event[2], arrival)
-                    return "".join(pieces), g.prompt_tokens, event[2]
-        raise ApiError(500, "generation ended without a result", "server_error")
-    finally:
-        g.close(state)
-
-
 def _error(exc: ApiError) -> web.Response:
     return web.json_response({"error": exc.message}, status=exc.status)
 
@@ -81,105 +47,107 @@ def _tensor(name: str, datatype: str, value) -> dict:
     return {"name": name, "datatype": datatype, "shape": [1], "data": [value]}
 
 
-def add_routes(app: web.Application, state: ServerState) -> None:
-    """Register the KServe v2 routes on ``app``."""
+def _sse(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
-    async def infer(request: web.Request) -> web.Response:
+
+class KServeHttpRoutes:
+    """The KServe v2 HTTP routes of one server; each method is a route handler."""
+
+    def __init__(self, state: ServerState):
+        self.state = state
+
+    def add_to(self, app: web.Application) -> None:
+        """Register the routes on ``app``."""
+        app.router.add_post("/v2/models/{model}/infer", self.infer)
+        app.router.add_post("/v2/models/{model}/versions/{version}/infer", self.infer)
+        app.router.add_post("/v2/models/{model}/generate", self.generate)
+        app.router.add_post("/v2/models/{model}/generate_stream", self.generate_stream)
+        app.router.add_get("/v2/health/live", self.live)
+        app.router.add_get("/v2/health/ready", self.ready)
+        app.router.add_get("/v2/models/{model}/ready", self.model_ready)
+        app.router.add_get("/v2/models/{model}", self.model_metadata)
+
+    async def infer(self, request: web.Request) -> web.Response:
         arrival = time.perf_counter()
         try:
             body = parse_json(await request.read())
             text, max_tokens = tensor_inputs(body)
-            req = text_request(state, request.match_info["model"], text, max_tokens, False)
-            out, pt, ot = await run_to_end(state, req, arrival)
+            req = text_request(self.state, request.match_info["model"], text, max_tokens, False)
+            out, pt, ot = await run_to_end(self.state, req, arrival)
         except ApiError as exc:
             return _error(exc)
-        resp = {"model_name": state.served_model, "model_version": MODEL_VERSION,
-                "outputs": [_tensor("text_output", "BYTES", out), _tensor("num_input_tokens", "UINT32", pt),
-                            _tensor("num_output_tokens", "UINT32", ot)]}
+        values = dict(zip((name for name, _ in OUTPUTS), (out, pt, ot)))
+        resp = {"model_name": self.state.served_model, "model_version": MODEL_VERSION,
+                "outputs": [_tensor(name, dt, values[name]) for name, dt in OUTPUTS]}
         if isinstance(body.get("id"), str):
             resp["id"] = body["id"]
         return web.json_response(resp)
 
-    async def generate(request: web.Request) -> web.Response:
+    async def generate(self, request: web.Request) -> web.Response:
         arrival = time.perf_counter()
         try:
             body = parse_json(await request.read())
-            req = text_request(state, request.match_info["model"], body.get("text_input"), body.get("max_tokens"),
-                               False)
-            out, pt, ot = await run_to_end(state, req, arrival)
+            req = text_request(self.state, request.match_info["model"], body.get("text_input"),
+                               body.get("max_tokens"), False)
+            out, pt, ot = await run_to_end(self.state, req, arrival)
         except ApiError as exc:
             return _error(exc)
-        return web.json_response({"model_name": state.served_model, "model_version": MODEL_VERSION,
+        return web.json_response({"model_name": self.state.served_model, "model_version": MODEL_VERSION,
                                   "text_output": out, "num_input_tokens": pt, "num_output_tokens": ot})
 
-    async def generate_stream(request: web.Request) -> web.StreamResponse:
+    async def generate_stream(self, request: web.Request) -> web.StreamResponse:
         arrival = time.perf_counter()
         try:
             body = parse_json(await request.read())
-            req = text_request(state, request.match_info["model"], body.get("text_input"), body.get("max_tokens"),
-                               True)
-            g = await begin(state, req, arrival)
+            req = text_request(self.state, request.match_info["model"], body.get("text_input"),
+                               body.get("max_tokens"), True)
+            g = await begin(self.state, req, arrival)
         except ApiError as exc:
             return _error(exc)
-        head = {"model_name": state.served_model, "model_version": MODEL_VERSION}
+        head = {"model_name": self.state.served_model, "model_version": MODEL_VERSION}
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        pieces: list[str] = []
         try:
-            async for batch in g.events:
+            async for batch in stream_pieces(self.state, g, arrival):
                 if not resp.prepared:
                     await resp.prepare(request)
-                out = []
-                for event in batch:
-                    if event[0] == "text":
-                        pieces.append(event[1])
-                        piece = {**head, "text_output": event[1], "num_output_tokens": 1}
-                        if len(pieces) == 1:  # the prompt's length, once
-                            piece["num_input_tokens"] = g.prompt_tokens
-                        out.append(piece)
-                    elif event[0] == "error":
-                        out.append({"error": event[1]})
-                    else:
-                        remember(state, g.key, pieces, event[1], g.prompt_tokens, event[2], arrival)
-                await resp.write(b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in out))
+                await resp.write(b"".join(_sse(self._piece(head, p)) for p in batch))
         except ApiError as exc:
             if not resp.prepared:
                 return _error(exc)
-            await resp.write(b"data: " + json.dumps({"error": exc.message}).encode() + b"\n\n")
+            await resp.write(_sse({"error": exc.message}))
         finally:
-            g.close(state)
+            g.close(self.state)
         if not resp.prepared:
             await resp.prepare(request)
         await resp.write_eof()
         return resp
 
-    async def live(request: web.Request) -> web.Response:
+    @staticmethod
+    def _piece(head: dict, p) -> dict:
+        if p.error is not None:
+            return {"error": p.error}
+        piece = {**head, "text_output": p.text, "num_output_tokens": 1}
+        if p.input_tokens is not None:  # the prompt's length, once
+            piece["num_input_tokens"] = p.input_tokens
+        return piece
+
+    async def live(self, request: web.Request) -> web.Response:
         return web.json_response({"live": True})
 
-    async def ready(request: web.Request) -> web.Response:
-        ok = state.engine.state in ("ready", "lazy")
+    async def ready(self, request: web.Request) -> web.Response:
+        ok = self.state.engine.state in ("ready", "lazy")
         return web.json_response({"ready": ok}, status=200 if ok else 503)
 
-    async def model_ready(request: web.Request) -> web.Response:
-        if request.match_info["model"] != state.served_model:
+    async def model_ready(self, request: web.Request) -> web.Response:
+        if request.match_info["model"] != self.state.served_model:
             return _error(ApiError(404, f"unknown model {request.match_info['model']!r}"))
-        return await ready(request)
+        return await self.ready(request)
 
-    async def model_metadata(request: web.Request) -> web.Response:
-        if request.match_info["model"] != state.served_model:
+    async def model_metadata(self, request: web.Request) -> web.Response:
+        if request.match_info["model"] != self.state.served_model:
             return _error(ApiError(404, f"unknown model {request.match_info['model']!r}"))
         return web.json_response({
-            "name": state.served_model, "versions": [MODEL_VERSION], "platform": "latbench-reference",
-            "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1]},
-                       {"name": "max_tokens", "datatype": "INT32", "shape": [1]}],
-            "outputs": [{"name": "text_output", "datatype": "BYTES", "shape": [1]},
-                        {"name": "num_input_tokens", "datatype": "UINT32", "shape": [1]},
-                        {"name": "num_output_tokens", "datatype": "UINT32", "shape": [1]}]})
-
-    app.router.add_post("/v2/models/{model}/infer", infer)
-    app.router.add_post("/v2/models/{model}/versions/{version}/infer", infer)
-    app.router.add_post("/v2/models/{model}/generate", generate)
-    app.router.add_post("/v2/models/{model}/generate_stream", generate_stream)
-    app.router.add_get("/v2/health/live", live)
-    app.router.add_get("/v2/health/ready", ready)
-    app.router.add_get("/v2/models/{model}/ready", model_ready)
-    app.router.add_get("/v2/models/{model}", model_metadata)
+            "name": self.state.served_model, "versions": [MODEL_VERSION], "platform": PLATFORM,
+            "inputs": [{"name": n, "datatype": dt, "shape": [1]} for n, dt in INPUTS],
+            "outputs": [{"name": n, "datatype": dt, "shape": [1]} for n, dt in OUTPUTS]})
