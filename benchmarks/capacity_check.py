@@ -10,7 +10,7 @@ Poisson arrivals) with the reference server's ``--backend`` and the objective ``
 
 - ``numpy``: the tiny model really computed on this machine's CPU, sharing it with the generator.
 - ``sim:l4-8b``: the reference server with a simulated accelerator (an 8B model on an L4: step times from
-  the roofline of ``reference_server/sim.py``; the tokens come from the tiny model, which fits inside
+  the roofline of ``reference_server/models/sim.py``; the tokens come from the tiny model, which fits inside
   those times, so the steps take the modelled time). The shape of a GPU server: flat latency until the
   batch saturates, then a queue.
 

@@ -23,9 +23,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # a
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.run.pagecache import evict  # noqa: E402
-from reference_server.backends import load_model, resolve_backend  # noqa: E402
 from reference_server.config import ServerConfig  # noqa: E402
-from reference_server.weights import ensure_weights_file, weights_path  # noqa: E402
+from reference_server.models.backends import load_model, resolve_backend  # noqa: E402
+from reference_server.models.weights import ensure_weights_file, weights_path  # noqa: E402
 
 
 def measure(preset: str, rounds: int) -> dict:

@@ -157,8 +157,8 @@ def bench_archs(backend, model, cache_dir, concurrencies, duration_s, max_tokens
 
 def bench_steps(backend, model, cache_dir, batches, context=128, reps=10) -> dict[int, float]:
     """Median decode step seconds at each batch size, with ``context`` tokens already in every cache."""
-    from reference_server.backends import load_model, resolve_backend
     from reference_server.config import ServerConfig
+    from reference_server.models.backends import load_model, resolve_backend
 
     config = ServerConfig.from_preset("naive", backend=backend, model=model, cache_dir=cache_dir)
     m = load_model(resolve_backend(config), config)
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # like the server: one compute thread, before numpy loads
     sys.path.insert(0, str(ROOT))
-    from reference_server.backends import torch_available
+    from reference_server.models.backends import torch_available
 
     backends = args.backends.split(",") if args.backends else ["numpy"] + (["torch"] if torch_available() else [])
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="latbench-weights-")

@@ -5,5 +5,5 @@ architectures (lazy vs preloaded, warm-up, continuous batching, result cache, pr
 so that latbench users can measure architectures against something that does real model work.
 
 This package is a separate program: it imports nothing from ``loadgen`` or ``reports``. Importing it has no
-side effects; start it with ``python -m reference_server`` or :func:`reference_server.app.run_server`.
+side effects; start it with ``python -m reference_server`` or :func:`reference_server.server.run_server`.
 """

@@ -12,8 +12,8 @@ import os
 import sys
 
 from .config import ARCHS, PRECISIONS, ServerConfig
-from .lifeline import watch_parent
-from .modelspec import get_spec
+from .models.modelspec import get_spec
+from .serving.lifeline import watch_parent
 
 _MS_FLAGS = {"max_queue_delay_ms": "max_queue_delay_s", "slow_ms": "slow_s", "stall_ms": "stall_s"}
 
@@ -102,7 +102,7 @@ def check_config(argv: list[str]) -> list[str]:
         config = _config(vars(args))
     except (ValueError, TypeError) as exc:
         return [str(exc)]
-    from . import backends  # here, not at the top: numpy must load after main() has set BLAS to one thread
+    from .models import backends  # here, not at the top: numpy must load after main() has set BLAS to one thread
 
     if config.backend in ("auto", "torch") and backends.torch_available():  # resolving imports torch: check less
         try:
@@ -152,14 +152,14 @@ def main(argv: list[str] | None = None) -> int:
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(var, "1")
     if prepare:
-        from .backends import prepare_weights
+        from .models.backends import prepare_weights
 
         try:
             return prepare_weights(config, sys.stdout)
         except ValueError as exc:
             print(f"reference_server: error: {exc}", file=sys.stderr)
             return 2
-    from .app import run_server
+    from .server import run_server
 
     try:
         return run_server(config)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from .app import RunningServer, start
 from .config import ServerConfig
+from .server import RunningServer, start
 
 
 class BackgroundServer:

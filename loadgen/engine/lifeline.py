@@ -10,7 +10,7 @@ exits, and ``preexec_fn`` is unsafe in a threaded parent: a watchdog in the chil
   :func:`main` starts ARGV in its own process group, forwards SIGTERM/SIGINT to it, exits with its status, and
   SIGKILLs the group when the lifeline breaks.
 - The reference server watches its lifeline itself (``--parent-fd``; ``reference_server`` imports nothing of
-  ours, so its watchdog is its own, :mod:`reference_server.lifeline`).
+  ours, so its watchdog is its own, :mod:`reference_server.serving.lifeline`).
 - The multi-process engine's children see their control pipe close and stop (:mod:`loadgen.engine.multiproc`).
 
 Cutting the lifeline (:meth:`Lifeline.cut`) is also how latbench ends a group at the end of a run: whatever

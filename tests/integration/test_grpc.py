@@ -31,7 +31,7 @@ def test_one_interface_for_latbench_and_the_reference_server():
     """The reference server keeps its own copy of the compiled descriptor (it imports nothing of latbench): the
     same bytes; and, where grpcio-tools is installed, both are what the vendored .proto compiles to."""
     ours = DESCRIPTOR_FILE.read_bytes()
-    assert (ROOT / "reference_server" / "grpc_predict_v2.desc").read_bytes() == ours
+    assert (ROOT / "reference_server" / "api" / "grpc_predict_v2.desc").read_bytes() == ours
     assert (DESCRIPTOR_FILE.parent / "NOTICE").read_text().count("Apache License") == 1
     try:
         fresh = compile_descriptor()

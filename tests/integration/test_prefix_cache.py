@@ -14,16 +14,17 @@ import numpy as np
 import pytest
 
 from reference_server.__main__ import check_config, config_from_args
-from reference_server.backends import resolve_backend
 from reference_server.background import BackgroundServer
 from reference_server.config import ServerConfig
-from reference_server.engine import Engine, GenRequest, model_step
-from reference_server.faults import FaultInjector
-from reference_server.metrics import Metrics
-from reference_server.modelspec import get_spec
-from reference_server.numpy_model import NumpyModel
-from reference_server.prefix_cache import BLOCK_TOKENS, PrefixCache, block_hashes
-from reference_server.weights import ensure_weights_file, read_weights_file
+from reference_server.models.backends import resolve_backend
+from reference_server.models.modelspec import get_spec
+from reference_server.models.numpy_model import NumpyModel
+from reference_server.models.weights import ensure_weights_file, read_weights_file
+from reference_server.serving.faults import FaultInjector
+from reference_server.serving.gen_request import GenRequest
+from reference_server.serving.metrics import Metrics
+from reference_server.serving.prefix_cache import BLOCK_TOKENS, PrefixCache, block_hashes
+from reference_server.serving.scheduler import ServingEngine, model_step
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
@@ -107,11 +108,11 @@ def test_eviction_is_least_recently_used_and_takes_a_chain_from_its_tail(model):
     assert sample(metrics, "refserver:prefix_cache_capacity_blocks") == 4
 
 
-def make_engine(weights_dir, model, prefix: bool) -> Engine:
+def make_engine(weights_dir, model, prefix: bool) -> ServingEngine:
     config = ServerConfig.from_preset("optimized", model="tiny", backend="numpy", cache_dir=weights_dir,
                                       max_queue_delay_s=0, step_threads=1, max_step_tokens=64,
                                       prefix_cache=prefix)
-    engine = Engine(config, resolve_backend(config), Metrics("numpy"), FaultInjector(config),
+    engine = ServingEngine(config, resolve_backend(config), Metrics("numpy"), FaultInjector(config),
                     logging.LoggerAdapter(logging.getLogger("test"), {}))
     engine.model, engine.state = model, "ready"
     if prefix:
@@ -119,7 +120,7 @@ def make_engine(weights_dir, model, prefix: bool) -> Engine:
     return engine
 
 
-def generate(engine: Engine, prompt: list[int], n: int = 6) -> tuple[GenRequest, list[int], int]:
+def generate(engine: ServingEngine, prompt: list[int], n: int = 6) -> tuple[GenRequest, list[int], int]:
     """Run one request to its end; (the request, its tokens, prompt tokens the engine prefilled)."""
     before = sample(engine.metrics, "refserver:prompt_tokens_total")
     req = GenRequest(prompt, max_tokens=n)

@@ -10,16 +10,17 @@ import logging
 import numpy as np
 import pytest
 
-from reference_server.backends import resolve_backend
+from reference_server.api.openai_protocol import ChunkTemplate, chunk, parse_request, sse
 from reference_server.config import ServerConfig
-from reference_server.engine import Engine, EventChannel, GenRequest, model_step
-from reference_server.faults import FaultInjector
-from reference_server.metrics import Metrics
-from reference_server.modelspec import get_spec
-from reference_server.numpy_model import NumpyModel
-from reference_server.protocol import ChunkTemplate, chunk, parse_request, sse
-from reference_server.sim import get_profile
-from reference_server.weights import ensure_weights_file, read_weights_file
+from reference_server.models.backends import resolve_backend
+from reference_server.models.modelspec import get_spec
+from reference_server.models.numpy_model import NumpyModel
+from reference_server.models.sim import get_profile
+from reference_server.models.weights import ensure_weights_file, read_weights_file
+from reference_server.serving.faults import FaultInjector
+from reference_server.serving.gen_request import EventChannel, GenRequest
+from reference_server.serving.metrics import Metrics
+from reference_server.serving.scheduler import ServingEngine, model_step
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
@@ -84,10 +85,10 @@ def test_model_step_fallback_for_models_without_step(model):
     np.testing.assert_allclose(out, expect, **TOL)
 
 
-def make_engine(weights_dir, model, **kw) -> Engine:
+def make_engine(weights_dir, model, **kw) -> ServingEngine:
     config = ServerConfig.from_preset("batching", model="tiny", backend="numpy", cache_dir=weights_dir,
                                       max_queue_delay_s=0, **kw)
-    engine = Engine(config, resolve_backend(config), Metrics("numpy"), FaultInjector(config),
+    engine = ServingEngine(config, resolve_backend(config), Metrics("numpy"), FaultInjector(config),
                     logging.LoggerAdapter(logging.getLogger("test"), {}))
     engine.model, engine.state = model, "ready"
     return engine

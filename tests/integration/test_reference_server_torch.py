@@ -13,10 +13,10 @@ torch = pytest.importorskip("torch", exc_type=ImportError)  # absent or broken t
 
 from reference_server.background import BackgroundServer  # noqa: E402
 from reference_server.config import ServerConfig  # noqa: E402
-from reference_server.modelspec import get_spec  # noqa: E402
-from reference_server.numpy_model import NumpyModel  # noqa: E402
-from reference_server.torch_model import TorchModel  # noqa: E402
-from reference_server.weights import ensure_weights_file, read_weights_file  # noqa: E402
+from reference_server.models.modelspec import get_spec  # noqa: E402
+from reference_server.models.numpy_model import NumpyModel  # noqa: E402
+from reference_server.models.torch_model import TorchModel  # noqa: E402
+from reference_server.models.weights import ensure_weights_file, read_weights_file  # noqa: E402
 
 
 @pytest.fixture(scope="module")

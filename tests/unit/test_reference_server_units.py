@@ -8,12 +8,12 @@ import pytest
 
 from reference_server.__main__ import config_from_args
 from reference_server.config import ServerConfig
-from reference_server.faults import stall_remaining
-from reference_server.modelspec import get_spec
-from reference_server.numpy_model import NumpyModel
-from reference_server.sampling import StopMatcher, sample
-from reference_server.sim import get_profile
-from reference_server.weights import ensure_weights_file, read_weights_file
+from reference_server.models.modelspec import get_spec
+from reference_server.models.numpy_model import NumpyModel
+from reference_server.models.sampling import StopMatcher, sample
+from reference_server.models.sim import get_profile
+from reference_server.models.weights import ensure_weights_file, read_weights_file
+from reference_server.serving.faults import stall_remaining
 
 
 @pytest.mark.parametrize("arch,preload,warmup,batch,cache", [

@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 PROTO = HERE / "grpc_predict_v2.proto"
 DESC = "grpc_predict_v2.desc"
 #: Where the compiled descriptor is kept: latbench's copy, and the reference server's (it imports nothing of ours).
-TARGETS = (HERE / DESC, HERE.parents[2] / "reference_server" / DESC)
+TARGETS = (HERE / DESC, HERE.parents[2] / "reference_server" / "api" / DESC)
 
 
 def compile_descriptor(proto: Path = PROTO) -> bytes:

@@ -1,4 +1,6 @@
-"""Serving one generation request: faults, result cache, engine, and the JSON or SSE answer."""
+"""The front ends' one way into the serving engine: a parsed request goes through the fault plan, then is answered
+from the result cache or submitted to the engine; its events come back in batches, and the finished answer is
+remembered. The OpenAI routes (:mod:`.openai_routes`) and KServe (:mod:`.kserve`) format what comes out."""
 
 from __future__ import annotations
 
@@ -7,27 +9,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from aiohttp import web
-
-from .backends import ResolvedBackend
-from .cache import CachedResult, ResultCache, cache_key
-from .config import ServerConfig
+from ..config import ServerConfig
+from ..models.backends import ResolvedBackend
+from ..serving.faults import FaultInjector, FaultPlan
+from ..serving.gen_request import EngineFailed, GenRequest, QueueFull
+from ..serving.metrics import Metrics
+from ..serving.result_cache import CachedResult, ResultCache, cache_key
+from ..serving.scheduler import ServingEngine
 from .counting import ByteCounter, TokenizerCounter
-from .engine import Engine, EngineFailed, GenRequest, QueueFull
-from .faults import FaultInjector, FaultPlan
-from .metrics import Metrics
-from .protocol import (
-    SSE_DONE,
+from .openai_protocol import (
     ApiError,
-    ChunkTemplate,
     ParsedRequest,
-    chunk,
-    full_response,
-    new_id,
-    parse_json,
-    parse_request,
-    sse,
-    usage_chunk,
 )
 
 
@@ -37,7 +29,7 @@ class ServerState:
 
     config: ServerConfig
     resolved: ResolvedBackend
-    engine: Engine
+    engine: ServingEngine
     metrics: Metrics
     faults: FaultInjector
     cache: ResultCache | None
@@ -46,10 +38,6 @@ class ServerState:
     started: float  # perf_counter at start (fault stall schedule)
     started_wall: float = 0.0  # time.time at start (model card "created")
     counter: ByteCounter | TokenizerCounter = field(default_factory=ByteCounter)  # what usage counts
-
-
-class _Cut(Exception):
-    """The fault plan says: close this stream now."""
 
 
 async def _stall_gate(state: ServerState) -> None:
@@ -107,21 +95,6 @@ class Generation:
             state.engine.abort(self.gen)
 
 
-async def handle_generation(state: ServerState, request: web.Request, kind: str) -> web.StreamResponse:
-    """Validate, apply faults, answer from the cache or the engine. Raises ApiError for 4xx/5xx."""
-    arrival = time.perf_counter()
-    cfg = state.config
-    req = parse_request(parse_json(await request.read()), kind, served_model=state.served_model,
-                        max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens)
-    g = await begin(state, req, arrival)
-    try:
-        if req.stream:
-            return await _stream(state, request, req, g.events, g.prompt_tokens, g.plan, g.key, arrival)
-        return await _collect(state, req, g.events, g.prompt_tokens, g.key, arrival)
-    finally:
-        g.close(state)
-
-
 async def begin(state: ServerState, req: ParsedRequest, arrival: float) -> Generation:
     """Apply the fault plan, then start the answer: replayed from the result cache, or submitted to the engine.
     Raises ApiError (injected error, queue full, model unavailable)."""
@@ -158,73 +131,6 @@ async def begin(state: ServerState, req: ParsedRequest, arrival: float) -> Gener
 
 def remember(state, key, pieces, reason, prompt_tokens, completion_tokens, arrival) -> None:
     """A finished answer: observe its end-to-end time, and keep it in the result cache."""
-    _remember(state, key, pieces, reason, prompt_tokens, completion_tokens, arrival)
-
-
-def _remember(state, key, pieces, reason, prompt_tokens, completion_tokens, arrival) -> None:
     state.metrics.e2e.observe(time.perf_counter() - arrival)
     if key is not None and reason in ("length", "stop"):
         state.cache.put(key, CachedResult(tuple(pieces), reason, prompt_tokens, completion_tokens))
-
-
-async def _collect(state, req: ParsedRequest, events, prompt_tokens, key, arrival) -> web.Response:
-    pieces: list[str] = []
-    async for batch in events:
-        for event in batch:
-            if event[0] == "text":
-                pieces.append(event[1])
-            elif event[0] == "error":
-                raise ApiError(500, event[1], "server_error")
-            else:
-                completion = state.counter.output("".join(pieces), event[2])
-                _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
-                body = full_response(req, new_id(req.kind), "".join(pieces), event[1], prompt_tokens, completion)
-                return web.json_response(body)
-    raise ApiError(500, "generation ended without a result", "server_error")
-
-
-async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, plan: FaultPlan, key, arrival):
-    """Stream the answer; every batch of events that arrived together goes out in one write."""
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    rid, created = new_id(req.kind), int(time.time())
-    template = ChunkTemplate(req, rid, created)
-    pieces: list[str] = []
-    out: list[bytes] = []
-    prepared = False
-    try:
-        async for batch in events:
-            if not prepared:  # headers wait for the first event, so queue errors can still be a 4xx/5xx
-                await resp.prepare(request)
-                prepared = True
-            for event in batch:
-                if event[0] == "text":
-                    if plan.cut_after is not None and len(pieces) >= plan.cut_after:
-                        if out:
-                            await resp.write(b"".join(out))
-                        raise _Cut()
-                    out.append(template.encode(event[1]) if pieces
-                               else sse(chunk(req, rid, created, event[1], first=True)))
-                    pieces.append(event[1])
-                elif event[0] == "error":
-                    out.append(sse(ApiError(500, event[1], "server_error").body()) + SSE_DONE)
-                else:
-                    if not pieces:
-                        out.append(sse(chunk(req, rid, created, "", first=True)))
-                    out.append(sse(chunk(req, rid, created, None, finish_reason=event[1])))
-                    completion = state.counter.output("".join(pieces), event[2])
-                    if req.include_usage:
-                        out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
-                    out.append(SSE_DONE)
-                    _remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
-            await resp.write(b"".join(out))
-            out.clear()
-    except ApiError as exc:
-        if not prepared:
-            raise
-        await resp.write(b"".join(out) + sse(exc.body()) + SSE_DONE)
-    except _Cut:
-        state.metrics.fault("cut_stream")
-        if request.transport is not None:
-            request.transport.close()
-        raise asyncio.CancelledError()
-    return resp

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from .config import ServerConfig
+from ..config import ServerConfig
 from .modelspec import ModelSpec, get_spec
 from .sim import SimProfile, get_profile
 from .weights import default_cache_dir, ensure_weights_file, read_weights_file, weights_path

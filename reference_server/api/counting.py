@@ -9,7 +9,7 @@ prompts and answers as a server of that model would:
 - chat: the messages rendered with the folder's chat template (``tokenizer_config.json`` or
   ``chat_template.jinja``; jinja2, as Hugging Face renders it, generation prompt added) and encoded
   without special tokens (the template writes its own); without a template, the server's own fixed
-  template text (:func:`reference_server.tokenizer.render_chat`) is counted;
+  template text (:func:`reference_server.models.tokenizer.render_chat`) is counted;
 - output: the generated text, encoded without special tokens.
 
 Without ``--tokenizer`` the count is byte-level: one token per UTF-8 byte of the prompt, one per generated
@@ -22,7 +22,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from .tokenizer import encode, render_chat
+from ..models.tokenizer import encode, render_chat
 
 
 class ByteCounter:

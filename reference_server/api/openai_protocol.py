@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from .tokenizer import encode, render_chat
+from ..models.tokenizer import encode, render_chat
 
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 

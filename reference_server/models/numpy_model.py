@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .modelspec import ModelSpec
+from .positions import sinusoidal_positions
 from .weights import bf16_bits_to_float32, round_to_bf16
 
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -31,17 +32,6 @@ def quantize_int8_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     scale[scale == 0] = 1.0
     q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
     return q, scale.astype(np.float32)
-
-
-def sinusoidal_positions(n: int, d: int) -> np.ndarray:
-    """(n, d) float32 table of fixed sinusoidal position encodings."""
-    pos = np.arange(n, dtype=np.float64)[:, None]
-    i = np.arange(d // 2, dtype=np.float64)[None, :]
-    angle = pos / np.power(10000.0, 2 * i / d)
-    table = np.zeros((n, d), dtype=np.float64)
-    table[:, 0::2] = np.sin(angle)
-    table[:, 1::2] = np.cos(angle)
-    return table.astype(np.float32)
 
 
 class SeqCache:

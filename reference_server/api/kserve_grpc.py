@@ -5,7 +5,7 @@
 The messages come from the compiled descriptor beside this file (``grpc_predict_v2.desc``, made by latbench's
 ``python -m loadgen.protocols.kserve_grpc.generate`` from the vendored grpc_predict_v2.proto; this program
 imports nothing of latbench, so it keeps its own copy, checked to be the same by the tests). Tensors are those
-of the HTTP endpoints (:mod:`reference_server.kserve`): ``text_input``, ``max_tokens`` in; ``text_output``,
+of the HTTP endpoints, from :mod:`.kserve`: ``text_input``, ``max_tokens`` in; ``text_output``,
 ``num_input_tokens``, ``num_output_tokens`` out (streamed: ``num_output_tokens`` 1 in each response, and
 ``num_input_tokens`` in the first). A refused request ends the call with the gRPC status of its
 HTTP status (400 INVALID_ARGUMENT, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 503 UNAVAILABLE, else INTERNAL);
@@ -19,9 +19,9 @@ from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 
-from .generation import ServerState, begin, remember
-from .kserve import MODEL_VERSION, run_to_end, text_request
-from .protocol import ApiError
+from .generation import ServerState, begin
+from .kserve import INPUTS, MODEL_VERSION, OUTPUTS, PLATFORM, run_to_end, stream_pieces, text_request
+from .openai_protocol import ApiError
 
 DESCRIPTOR_FILE = Path(__file__).resolve().parent / "grpc_predict_v2.desc"
 SERVICE = "inference.GRPCInferenceService"
@@ -80,16 +80,26 @@ def _add(resp, name: str, datatype: str, value) -> None:
         t.contents.uint_contents.append(value)
 
 
-async def start_grpc(state: ServerState, host: str, port: int):
-    """Start the gRPC server on the running loop; returns (server, bound port)."""
-    try:
-        import grpc
-    except ImportError:
-        raise ValueError("--grpc-port needs grpcio and protobuf (pip install 'latbench[grpc]')") from None
-    m = messages()
+class KServeGrpcService:
+    """The KServe v2 gRPC service of one server; each method is an RPC handler on serialized messages."""
 
-    async def model_infer(raw: bytes, ctx) -> bytes:
-        arrival = time.perf_counter()
+    def __init__(self, state: ServerState, grpc_module):
+        self.state, self.grpc, self.m = state, grpc_module, messages()
+
+    def handler(self):
+        """The generic RPC handler of the service (no (de)serializers: the methods take and return bytes)."""
+        unary = self.grpc.unary_unary_rpc_method_handler
+        return self.grpc.method_handlers_generic_handler(SERVICE, {
+            "ModelInfer": unary(self.model_infer),
+            "ModelStreamInfer": self.grpc.stream_stream_rpc_method_handler(self.model_stream_infer),
+            "ServerLive": unary(self.server_live),
+            "ServerReady": unary(self.server_ready),
+            "ModelReady": unary(self.model_ready),
+            "ModelMetadata": unary(self.model_metadata),
+        })
+
+    async def model_infer(self, raw: bytes, ctx) -> bytes:
+        state, m, arrival = self.state, self.m, time.perf_counter()
         try:
             req = m.ModelInferRequest.FromString(raw)
             text, max_tokens = request_inputs(req)
@@ -97,15 +107,15 @@ async def start_grpc(state: ServerState, host: str, port: int):
                                            arrival)
         except ApiError as exc:
             state.metrics.request_done(exc.status)
-            await ctx.abort(getattr(grpc.StatusCode, _status_name(exc.status)), exc.message)
+            await ctx.abort(getattr(self.grpc.StatusCode, _status_name(exc.status)), exc.message)
         state.metrics.request_done(200)
         resp = m.ModelInferResponse(model_name=state.served_model, model_version=MODEL_VERSION, id=req.id)
-        _add(resp, "text_output", "BYTES", out)
-        _add(resp, "num_input_tokens", "UINT32", pt)
-        _add(resp, "num_output_tokens", "UINT32", ot)
+        for (name, datatype), value in zip(OUTPUTS, (out, pt, ot)):
+            _add(resp, name, datatype, value)
         return resp.SerializeToString()
 
-    async def model_stream_infer(requests, ctx):
+    async def model_stream_infer(self, requests, ctx):
+        state, m = self.state, self.m
         async for raw in requests:
             arrival = time.perf_counter()
             try:
@@ -116,64 +126,60 @@ async def start_grpc(state: ServerState, host: str, port: int):
                 state.metrics.request_done(exc.status)
                 yield m.ModelStreamInferResponse(error_message=exc.message).SerializeToString()
                 continue
-            pieces: list[str] = []
             try:
-                async for batch in g.events:
-                    for event in batch:
-                        if event[0] == "text":
-                            pieces.append(event[1])
-                            r = m.ModelStreamInferResponse()
-                            ir = r.infer_response
-                            ir.model_name, ir.model_version, ir.id = state.served_model, MODEL_VERSION, req.id
-                            _add(ir, "text_output", "BYTES", event[1])
-                            _add(ir, "num_output_tokens", "UINT32", 1)
-                            if len(pieces) == 1:  # the prompt's length, once
-                                _add(ir, "num_input_tokens", "UINT32", g.prompt_tokens)
-                            yield r.SerializeToString()
-                        elif event[0] == "error":
-                            yield m.ModelStreamInferResponse(error_message=event[1]).SerializeToString()
-                        else:
-                            remember(state, g.key, pieces, event[1], g.prompt_tokens, event[2], arrival)
+                async for batch in stream_pieces(state, g, arrival):
+                    for piece in batch:
+                        yield self._stream_response(req.id, piece).SerializeToString()
             except ApiError as exc:
                 yield m.ModelStreamInferResponse(error_message=exc.message).SerializeToString()
             finally:
                 g.close(state)  # also when the client went away: the slot is freed
             state.metrics.request_done(200)
 
-    async def server_live(raw: bytes, ctx) -> bytes:
-        return m.ServerLiveResponse(live=True).SerializeToString()
+    def _stream_response(self, request_id: str, piece):
+        if piece.error is not None:
+            return self.m.ModelStreamInferResponse(error_message=piece.error)
+        r = self.m.ModelStreamInferResponse()
+        ir = r.infer_response
+        ir.model_name, ir.model_version, ir.id = self.state.served_model, MODEL_VERSION, request_id
+        _add(ir, "text_output", "BYTES", piece.text)
+        _add(ir, "num_output_tokens", "UINT32", 1)
+        if piece.input_tokens is not None:  # the prompt's length, once
+            _add(ir, "num_input_tokens", "UINT32", piece.input_tokens)
+        return r
 
-    async def server_ready(raw: bytes, ctx) -> bytes:
-        return m.ServerReadyResponse(ready=state.engine.state in ("ready", "lazy")).SerializeToString()
+    async def server_live(self, raw: bytes, ctx) -> bytes:
+        return self.m.ServerLiveResponse(live=True).SerializeToString()
 
-    async def model_ready(raw: bytes, ctx) -> bytes:
-        req = m.ModelReadyRequest.FromString(raw)
-        ok = req.name == state.served_model and state.engine.state in ("ready", "lazy")
-        return m.ModelReadyResponse(ready=ok).SerializeToString()
+    async def server_ready(self, raw: bytes, ctx) -> bytes:
+        return self.m.ServerReadyResponse(ready=self.state.engine.state in ("ready", "lazy")).SerializeToString()
 
-    async def model_metadata(raw: bytes, ctx) -> bytes:
-        req = m.ModelMetadataRequest.FromString(raw)
-        if req.name != state.served_model:
-            await ctx.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {req.name!r}")
-        resp = m.ModelMetadataResponse(name=state.served_model, versions=[MODEL_VERSION],
-                                       platform="latbench-reference")
-        for name, dt in (("text_input", "BYTES"), ("max_tokens", "INT32")):
+    async def model_ready(self, raw: bytes, ctx) -> bytes:
+        req = self.m.ModelReadyRequest.FromString(raw)
+        ok = req.name == self.state.served_model and self.state.engine.state in ("ready", "lazy")
+        return self.m.ModelReadyResponse(ready=ok).SerializeToString()
+
+    async def model_metadata(self, raw: bytes, ctx) -> bytes:
+        req = self.m.ModelMetadataRequest.FromString(raw)
+        if req.name != self.state.served_model:
+            await ctx.abort(self.grpc.StatusCode.NOT_FOUND, f"unknown model {req.name!r}")
+        resp = self.m.ModelMetadataResponse(name=self.state.served_model, versions=[MODEL_VERSION], platform=PLATFORM)
+        for name, dt in INPUTS:
             resp.inputs.add(name=name, datatype=dt, shape=[1])
-        for name, dt in (("text_output", "BYTES"), ("num_input_tokens", "UINT32"), ("num_output_tokens", "UINT32")):
+        for name, dt in OUTPUTS:
             resp.outputs.add(name=name, datatype=dt, shape=[1])
         return resp.SerializeToString()
 
-    unary = grpc.unary_unary_rpc_method_handler  # no (de)serializers: messages are bytes here
-    handlers = grpc.method_handlers_generic_handler(SERVICE, {
-        "ModelInfer": unary(model_infer),
-        "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(model_stream_infer),
-        "ServerLive": unary(server_live),
-        "ServerReady": unary(server_ready),
-        "ModelReady": unary(model_ready),
-        "ModelMetadata": unary(model_metadata),
-    })
+
+async def start_grpc(state: ServerState, host: str, port: int):
+    """Start the gRPC server on the running loop; returns (server, bound port)."""
+    try:
+        import grpc
+    except ImportError:
+        raise ValueError("--grpc-port needs grpcio and protobuf (pip install 'latbench[grpc]')") from None
+    service = KServeGrpcService(state, grpc)
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", state.config.max_body_bytes)])
-    server.add_generic_rpc_handlers((handlers,))
+    server.add_generic_rpc_handlers((service.handler(),))
     host_part = f"[{host}]" if ":" in host else host
     bound = server.add_insecure_port(f"{host_part}:{port}")
     if bound == 0:

@@ -1,7 +1,7 @@
 """The same decoder-only transformer in torch: CUDA when available, else CPU with few threads.
 
 Imported only when the torch backend is chosen (torch is an optional extra). Same weights file, same
-maths as :mod:`reference_server.numpy_model`, so both backends produce the same tokens in fp32.
+maths as :mod:`reference_server.models.numpy_model`, so both backends produce the same tokens in fp32.
 
 Precision: ``fp32``; ``bf16`` (native bfloat16 weights and activations, on CPU and CUDA); ``int8`` by
 dynamic quantization of every linear layer (``torch.ao.quantization.quantize_dynamic``, CPU only: int8
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .modelspec import ModelSpec
-from .numpy_model import sinusoidal_positions
+from .positions import sinusoidal_positions
 
 
 def _tensor(arr: np.ndarray) -> torch.Tensor:
@@ -70,7 +70,7 @@ class TorchSeqCache:
 
 
 class TorchModel:
-    """Forward passes with torch; the interface of :class:`~reference_server.numpy_model.NumpyModel`."""
+    """Forward passes with torch; the interface of :class:`~reference_server.models.numpy_model.NumpyModel`."""
 
     def __init__(self, spec: ModelSpec, weights: dict[str, np.ndarray], precision: str, device: str, threads: int):
         if device == "cpu":

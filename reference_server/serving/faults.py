@@ -12,7 +12,7 @@ import random
 import threading
 from dataclasses import dataclass
 
-from .config import ServerConfig
+from ..config import ServerConfig
 
 
 @dataclass(frozen=True)

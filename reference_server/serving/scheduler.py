@@ -1,6 +1,6 @@
-"""The engine: one worker thread that owns the model and schedules every forward pass.
+"""The serving engine (:class:`ServingEngine`): one worker thread that owns the model and schedules every forward pass.
 
-Requests wait in a FIFO queue. Each scheduler iteration is one forward pass (:meth:`Engine._iterate`)
+Requests wait in a FIFO queue. Each scheduler iteration is one forward pass (:meth:`ServingEngine._iterate`)
 built like vLLM's chunked-prefill scheduler:
 
 1. every running (decoding) sequence gets its next token: decode is never starved by queued prefills;
@@ -9,7 +9,7 @@ built like vLLM's chunked-prefill scheduler:
    ``max_batch_size``; a prompt longer than what is left is cut into chunks over several steps (when the
    model supports chunked prefill), so one long prompt cannot stall every stream;
    a request's first step looks its prompt up in the prefix cache, when the server has one
-   (:mod:`reference_server.prefix_cache`): the blocks found are copied into its KV cache and only the rest
+   (:mod:`reference_server.serving.prefix_cache`): the blocks found are copied into its KV cache and only the rest
    of the prompt is prefilled; the blocks each pass completes are stored;
 3. all of it runs as *one* pass (``model.step``): decode tokens and prompt chunks packed into one matrix
    for every weight matmul, attention per sequence. A sequence whose prompt completes gets its first
@@ -32,92 +32,20 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import ResolvedBackend, load_model
-from .config import ServerConfig
+from ..config import ServerConfig
+from ..models.backends import ResolvedBackend, load_model
+from ..models.sampling import StopMatcher, sample
+from ..models.tokenizer import decode_token
 from .faults import FaultInjector
+from .gen_request import EngineFailed, EventChannel, GenRequest, QueueFull
 from .metrics import Metrics
 from .prefix_cache import BLOCK_TOKENS, PrefixCache
-from .sampling import StopMatcher, sample
-from .tokenizer import decode_token
 
 
-class QueueFull(Exception):
-    """The waiting queue holds ``max_queue_size`` requests already."""
-
-
-class EngineFailed(Exception):
-    """The model could not be loaded; the engine refuses work."""
-
-
-class EventChannel:
-    """A one-reader event buffer on the event loop, lighter than ``asyncio.Queue``.
-
-    The worker's events of one step arrive in one loop callback; the reader takes everything buffered at
-    once (:meth:`get_all`), so a stream that fell behind writes several tokens in one go.
-    """
-
-    __slots__ = ("items", "_waiter", "_loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.items: deque = deque()
-        self._waiter: asyncio.Future | None = None
-        self._loop = loop
-
-    def put_nowait(self, event: tuple) -> None:
-        """Add ``event`` (call on the loop) and wake the reader."""
-        self.items.append(event)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def get_all(self) -> list[tuple]:
-        """Every buffered event (at least one), oldest first."""
-        while not self.items:
-            self._waiter = self._loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        out = list(self.items)
-        self.items.clear()
-        return out
-
-    async def get(self) -> tuple:
-        """The oldest buffered event."""
-        if not self.items:
-            self.items.extend(await self.get_all())
-        return self.items.popleft()
-
-
-@dataclass(eq=False)
-class GenRequest:
-    """One generation. Events: ("text", str), ("done", finish_reason, n_tokens), ("error", str)."""
-
-    prompt_ids: list[int]
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    arrival: float = field(default_factory=time.perf_counter)
-    events: EventChannel | None = None
-    aborted: bool = False
-    n_generated: int = 0
-    prefilled: int = 0  # prompt tokens already in the cache (chunked prefill, or found in the prefix cache)
-    block_hashes: list = field(default_factory=list)  # the prompt's block chain (with a prefix cache)
-    cached_blocks: int = 0  # of those, blocks found in the prefix cache or stored in it
-    last_token: int = 0
-    last_time: float = 0.0
-    cache: object = None
-    stopper: StopMatcher | None = None
-    rng: np.random.Generator | None = None
-
-
-class Engine:
+class ServingEngine:
     """Owns the model, the queue and the worker thread. ``state``: lazy, loading, warming, ready, failed."""
 
     def __init__(self, config: ServerConfig, resolved: ResolvedBackend, metrics: Metrics,
