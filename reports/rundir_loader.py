@@ -191,7 +191,9 @@ def _cold_start(path: Path, meta: dict) -> dict | None:
     if not any("start" in t for t in meta.get("targets") or []):  # repeated runs have groups, not starts
         return None
     cs = _read_json(path / COLD_START)
-    if cs and all(isinstance(g, dict) and "per_start" in g for g in cs.values()):
+    if cs and "schema_version" in cs:  # its groups under "groups"; before schema_version, the file was the groups
+        cs = cs.get("groups")
+    if cs and isinstance(cs, dict) and all(isinstance(g, dict) and "per_start" in g for g in cs.values()):
         return cs
     return jsonable(cold_start_summary(path, meta))
 

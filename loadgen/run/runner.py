@@ -193,7 +193,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
                 break
         interrupted = stopped or (bool(runs) and runs[-1].interrupted)
         if sc.load.starts > 1:
-            write_json(rd.path / COLD_START, cold_start_summary(rd.path, meta), redactor)
+            write_json(rd.path / COLD_START, {"groups": cold_start_summary(rd.path, meta)}, redactor)
         groups = []
         if repeat.runs > 1:
             repeats = repeats_summary([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],

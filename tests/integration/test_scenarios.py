@@ -83,7 +83,7 @@ def test_cold_start_measures_each_fresh_start(tmp_path):
     data["slo"] = []
     res, _, _ = run(tmp_path, yaml.safe_dump(data))
     assert res.exit_code == 0, res.reasons
-    cs = json.loads((res.rundir.path / "cold_start.json").read_text())
+    cs = json.loads((res.rundir.path / "cold_start.json").read_text())["groups"]
     assert set(cs) == {"naive", "optimized"}
     for group in cs.values():
         assert group["starts"] == 2 and len(group["ready_s"]) == 2 and len(group["warmup_curve_s"]) == 4

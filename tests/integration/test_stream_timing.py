@@ -39,6 +39,7 @@ class StampingServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         start, mine = time.monotonic(), []
+        self.stamps[n] = mine  # filled as each is written: the client may read [DONE] before this handler returns
         for i in range(TOKENS):
             await asyncio.sleep(max(0.0, start + TTFT + i * GAP - time.monotonic()))
             t = time.monotonic()
@@ -47,7 +48,6 @@ class StampingServer:
             mine.append(t)
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-        self.stamps[n] = mine
         return resp
 
     def _serve(self):
