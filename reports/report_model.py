@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadgen import metric_registry
 from loadgen.analysis.repeated import group_outcomes
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.records.rundir import SERVER_LOG
@@ -16,10 +17,6 @@ from reports import fmt
 from reports.rundir_loader import RunData, TargetData
 from reports.strips import REPEATS_SRC, strips_for
 
-DIST_ROWS = (("latency", "latency"), ("ttft", "TTFT"), ("ttfat", "time to first answer token"),
-             ("reasoning_time", "reasoning time"), ("itl", "inter-token (ITL, per token)"),
-             ("chunk_gap", "gap between chunks"), ("tpot", "time per output token"),
-             ("service_time", "service time"), ("send_lag", "send lag (generator)"))
 PCTS = ("p50", "p90", "p95", "p99", "p99.9")
 
 
@@ -62,24 +59,24 @@ def scopes(summary: dict) -> list[tuple[str, str, bool]]:
 def percentile_table(summary: dict, target: str, prefix: str) -> list[dict]:
     """Rows (metric label, n, mean, p50..p99.9, max) of one scope; metrics never measured are left out."""
     rows = []
-    for key, label in DIST_ROWS:
-        base = f"{prefix}/metrics/{key}"
+    for m in metric_registry.report_rows():
+        base, kind = f"{prefix}/metrics/{m.name}", m.display
         desc = get(summary, base)
         if not desc or not desc.get("n"):
             continue
-        cells = [cell(summary, target, f"{base}/n", "count"), cell(summary, target, f"{base}/mean", "ms")]
+        cells = [cell(summary, target, f"{base}/n", "count"), cell(summary, target, f"{base}/mean", kind)]
         cis = [None, None]
         for p in PCTS:
-            c = cell(summary, target, f"{base}/percentiles/{p}/value", "ms")
+            c = cell(summary, target, f"{base}/percentiles/{p}/value", kind)
             entry = get(summary, f"{base}/percentiles/{p}") or {}
             if entry.get("too_few_samples"):
                 c.css, c.title = "few", "too few samples for a 95% confidence interval"
             cells.append(c)
             ci = entry.get("ci")
             cis.append(Cell(fmt.ci(ci), f"{base}/percentiles/{p}/ci", "ci", target) if ci else None)
-        cells.append(cell(summary, target, f"{base}/max", "ms"))
+        cells.append(cell(summary, target, f"{base}/max", kind))
         cis.append(None)
-        rows.append({"label": label, "cells": cells, "cis": cis})
+        rows.append({"label": m.label, "cells": cells, "cis": cis})
     return rows
 
 

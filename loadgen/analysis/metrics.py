@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from loadgen import metric_registry
 from loadgen.analysis.closedloop import closed_loop_stats
 from loadgen.analysis.conversations import conversation_stats
 from loadgen.analysis.goodput import good_column, good_within
@@ -44,7 +45,7 @@ from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.schema import ABORTED, ERROR_CLASSES, TOKEN_SOURCES
 from loadgen.scenario.model import GoodputObjectives
-from loadgen.scenario.slo import DISTRIBUTIONS, SLO, percentile_of
+from loadgen.scenario.slo import SLO, percentile_of
 from loadgen.schedule.arrivals import PhasePlan
 from loadgen.units import json_num
 
@@ -167,8 +168,8 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     in_window = ok[(ok["done"] >= start) & (ok["done"] < end)]
     metrics = {}
     pcts = tuple(sorted(set(PERCENTILES) | set(extra_pcts)))
-    for m in DISTRIBUTIONS:
-        metrics[m] = describe(metric_samples(df if m == "send_lag" else ok, m), pcts)
+    for m in map(metric_registry.metric, metric_registry.distributions()):
+        metrics[m.name] = describe(metric_samples(df if m.of_all else ok, m.name), pcts)
     judged_lat = df[~df["aborted"]]
     lat_inf = np.where(judged_lat["ok"], judged_lat["latency"], np.inf)
     good = df["good"].to_numpy()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+from loadgen import metric_registry
 from loadgen.scenario.slo import SLO
 
 #: Bounds every histogram has (seconds): 0.5 ms to 2 minutes, about three a decade, denser where
@@ -23,8 +24,9 @@ from loadgen.scenario.slo import SLO
 BASE_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25,
                0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 
-#: Distribution metrics served as histograms (send lag is a gauge: the probe's own health, not a latency).
-HISTOGRAM_METRICS = ("latency", "ttft", "tpot", "itl", "service_time")
+#: Distribution metrics served as histograms, those the registry marks ``watch`` (send lag is a gauge: the probe's
+#: own health, not a latency). A snapshot at import, for the alert rules; the exposition reads the registry.
+HISTOGRAM_METRICS = metric_registry.watch_histograms()
 
 
 def thresholds(slos: Iterable[SLO], metric: str) -> list[float]:

@@ -40,7 +40,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from loadgen.analysis.metrics import itl_samples, records_frame
+from loadgen import metric_registry
+from loadgen.analysis.metrics import metric_samples, records_frame
 from loadgen.errors import UsageError
 from loadgen.monitoring.buckets import HISTOGRAM_METRICS, bucket_bounds
 from loadgen.monitoring.metrics_server import MAX_CONNECTIONS, READ_TIMEOUT_S, MetricsServer
@@ -52,7 +53,7 @@ log = logging.getLogger("latbench.watch")
 
 PHASE = "watch"
 LABELS = ("scenario", "target", "phase")
-HISTOGRAMS = {m: f"latbench_{m}_seconds" for m in HISTOGRAM_METRICS}
+HISTOGRAMS = {m: f"latbench_{m}_seconds" for m in HISTOGRAM_METRICS}  # for the alert rules and the dashboard
 REQUESTS = "latbench_requests_total"
 SEND_LAG = "latbench_send_lag_seconds"
 PROBE_LAGGING = "latbench_probe_lagging"
@@ -61,13 +62,6 @@ SLO_VALUE = "latbench_slo_value"
 WINDOW_REQUESTS = "latbench_window_requests"
 WINDOW_SECONDS = "latbench_window_seconds"
 PROBE_QPS = "latbench_probe_qps"
-_DOCS = {
-    "latency": "Intended send time to last byte of each successful request (coordinated omission corrected).",
-    "ttft": "Intended send time to the first content token of each successful stream.",
-    "tpot": "Time per output token after the first, of each successful stream.",
-    "itl": "Gaps between consecutive token chunks of successful streams.",
-    "service_time": "Actual send time to last byte of each successful request.",
-}
 EVALUATE_EVERY_S = 1.0  # scrapes closer together than this get the same judgement
 
 
@@ -125,7 +119,7 @@ class WatchExporter:
         ``send_lag_threshold`` (s) is the scenario's ``load.send_lag_threshold``; ``goodput_bounds`` the per-request
         bounds of its goodput: block that apply to this target (metric -> s; None: no goodput)."""
         bounds_from = all_slos if all_slos is not None else slos
-        hists = {m: _Hist(bucket_bounds(bounds_from, m)) for m in HISTOGRAM_METRICS}
+        hists = {m: _Hist(bucket_bounds(bounds_from, m)) for m in metric_registry.watch_histograms()}
         window = SlidingWindow(self.window_s, slos, send_lag_threshold, goodput_bounds)
         t = _Target(name, (self.scenario, name, PHASE), now, qps, window, hists)
         t.requests = {c: 0 for c in ("",) + ERROR_CLASSES}  # every series exists from the start (rate() needs it)
@@ -142,8 +136,7 @@ class WatchExporter:
         df = records_frame(pa.Table.from_batches([batch]))
         ok = df[df["ok"]]
         errors = df.loc[~df["ok"], "error"].value_counts()
-        values = {m: ok[m].to_numpy(dtype=np.float64) for m in HISTOGRAM_METRICS if m != "itl"}
-        values["itl"] = itl_samples(ok)
+        values = {m: metric_samples(ok, m) for m in self._targets[target].hists}  # its keys never change
         with self._lock:
             t = self._targets[target]
             for m, v in values.items():
@@ -174,8 +167,8 @@ class WatchExporter:
     def collect(self):
         names = list(self._targets)
         states = {n: self.judge(n) for n in names}
-        hist = {m: HistogramMetricFamily(HISTOGRAMS[m].removesuffix("_seconds"), _DOCS[m], labels=LABELS,
-                                         unit="seconds") for m in HISTOGRAM_METRICS}
+        hist = {m.name: HistogramMetricFamily(f"latbench_{m.name}", m.watch, labels=LABELS, unit="seconds")
+                for m in map(metric_registry.metric, metric_registry.watch_histograms())}
         req = CounterMetricFamily(REQUESTS.removesuffix("_total"), "Requests the probe sent, by outcome and error "
                                   "class (dropped: never sent, the in-flight cap was reached).",
                                   labels=LABELS + ("outcome", "error"))
@@ -197,7 +190,8 @@ class WatchExporter:
                 t = self._targets[n]
                 labels = list(t.labels)
                 for m, h in t.hists.items():
-                    hist[m].add_metric(labels, h.buckets(), h.sum)
+                    if m in hist:  # a metric unregistered since the target was added (a test's) is not served
+                        hist[m].add_metric(labels, h.buckets(), h.sum)
                 for cls, count in t.requests.items():
                     req.add_metric(labels + ["error" if cls else "ok", cls or "none"], count)
                 st = states[n]

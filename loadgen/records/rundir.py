@@ -28,7 +28,7 @@ import pyarrow as pa
 import yaml
 
 from loadgen.errors import RunDirError, RunDirWriteError, UsageError
-from loadgen.records.definitions import METRIC_DEFINITIONS, SCHEMA_VERSION
+from loadgen.records.definitions import SCHEMA_VERSION, metric_definitions
 from loadgen.records.schema import read_records, records_exist
 from loadgen.redact import Redactor
 from loadgen.units import json_num
@@ -218,7 +218,7 @@ class RunDir:
         write_json(self.path / META, meta, redactor)
 
     def write_metric_definitions(self) -> None:
-        write_json(self.path / METRICS, {"metrics": METRIC_DEFINITIONS})
+        write_json(self.path / METRICS, {"metrics": metric_definitions()})
 
     def meta(self) -> dict:
         """meta.json, checked to be what latbench writes: a JSON object whose ``targets`` is a list of objects each

@@ -17,10 +17,13 @@ from pydantic import (
     Field,
     ValidationInfo,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
+from loadgen import metric_registry
 from loadgen.redact import has_control
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
 from loadgen.scenario.urls import url_problem
@@ -671,35 +674,50 @@ SloLine = Annotated[
 ]
 
 
-#: Per-request metrics a goodput objective may bound (each defined in loadgen.analysis.metrics).
-GOODPUT_METRICS = ("latency", "ttft", "ttfat", "tpot", "service_time")
-
-
-class GoodputObjectives(Strict):
+class _GoodputBase(Strict):
     """Per-request objectives (DistServe; vLLM's ``--goodput``): a request is good when it succeeded and met
     every bound given. ``scope`` as in SLO lines: a phase, a target, or ``target/phase``; unscoped: everywhere.
-    Where several entries apply, each bound comes from the most specific one that gives it."""
+    Where several entries apply, each bound comes from the most specific one that gives it.
+
+    The bounds are the metrics :mod:`loadgen.metric_registry` marks ``goodput`` (one field each, made from the
+    registry below); one registered after this module loaded (a test's) is accepted too, its bound kept in
+    ``later``."""
 
     scope: Optional[str] = Field(None, description="a phase, a target or target/phase; none: every request")
-    latency: Optional[Duration] = Field(None, description="done - scheduled at most this")
-    ttft: Optional[Duration] = Field(None, description="time to first token at most this (streams)")
-    ttfat: Optional[Duration] = Field(None, description="time to first answer token at most this (streams)")
-    tpot: Optional[Duration] = Field(None, description="time per output token at most this (streams)")
-    service_time: Optional[Duration] = Field(None, description="done - sent at most this")
+    later: SkipJsonSchema[dict[str, float]] = Field(default_factory=dict, exclude=True, repr=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registered_later(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "later" in data:  # filled here only; a scenario may not write it
+            raise ValueError("later: extra inputs are not permitted")
+        later = [k for k in data if k not in cls.model_fields and k in metric_registry.goodput_metrics()]
+        if not later:
+            return data
+        return {k: v for k, v in data.items() if k not in later} | {"later": {k: _duration(data[k]) for k in later}}
 
     @model_validator(mode="after")
     def _some_bound(self):
         if not self.bounds():
-            raise ValueError(f"expected at least one per-request bound: {', '.join(GOODPUT_METRICS)}")
+            raise ValueError(f"expected at least one per-request bound: {', '.join(metric_registry.goodput_metrics())}")
         return self
 
     def bounds(self) -> dict[str, float]:
         """The bounds given, metric -> seconds."""
-        return {m: getattr(self, m) for m in GOODPUT_METRICS if getattr(self, m) is not None}
+        given = {m: getattr(self, m, None) for m in metric_registry.goodput_metrics()} | self.later
+        return {m: v for m, v in given.items() if v is not None}
 
     def scope_parts(self) -> tuple[str | None, str | None]:
         """(target, phase_or_target) of the scope, as :meth:`SLO.scope_parts`."""
         return split_scope(self.scope)
+
+
+GoodputObjectives = create_model(
+    "GoodputObjectives", __base__=_GoodputBase, __module__=__name__, __doc__=_GoodputBase.__doc__,
+    **{m: (Optional[Duration], Field(None, description=metric_registry.metric(m).goodput_doc))
+       for m in metric_registry.goodput_metrics()})
 
 
 def _goodput_list(v: Any) -> Any:

@@ -27,12 +27,9 @@ import operator
 import re
 from dataclasses import dataclass
 
+from loadgen import metric_registry
 from loadgen.units import fmt_ms, parse_duration, parse_percent
 
-#: Distribution metrics, each defined once in loadgen.analysis.metrics.
-DISTRIBUTIONS = ("latency", "ttft", "ttfat", "itl", "chunk_gap", "tpot", "reasoning_time", "service_time", "send_lag")
-#: Scalar metrics of a phase or run.
-SCALARS = ("error_rate", "aborted_rate", "goodput", "goodput_qps", "achieved_qps")
 #: Named statistics; any ``pNN`` or ``pNN.N`` percentile is accepted too.
 STATS = ("mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")
 _PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
@@ -42,8 +39,6 @@ _LINE = re.compile(r"^\s*(?:(?P<scope>[^:]+?)\s*:\s*)?(?P<lhs>[A-Za-z_][A-Za-z0-
                    r"(?P<op><=|>=|<|>)\s*(?P<rhs>[^\s@]+)(?:\s*@\s*(?P<judge>\S*))?\s*$")
 #: How an objective is judged over repeated runs (``@median`` / ``@upper`` after it, or ``repeat.judge``).
 JUDGES = ("median", "upper")
-#: Scalar objectives in requests per second (the other scalars are fractions).
-RATES = ("achieved_qps", "goodput_qps")
 
 
 def split_scope(scope: str | None) -> tuple[str | None, str | None]:
@@ -107,13 +102,13 @@ def parse_slo(text: str) -> SLO:
     judge = m.group("judge")
     if judge is not None and judge not in JUDGES:
         raise ValueError(f"unknown judgement '@{judge}'; expected one of {', '.join('@' + j for j in JUDGES)}")
-    if lhs in SCALARS:
+    if lhs in metric_registry.slo_scalars():
+        rate = lhs in metric_registry.slo_rates()
         try:
-            threshold = float(rhs) if lhs.endswith("_qps") else parse_percent(rhs)
+            threshold = float(rhs) if rate else parse_percent(rhs)
         except ValueError:
-            what = "a number" if lhs.endswith("_qps") else "a fraction such as '1%' or 0.01"
+            what = "a number" if rate else "a fraction such as '1%' or 0.01"
             raise ValueError(f"{lhs}: expected {what}, got {rhs!r}") from None
-        rate = lhs in RATES
         if rate:
             if not math.isfinite(threshold) or threshold < 0:
                 raise ValueError(f"{lhs}: expected a finite, non-negative rate in requests per second, got {rhs!r}")
@@ -122,8 +117,10 @@ def parse_slo(text: str) -> SLO:
         _never_met(lhs, op, threshold, math.inf if rate else 1.0, rhs)
         return SLO(text.strip(), lhs, None, op, threshold, scope, judge)
     metric, _, stat = lhs.partition(".")
-    if metric not in DISTRIBUTIONS:
-        raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(DISTRIBUTIONS + SCALARS)}")
+    known = metric_registry.distributions()
+    if metric not in known:
+        expected = ", ".join(known + metric_registry.slo_scalars())
+        raise ValueError(f"unknown metric {metric!r}; expected one of {expected}")
     if not stat or not valid_stat(stat):
         raise ValueError(f"{metric}: unknown statistic {stat!r}; expected one of {', '.join(STATS)} (or any pNN)")
     try:
@@ -150,6 +147,6 @@ def show_value(result: dict, value=None) -> str:
         return "inf"
     if result.get("stat"):
         return fmt_ms(float(v))
-    if result.get("metric") in ("error_rate", "aborted_rate", "goodput"):
+    if metric_registry.slo_kind(result.get("metric")) == "fraction":
         return f"{float(v) * 100:.2f}%"
     return f"{float(v):.4g}"

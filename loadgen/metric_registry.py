@@ -1,0 +1,275 @@
+"""The metric registry: every metric latbench reports, declared once.
+
+One :class:`Metric` says what a metric is (name, unit, definition), how it is computed from the records
+(a records column of that name, or the function named in ``computed_by``), how a report shows it (label,
+format), whether an SLO line or a goodput: bound may use it, which scopes of summary.json have it, and
+whether ``latbench watch`` serves it as a histogram. Everything that lists metrics derives the list from
+here: the SLO grammar (:mod:`loadgen.scenario.slo`), goodput validation (:mod:`loadgen.scenario.model`),
+metrics.json (:mod:`loadgen.records.definitions`), the report's percentile table
+(:mod:`reports.report_model`), the watch exposition (:mod:`loadgen.monitoring.exposition`) and the README's
+metric table (:func:`doc_table`). Adding a metric is adding one entry (and the code that computes it).
+
+This module sits below every stage (it imports nothing of the project, nor pandas or numpy) so that each
+of them can read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+#: How an SLO threshold is read: a duration ('300ms'), a fraction ('1%', 0.01) or a rate (requests/s).
+SloKind = Literal["duration", "fraction", "rate"]
+#: The scopes of summary.json: the run as a whole, and each phase.
+SCOPES = ("overall", "phases")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric. ``dist``: a distribution (summary.json gives n, mean, percentiles with intervals, max);
+    ``slo``: the kind of threshold an SLO line on it takes (None: no SLO may use it); ``goodput``: a
+    per-request goodput: bound may use it (``goodput_doc`` describes that bound); ``label``: its row in the
+    report's percentile table (None: no row); ``watch``: the help text of its ``latbench watch`` histogram
+    (None: not served); ``of_all``: its samples come from every request, not only the successful ones;
+    ``computed_by``: the function that computes its samples, when it is not the records column ``name``."""
+
+    name: str
+    unit: str
+    definition: str
+    dist: bool = False
+    slo: Optional[SloKind] = None
+    goodput: bool = False
+    goodput_doc: str = ""
+    label: Optional[str] = None
+    fmt: str = ""
+    watch: Optional[str] = None
+    of_all: bool = False
+    computed_by: Optional[str] = None
+    scopes: tuple[str, ...] = SCOPES
+
+    @property
+    def display(self) -> str:
+        """The report's format for its values (reports.fmt kinds): milliseconds for times, unless given."""
+        return self.fmt or ("ms" if self.unit == "s" else "count")
+
+
+_REGISTRY: dict[str, Metric] = {}
+
+
+def register(metric: Metric) -> Metric:
+    """Add ``metric``; a name registered twice is a mistake (two definitions of one thing)."""
+    if metric.name in _REGISTRY:
+        raise ValueError(f"metric {metric.name!r} is registered already")
+    if metric.slo == "duration" and not metric.dist:
+        raise ValueError(f"metric {metric.name!r}: a duration SLO needs a distribution (metric.stat)")
+    _REGISTRY[metric.name] = metric
+    return metric
+
+
+@contextmanager
+def registered(metric: Metric) -> Iterator[Metric]:
+    """``metric`` registered for the block, removed after it (tests add a metric this way)."""
+    register(metric)
+    try:
+        yield metric
+    finally:
+        del _REGISTRY[metric.name]
+
+
+def metrics() -> tuple[Metric, ...]:
+    """Every metric, in the registry's order (the order of metrics.json and of the report's rows)."""
+    return tuple(_REGISTRY.values())
+
+
+def metric(name: str) -> Metric:
+    return _REGISTRY[name]
+
+
+def slo_kind(name: str | None) -> Optional[SloKind]:
+    """How an SLO on ``name`` reads its threshold; None for a metric no SLO may use (or not registered)."""
+    m = _REGISTRY.get(name or "")
+    return m.slo if m else None
+
+
+def distributions() -> tuple[str, ...]:
+    """Distribution metrics an SLO may bound as ``metric.stat`` (and summary.json describes per scope)."""
+    return tuple(m.name for m in _REGISTRY.values() if m.dist and m.slo == "duration")
+
+
+def slo_scalars() -> tuple[str, ...]:
+    """Scalar metrics an SLO may bound: fractions and rates of a phase or run."""
+    return tuple(m.name for m in _REGISTRY.values() if m.slo in ("fraction", "rate"))
+
+
+def slo_rates() -> tuple[str, ...]:
+    """Scalar SLO metrics in requests per second (the other scalars are fractions)."""
+    return tuple(m.name for m in _REGISTRY.values() if m.slo == "rate")
+
+
+def goodput_metrics() -> tuple[str, ...]:
+    """Per-request metrics a goodput: bound may use."""
+    return tuple(m.name for m in _REGISTRY.values() if m.goodput)
+
+
+def report_rows() -> tuple[Metric, ...]:
+    """The metrics of the report's percentile table (a row each, labelled ``label``), in order."""
+    return tuple(m for m in _REGISTRY.values() if m.label is not None)
+
+
+def watch_histograms() -> tuple[str, ...]:
+    """Metrics ``latbench watch`` serves as histograms."""
+    return tuple(m.name for m in _REGISTRY.values() if m.watch is not None)
+
+
+def definitions() -> dict[str, dict[str, str]]:
+    """metrics.json's ``metrics``: name -> unit and definition."""
+    return {m.name: {"unit": m.unit, "definition": m.definition} for m in _REGISTRY.values()}
+
+
+def doc_table() -> str:
+    """The documentation's metric table, as Markdown (the README's "What the numbers mean" holds it)."""
+    lines = ["| metric | unit | definition | SLO | goodput |", "|---|---|---|---|---|"]
+    for m in _REGISTRY.values():
+        slo = {"duration": "`.stat`", "fraction": "fraction", "rate": "req/s"}.get(m.slo or "", "")
+        text = m.definition.replace("|", "\\|")
+        lines.append(f"| {m.name} | {m.unit} | {text} | {slo} | {'yes' if m.goodput else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+for _m in (
+    Metric("latency", "s",
+           "done - scheduled: from the intended send time to the last byte (coordinated omission corrected)",
+           dist=True,
+           slo="duration",
+           goodput=True,
+           label="latency",
+           watch="Intended send time to last byte of each successful request (coordinated omission corrected).",
+           goodput_doc="done - scheduled at most this"),
+    Metric("ttft", "s",
+           ("first_token - scheduled: time to the first token of a stream, of any kind: content, reasoning "
+            "(reasoning_content, reasoning), a tool call or completion text"),
+           dist=True,
+           slo="duration",
+           goodput=True,
+           label="TTFT",
+           watch="Intended send time to the first content token of each successful stream.",
+           goodput_doc="time to first token at most this (streams)"),
+    Metric("ttfat", "s",
+           ("first_answer - scheduled: time to the first answer token of a stream (content, a tool call or "
+            "completion text; not reasoning): what a user of a reasoning model waits for"),
+           dist=True,
+           slo="duration",
+           goodput=True,
+           label="time to first answer token",
+           goodput_doc="time to first answer token at most this (streams)"),
+    Metric("reasoning_time", "s",
+           "first_answer - first_token, for requests that reasoned: how long the model thought before answering",
+           dist=True,
+           slo="duration",
+           label="reasoning time"),
+    Metric("reasoning_tokens", "tokens",
+           ("reasoning tokens of successful requests (usage's completion_tokens_details.reasoning_tokens, else "
+            "counted reasoning chunks): requests, total, mean")),
+    Metric("itl", "s",
+           ("inter-token latency, per token: a chunk that carried n tokens after a gap g gives n samples of g / n"
+            " (tokens per chunk: chunk_tokens, by chunk_tokens_source); equals chunk_gap when every chunk carries"
+            " one token"),
+           dist=True,
+           slo="duration",
+           label="inter-token (ITL, per token)",
+           computed_by="loadgen.analysis.metrics.itl_samples",
+           watch="Gaps between consecutive token chunks of successful streams."),
+    Metric("chunk_gap", "s",
+           "gaps between consecutive token chunks of one streamed response",
+           dist=True,
+           slo="duration",
+           label="gap between chunks",
+           computed_by="loadgen.analysis.metrics.chunk_gap_samples"),
+    Metric("tokens_per_chunk", "tokens",
+           "tokens / token chunks of successful streams, after each stream's first chunk"),
+    Metric("multi_token_fraction", "fraction",
+           "share of those chunks that carried more than one token"),
+    Metric("tpot", "s",
+           "(done - first_token) / (output_tokens - 1): time per output token after the first",
+           dist=True,
+           slo="duration",
+           goodput=True,
+           label="time per output token",
+           watch="Time per output token after the first, of each successful stream.",
+           goodput_doc="time per output token at most this (streams)"),
+    Metric("service_time", "s",
+           "done - sent: from the moment the request left to the last byte",
+           dist=True,
+           slo="duration",
+           goodput=True,
+           label="service time",
+           watch="Actual send time to last byte of each successful request.",
+           goodput_doc="done - sent at most this"),
+    Metric("send_lag", "s",
+           "sent - scheduled: how late the generator sent the request",
+           dist=True,
+           slo="duration",
+           label="send lag (generator)",
+           of_all=True),
+    Metric("error_rate", "fraction",
+           "failed requests (any error class, dropped included) / all requests",
+           slo="fraction"),
+    Metric("aborted_rate", "fraction",
+           ("requests the client aborted on purpose (workload.cancel; not an error, left out of every latency "
+            "distribution) / all requests"),
+           slo="fraction"),
+    Metric("goodput", "fraction",
+           ("good requests / requests judged: a request is good when it succeeded and met every per-request bound"
+            " of the scenario's goodput: block that applies to it (latency, ttft, ttfat, tpot, service_time); "
+            "aborted requests are not judged; absent (null) without a goodput: block"),
+           slo="fraction"),
+    Metric("goodput_qps", "1/s",
+           "good requests completed inside the window / duration (DistServe's and vLLM's request goodput)",
+           slo="rate"),
+    Metric("achieved_qps", "1/s",
+           "successful responses completed inside the phase window / phase duration",
+           slo="rate"),
+    Metric("sent_qps", "1/s",
+           "requests sent (not dropped) scheduled in the phase / phase duration"),
+    Metric("target_qps", "1/s",
+           "mean intended arrival rate of the phase"),
+    Metric("output_tokens_per_s", "1/s",
+           "output tokens of successful requests completed inside the window / duration"),
+    Metric("input_tokens_per_s", "1/s",
+           ("prompt tokens (prompt_tokens: the server's usage, else latbench's count) of successful requests "
+            "completed inside the window / duration")),
+    Metric("output_tokens_per_s_per_user", "1/s",
+           ("per request, (output_tokens - 1) / (done - first_token): the decode speed one user sees (streamed "
+            "requests with 2+ output tokens; 1 / tpot); a distribution, reported with p1/p5/p10 for the slowest "
+            "users")),
+    Metric("prompt_tokens", "tokens",
+           ("the prompt's length: the server's usage.prompt_tokens when it sent one, else latbench's own count, "
+            "input_tokens + added_tokens; prompt_tokens_source says which (usage | tokenizer | approximation)")),
+    Metric("input_tokens", "tokens",
+           ("the prompt as latbench built it, content only (no chat template, no special tokens), counted with "
+            "workload.tokenizer, else approximated at 4 characters a token")),
+    Metric("added_tokens", "tokens",
+           ("what the server adds around the prompt as latbench's tokenizer counts it: the chat template's "
+            "overhead (chat APIs) or the special tokens a plain prompt gets, such as BOS (completions); -1 when "
+            "unknown")),
+    Metric("output_tokens", "tokens",
+           ("the answer's length; output_tokens_source says how it was counted: usage (the server's), tokenizer "
+            "(the streamed text counted with workload.tokenizer), chunks (one token per content chunk: a lower "
+            "bound when chunks carry several tokens)")),
+    Metric("usage_vs_counted", "requests",
+           ("where the server sent usage and latbench counted the prompt: how many of them agree exactly "
+            "(usage.prompt_tokens == input_tokens + added_tokens), and the smallest and largest difference")),
+    Metric("closed_loop.held", "requests",
+           ("closed loop: the concurrency held, the time-average of requests in flight (sent -> done; for "
+            "conversations, of sessions in progress: first turn sent -> last turn done, think times included) "
+            "from the moment every user has sent its first request to the phase's end, beside the asked "
+            "concurrency; below 95% of it the run is generator-limited")),
+    Metric("closed_loop.gap", "s",
+           ("closed loop: the client's own time from an answer (done) to its user's next request (sent; a "
+            "conversation's later turn: from its due time), p50 and p99")),
+    Metric("latency_errors_inf", "s",
+           "latency percentiles with every failed request counted as infinitely slow"),
+):
+    register(_m)
