@@ -110,6 +110,7 @@ def test_each_repetition_starts_a_fresh_managed_server(tmp_path):
     workload: {prompts: {input_tokens: 4, output_tokens: 2, distinct: 100}}
     load:
       send_lag_threshold: 1s
+      host_wait_limit: 1  # asserts fresh servers, not their latency: judged on neither the CPUs nor the clock
       phases:
         - {name: main, duration: 2s, concurrency: 1, max_requests: 3}
     repeat: {runs: 2}
