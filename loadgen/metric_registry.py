@@ -33,7 +33,8 @@ class Metric:
     per-request goodput: bound may use it (``goodput_doc`` describes that bound); ``label``: its row in the
     report's percentile table (None: no row); ``watch``: the help text of its ``latbench watch`` histogram
     (None: not served); ``of_all``: its samples come from every request, not only the successful ones;
-    ``computed_by``: the function that computes its samples, when it is not the records column ``name``."""
+    ``computed_by``: the function that computes its samples, when it is not the records column ``name``;
+    ``doc``: its definition in the documentation's table, in Markdown (``definition`` when empty)."""
 
     name: str
     unit: str
@@ -48,6 +49,7 @@ class Metric:
     of_all: bool = False
     computed_by: Optional[str] = None
     scopes: tuple[str, ...] = SCOPES
+    doc: str = ""  # the documentation's definition (Markdown); the definition when empty
 
     @property
     def display(self) -> str:
@@ -133,7 +135,7 @@ def doc_table() -> str:
     lines = ["| metric | unit | definition | SLO | goodput |", "|---|---|---|---|---|"]
     for m in _REGISTRY.values():
         slo = {"duration": "`.stat`", "fraction": "fraction", "rate": "req/s"}.get(m.slo or "", "")
-        text = m.definition.replace("|", "\\|")
+        text = m.doc or m.definition.replace("|", "\\|")
         lines.append(f"| {m.name} | {m.unit} | {text} | {slo} | {'yes' if m.goodput else ''} |")
     return "\n".join(lines) + "\n"
 
@@ -146,7 +148,9 @@ for _m in (
            goodput=True,
            label="latency",
            watch="Intended send time to last byte of each successful request (coordinated omission corrected).",
-           goodput_doc="done - scheduled at most this"),
+           goodput_doc="done - scheduled at most this",
+           doc=("`done - scheduled`: from the *intended* send time to the last byte, so a generator that falls behind"
+                " cannot hide a slow server (coordinated omission corrected)")),
     Metric("ttft", "s",
            ("first_token - scheduled: time to the first token of a stream, of any kind: content, reasoning "
             "(reasoning_content, reasoning), a tool call or completion text"),
@@ -155,7 +159,10 @@ for _m in (
            goodput=True,
            label="TTFT",
            watch="Intended send time to the first content token of each successful stream.",
-           goodput_doc="time to first token at most this (streams)"),
+           goodput_doc="time to first token at most this (streams)",
+           doc=("`first_token - scheduled`: the first token of *any kind* — a chunk with non-empty `content`, "
+                "reasoning (`reasoning_content` or `reasoning`), a tool call, or completion `text` (a role-only or "
+                "usage-only chunk is not a token)")),
     Metric("ttfat", "s",
            ("first_answer - scheduled: time to the first answer token of a stream (content, a tool call or "
             "completion text; not reasoning): what a user of a reasoning model waits for"),
@@ -163,12 +170,17 @@ for _m in (
            slo="duration",
            goodput=True,
            label="time to first answer token",
-           goodput_doc="time to first answer token at most this (streams)"),
+           goodput_doc="time to first answer token at most this (streams)",
+           doc=("`first_answer - scheduled`: time to the first *answer* token (content, a tool call or text; "
+                "reasoning alone does not count) — what the user of a reasoning model waits for; equals ttft for a "
+                "model that does not reason")),
     Metric("reasoning_time", "s",
            "first_answer - first_token, for requests that reasoned: how long the model thought before answering",
            dist=True,
            slo="duration",
-           label="reasoning time"),
+           label="reasoning time",
+           doc=("`first_answer - first_token`, for requests that reasoned: how long the model thought before "
+                "answering")),
     Metric("reasoning_tokens", "tokens",
            ("reasoning tokens of successful requests (usage's completion_tokens_details.reasoning_tokens, else "
             "counted reasoning chunks): requests, total, mean")),
@@ -180,13 +192,17 @@ for _m in (
            slo="duration",
            label="inter-token (ITL, per token)",
            computed_by="loadgen.analysis.metrics.itl_samples",
-           watch="Gaps between consecutive token chunks of successful streams."),
+           watch="Gaps between consecutive token chunks of successful streams.",
+           doc=("inter-token latency *per token*: a chunk that carried n tokens after a gap g counts as n gaps of g /"
+                " n (right when a server sends several tokens a chunk: speculative decoding, stream intervals)")),
     Metric("chunk_gap", "s",
            "gaps between consecutive token chunks of one streamed response",
            dist=True,
            slo="duration",
            label="gap between chunks",
-           computed_by="loadgen.analysis.metrics.chunk_gap_samples"),
+           computed_by="loadgen.analysis.metrics.chunk_gap_samples",
+           doc=("gaps between consecutive token chunks of one stream, whatever they carried (equals itl when every "
+                "chunk carries one token)")),
     Metric("tokens_per_chunk", "tokens",
            "tokens / token chunks of successful streams, after each stream's first chunk"),
     Metric("multi_token_fraction", "fraction",
@@ -198,7 +214,8 @@ for _m in (
            goodput=True,
            label="time per output token",
            watch="Time per output token after the first, of each successful stream.",
-           goodput_doc="time per output token at most this (streams)"),
+           goodput_doc="time per output token at most this (streams)",
+           doc="`(done - first_token) / (output_tokens - 1)`"),
     Metric("service_time", "s",
            "done - sent: from the moment the request left to the last byte",
            dist=True,
@@ -206,28 +223,34 @@ for _m in (
            goodput=True,
            label="service time",
            watch="Actual send time to last byte of each successful request.",
-           goodput_doc="done - sent at most this"),
+           goodput_doc="done - sent at most this",
+           doc="`done - sent`"),
     Metric("send_lag", "s",
            "sent - scheduled: how late the generator sent the request",
            dist=True,
            slo="duration",
            label="send lag (generator)",
-           of_all=True),
+           of_all=True,
+           doc="`sent - scheduled`: the generator's own lateness"),
     Metric("error_rate", "fraction",
            "failed requests (any error class, dropped included) / all requests",
            slo="fraction"),
     Metric("aborted_rate", "fraction",
            ("requests the client aborted on purpose (workload.cancel; not an error, left out of every latency "
             "distribution) / all requests"),
-           slo="fraction"),
+           slo="fraction",
+           doc=("requests the client aborted on purpose (`workload.cancel`) / all requests: not an error, not in any "
+                "latency distribution; apart from `cancelled` (an error: still in flight when the run stopped)")),
     Metric("goodput", "fraction",
            ("good requests / requests judged: a request is good when it succeeded and met every per-request bound"
             " of the scenario's goodput: block that applies to it (latency, ttft, ttfat, tpot, service_time); "
             "aborted requests are not judged; absent (null) without a goodput: block"),
-           slo="fraction"),
+           slo="fraction",
+           doc="good requests / requests judged, by the scenario's `goodput:` objectives (absent without them)"),
     Metric("goodput_qps", "1/s",
            "good requests completed inside the window / duration (DistServe's and vLLM's request goodput)",
-           slo="rate"),
+           slo="rate",
+           doc="good requests completed inside the window / its duration"),
     Metric("achieved_qps", "1/s",
            "successful responses completed inside the phase window / phase duration",
            slo="rate"),
@@ -236,14 +259,18 @@ for _m in (
     Metric("target_qps", "1/s",
            "mean intended arrival rate of the phase"),
     Metric("output_tokens_per_s", "1/s",
-           "output tokens of successful requests completed inside the window / duration"),
+           "output tokens of successful requests completed inside the window / duration",
+           doc="output tokens of the same requests / duration"),
     Metric("input_tokens_per_s", "1/s",
            ("prompt tokens (prompt_tokens: the server's usage, else latbench's count) of successful requests "
-            "completed inside the window / duration")),
+            "completed inside the window / duration"),
+           doc="prompt tokens of the successful requests completed in the window / its duration"),
     Metric("output_tokens_per_s_per_user", "1/s",
            ("per request, (output_tokens - 1) / (done - first_token): the decode speed one user sees (streamed "
             "requests with 2+ output tokens; 1 / tpot); a distribution, reported with p1/p5/p10 for the slowest "
-            "users")),
+            "users"),
+           doc=("per request, `(output_tokens - 1) / (done - first_token)`: the decode speed one user sees (streams "
+                "of 2+ tokens; `1 / tpot`), reported as a distribution with p1/p5/p10 for the slowest users")),
     Metric("prompt_tokens", "tokens",
            ("the prompt's length: the server's usage.prompt_tokens when it sent one, else latbench's own count, "
             "input_tokens + added_tokens; prompt_tokens_source says which (usage | tokenizer | approximation)")),
