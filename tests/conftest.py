@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.records.rundir import STRICT_RESULTS_ENV
 from loadgen.scenario.sample_data import train_sample_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
+# Every result file that the suite writes, in this process, an xdist worker or a `latbench` subprocess (they
+# inherit the environment), is validated into its model at the write, and one that its model refuses fails the
+# test that wrote it: every RunDir the suite writes matches the schemas generated from the models.
+os.environ[STRICT_RESULTS_ENV] = "1"
 
 
 class ServerProcess:

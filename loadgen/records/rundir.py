@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -26,9 +27,11 @@ from typing import Any
 
 import pyarrow as pa
 import yaml
+from pydantic import ValidationError
 
 from loadgen.errors import RunDirError, RunDirWriteError, UsageError
 from loadgen.records.definitions import SCHEMA_VERSION, metric_definitions
+from loadgen.records.results import RESULT_MODELS, ResultModel
 from loadgen.records.schema import read_records, records_exist
 from loadgen.redact import Redactor
 from loadgen.units import json_num
@@ -51,6 +54,10 @@ RESULT_FILES = frozenset({META, SUMMARY, METRICS, REGRESSION, COLD_START, REPEAT
 #: What a RunDir holds at its top level besides target folders: no target folder may take one of these names.
 RESERVED = frozenset({"scenario.yaml", *RESULT_FILES, "report.html", "summary.md", "junit.xml", "compare.html"})
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+#: Set (to anything but "" or "0") to make a result file that its model refuses an error at the write; the test
+#: suite sets it, so every RunDir it writes, in any process, is checked against the result models.
+STRICT_RESULTS_ENV = "LATBENCH_STRICT_RESULTS"
+log = logging.getLogger(__name__)
 
 
 _SAFE_LEN = 100  # characters of a name kept in a file name (a file system allows 255 bytes)
@@ -107,11 +114,35 @@ def write_text(path: str | os.PathLike, text: str, redactor: Redactor | None = N
 
 def write_json(path: str | os.PathLike, obj: Any, redactor: Redactor | None = None) -> Path:
     """Write JSON atomically, NaN as null, every string value through ``redactor`` (keys and numbers never); a
-    result file (:data:`RESULT_FILES`) gets ``schema_version`` as its first key."""
+    result file (:data:`RESULT_FILES`) gets ``schema_version`` as its first key and goes through its model
+    (:func:`write_result`)."""
     path = Path(path)
-    if path.name in RESULT_FILES and isinstance(obj, dict):
-        obj = {"schema_version": SCHEMA_VERSION} | obj
+    if path.name in RESULT_FILES and isinstance(obj, dict | ResultModel):
+        return write_result(path, obj, redactor)
     return _write_atomic(path, json.dumps(jsonable((redactor or Redactor()).data(obj)), indent=1, allow_nan=False))
+
+
+def write_result(path: str | os.PathLike, result: ResultModel | dict, redactor: Redactor | None = None) -> Path:
+    """Write result file ``path`` from its model (:data:`~loadgen.records.results.RESULT_MODELS`), or from a dict
+    validated into that model here: the JSON is the model's, ``schema_version`` first. A dict the model refuses is
+    a bug of its writer: it is logged and written as it is (a long run's results are not lost to it), or raised
+    when :data:`STRICT_RESULTS_ENV` is set."""
+    path = Path(path)
+    data = _result_json(path.name, result)
+    data = {"schema_version": SCHEMA_VERSION} | data  # first key; a version the writer gave is kept
+    return _write_atomic(path, json.dumps(jsonable((redactor or Redactor()).data(data)), indent=1, allow_nan=False))
+
+
+def _result_json(name: str, result: ResultModel | dict) -> dict:
+    if isinstance(result, ResultModel):
+        return result.to_json()
+    try:
+        return RESULT_MODELS[name].model_validate(jsonable(result)).to_json()
+    except ValidationError as exc:
+        if os.environ.get(STRICT_RESULTS_ENV, "") not in ("", "0"):
+            raise
+        log.error("%s does not match its model (written as it is): %s", name, exc)
+        return result
 
 
 def check_schema(path: str | os.PathLike, obj: Any) -> Any:
@@ -262,3 +293,38 @@ class RunDir:
     def targets(self) -> list[str]:
         """Target folder names in run order (from meta.json when present)."""
         return list(self.target_dirs().values())
+
+
+class RunMeta:
+    """meta.json's one owner: the run's fields (version, engine, host, start time...), its targets in run order,
+    its verdict. Targets are added to it and fields set on it; each change writes the file at once (through its
+    model, :class:`~loadgen.records.results.Meta`), so a run that stops at any moment leaves a meta.json that says
+    what it had done. Nothing else writes meta.json."""
+
+    def __init__(self, rundir: RunDir, fields: dict, redactor: Redactor | None = None):
+        self.path = rundir.path / META
+        self.data = {**fields, "targets": list(fields.get("targets", []))}
+        self.redactor = redactor
+        self.write()
+
+    @property
+    def targets(self) -> list[dict]:
+        """The targets' entries, in run order (an entry changed in place is written at the next :meth:`write`)."""
+        return self.data["targets"]
+
+    def add_target(self, entry: dict) -> dict:
+        """Append target ``entry`` (at least its ``name`` and ``dir``) and write; the entry, to fill in later."""
+        self.targets.append(entry)
+        self.write()
+        return entry
+
+    def update(self, **fields) -> None:
+        """Set run-level fields and write."""
+        self.data.update(fields)
+        self.write()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def write(self) -> None:
+        write_result(self.path, self.data, self.redactor)

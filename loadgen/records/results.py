@@ -1,0 +1,299 @@
+"""The result files of a RunDir as typed models (pydantic v2): what summary.json, metrics.json, meta.json,
+repeats.json, cold_start.json, capacity.json, regression.json and watch.json hold.
+
+Each model names the fields that readers use; every model allows extra keys, so a file written by an older
+latbench (fewer keys) or a newer one (more keys) still reads, and a key that a writer adds before a model names
+it is kept, not dropped. Analysis may build a plain dict; the RunDir validates it into the file's model at the
+write (:func:`loadgen.records.rundir.write_result`), so what is written is what the model allows, and the JSON
+Schemas of ``latbench schema --results`` (and the files under ``schemas/``) are generated from these models.
+
+A model dumps only the keys that were given (``exclude_unset``): validating a dict and dumping it gives the same
+JSON back. Numbers are as :func:`loadgen.units.json_num` writes them: a float, an int, null, or the strings
+``"inf"`` / ``"-inf"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+
+from loadgen.records.definitions import SCHEMA_VERSION
+
+#: A number as a result file carries it (json_num: NaN is null, an infinity is a string).
+Num = int | float | Literal["inf", "-inf"] | None
+
+
+class ResultModel(BaseModel):
+    """A JSON object of a result file: named fields typed, any other key kept as it is."""
+
+    model_config = ConfigDict(extra="allow")
+    _order: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler):
+        # pydantic dumps named fields first, extras after; the file keeps the order its writer gave the keys
+        obj = handler(data)
+        if isinstance(data, dict):
+            obj._order = [str(k) for k in data]
+        return obj
+
+    def to_json(self) -> dict[str, Any]:
+        """The object as written: the keys it was given (named or extra), in the order given, nothing added by
+        defaults (a key set afterwards comes last)."""
+        given = self.model_fields_set | set(self.__pydantic_extra__ or ())
+        keys = [k for k in dict.fromkeys([*self._order, *sorted(given)]) if k in given]
+        return {k: _plain(getattr(self, k)) for k in keys}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, ResultModel):
+        return v.to_json()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+class ResultFile(ResultModel):
+    """A whole result file: every one carries ``schema_version`` (absent from files written before 0.2)."""
+
+    schema_version: int = SCHEMA_VERSION
+
+
+# --- summary.json ---------------------------------------------------------------------------------------------
+
+class Percentile(ResultModel):
+    """One percentile of a metric: its value and its confidence interval."""
+
+    value: Num = None
+    ci: list[Num] | None = None
+    too_few_samples: bool | None = None
+
+
+class MetricStats(ResultModel):
+    """One metric over one scope: sample count, mean, extremes and percentiles (``p50``, ``p99``...)."""
+
+    n: int | None = None
+    mean: Num = None
+    min: Num = None
+    max: Num = None
+    percentiles: dict[str, Percentile | None] | None = None
+
+
+class Scope(ResultModel):
+    """The whole run (``overall``) or one phase: counts, rates, and each metric's statistics."""
+
+    start: Num = None
+    end: Num = None
+    duration_s: Num = None
+    count: int | None = None
+    ok: int | None = None
+    errors: dict[str, int] | None = None
+    error_rate: Num = None
+    target_qps: Num = None
+    sent_qps: Num = None
+    achieved_qps: Num = None
+    goodput: Any = None
+    metrics: dict[str, MetricStats | None] | None = None
+
+
+class SloResult(ResultModel):
+    """One SLO as judged against the run."""
+
+    expr: str | None = None
+    metric: str | None = None
+    stat: str | None = None
+    op: str | None = None
+    passed: bool | None = None
+
+
+class Summary(ResultFile):
+    """A target's summary.json: per scope (overall and each phase), with the generator's health, errors, SLOs."""
+
+    scenario: str | None = None
+    target: str | None = None
+    complete: bool | None = None
+    failed_fast: str | None = None
+    notes: list[Any] | None = None
+    duration_s: Num = None
+    generator: dict[str, Any] | None = None
+    generator_limited: bool | None = None
+    error_classes: list[str] | None = None
+    tokens: dict[str, Any] | None = None
+    overall: Scope | None = None
+    phases: dict[str, Scope | None] | None = None
+    timeseries: dict[str, Any] | None = None
+    recovery: list[Any] | None = None
+    conversations: dict[str, Any] | None = None
+    slo: list[SloResult] | None = None
+    passed: bool | None = None
+    burst: list[Any] | None = None
+    headroom: dict[str, Any] | None = None
+    model: str | None = None
+    engine: str | None = None
+    lost_workers: list[Any] | None = None
+    host: dict[str, Any] | None = None
+    run_name: str | None = None
+    failures: dict[str, Any] | None = None
+    preflight: dict[str, Any] | None = None
+    trace: dict[str, Any] | None = None
+    server_exit: dict[str, Any] | None = None
+    mode: str | None = None
+
+
+# --- metrics.json ---------------------------------------------------------------------------------------------
+
+class MetricDefinitions(ResultFile):
+    """metrics.json: each metric's definition and unit, by name."""
+
+    metrics: dict[str, Any] | None = None
+
+
+# --- meta.json ------------------------------------------------------------------------------------------------
+
+class ServerInfo(ResultModel):
+    """What a target's ``server`` entry says of the server: a managed reference server's settings (arch,
+    backend, model...) plus its ``listen_s`` / ``ready_s``, or an external one's scraped facts. One shape; a
+    field a kind of server does not have is absent."""
+
+    arch: str | None = None
+    backend: str | None = None
+    model: str | None = None
+    device: str | None = None
+    host: str | None = None
+    port: int | None = None
+    listen_s: Num = None
+    ready_s: Num = None
+
+
+class MetaTarget(ResultModel):
+    """One target of meta.json: its name and folder (``dir``, a folder of the RunDir), where it was reached,
+    and what its run measured."""
+
+    name: str
+    dir: str
+    url: str | None = None
+    model: str | None = None
+    server: ServerInfo | None = None
+    preflight: dict[str, Any] | None = None
+    wall_start: Num = None
+    t0_monotonic: Num = None
+    duration_s: Num = None
+    requests: int | None = None
+    server_log: str | None = None
+    group: str | None = None
+    repetition: int | None = None
+    start: int | None = None
+
+
+class Meta(ResultFile):
+    """meta.json: the run's version, engine, host and start time, its targets in run order, its verdict."""
+
+    latbench_version: str | None = None
+    engine: str | None = None
+    preflight: bool | None = None
+    host: str | None = None
+    platform: str | None = None
+    python: str | None = None
+    started: str | None = None
+    scenario: str | None = None
+    targets: list[MetaTarget] = []
+    complete: bool | None = None
+    exit_code: int | None = None
+    verdict: dict[str, Any] | None = None
+    capacity: dict[str, Any] | list[Any] | None = None
+    repeat: dict[str, Any] | None = None
+    kind: str | None = None
+    mode: str | None = None
+    watch: dict[str, Any] | None = None
+
+
+# --- the other result files -----------------------------------------------------------------------------------
+
+class Repeats(ResultFile):
+    """repeats.json: between-run statistics of a repeated run, per target group."""
+
+    runs: int | None = None
+    judge: str | None = None
+    confidence: Num = None
+    method: str | None = None
+    order: list[str] | None = None
+    targets: dict[str, Any] | None = None
+
+
+class ColdStart(ResultFile):
+    """cold_start.json: each architecture's starts (under ``groups``; a 0.1.0 file has them at top level, kept
+    as extra keys)."""
+
+    groups: dict[str, Any] | None = None
+
+
+class Capacity(ResultFile):
+    """capacity.json: a capacity search's steps and what they found (or, for a repeated search, its searches
+    and their spread)."""
+
+    scenario: str | None = None
+    target: dict[str, Any] | None = None
+    slo: list[Any] | None = None
+    knee_qps: Num = None
+    max_sustainable_qps: Num = None
+    first_failing_qps: Num = None
+    expected_qps: Num = None
+    headroom: Num = None
+    limited_by_generator: bool | None = None
+    complete: bool | None = None
+    host_contended: str | None = None
+    unreachable: bool | None = None
+    search: dict[str, Any] | None = None
+    bracket: list[Any] | None = None
+    steps: list[Any] | None = None
+    repeats: int | None = None
+    searches: list[Any] | None = None
+    spread: dict[str, Any] | None = None
+
+
+class Regression(ResultFile):
+    """regression.json: a run compared with a baseline RunDir, per target."""
+
+    baseline: str | None = None
+    max_regression: Num = None
+    targets: dict[str, Any] | None = None
+    missing: list[Any] | None = None
+    notes: list[str] | None = None
+    methods: dict[str, Any] | None = None
+    repeated: bool | None = None
+    passed: bool | None = None
+    runs: dict[str, Any] | None = None
+
+
+class Watch(ResultFile):
+    """watch.json: a watch's settings and what each watched target did."""
+
+    settings: dict[str, Any] | None = None
+    targets: list[Any] | None = None
+
+
+#: Result file name -> its model (the names are loadgen.records.rundir's RESULT_FILES).
+RESULT_MODELS: dict[str, type[ResultFile]] = {
+    "summary.json": Summary,
+    "metrics.json": MetricDefinitions,
+    "meta.json": Meta,
+    "repeats.json": Repeats,
+    "cold_start.json": ColdStart,
+    "capacity.json": Capacity,
+    "regression.json": Regression,
+    "watch.json": Watch,
+}
+
+
+def result_schemas() -> dict[str, dict]:
+    """The JSON Schema of each result file, by file name (validation mode: what a reader may meet)."""
+    return {name: {"$id": schema_file(name), **model.model_json_schema()} for name, model in RESULT_MODELS.items()}
+
+
+def schema_file(name: str) -> str:
+    """The file that holds result file ``name``'s schema in the repository's ``schemas/``: ``meta.schema.json``."""
+    return name.removesuffix(".json") + ".schema.json"
