@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.analysis.metrics import summarize  # noqa: E402
 from loadgen.analysis.repeated import RepeatRun, repeats_summary  # noqa: E402
-from loadgen.records.rundir import REPEATS, REQUESTS, SUMMARY, RunDir, write_json  # noqa: E402
+from loadgen.records.rundir import REPEATS, REQUESTS, SUMMARY, RunDir, RunMeta, write_json  # noqa: E402
 from loadgen.records.schema import SCHEMA, RecordWriter, read_records  # noqa: E402
 from loadgen.scenario.model import Load  # noqa: E402
 from loadgen.scenario.slo import parse_slo  # noqa: E402
@@ -91,12 +91,12 @@ def synthetic_rundir(path, rows: int = 10_000, *, name: str = "synthetic", targe
     rd = RunDir.create(path, name, exact=True)
     rd.write_scenario(scenario)
     rd.write_metric_definitions()
-    meta = {"latbench_version": "synthetic", "engine": "native", "host": "bench", "started": "2026-12-02T10:00:00+0000",
-            "scenario": name, "targets": [], "complete": complete}
+    meta = RunMeta(rd, {"latbench_version": "synthetic", "engine": "native", "host": "bench",
+                        "started": "2026-12-02T10:00:00+0000", "scenario": name, "targets": [], "complete": complete})
     writers = []
-    for i, (tname, base) in enumerate(targets):
+    for tname, base in targets:
         tdir = rd.new_target_dir(tname)
-        meta["targets"].append({"name": tname, "dir": tdir.name})
+        entry = meta.add_target(tname, tdir.name)
         w = RecordWriter(tdir / REQUESTS)
         scheduled = np.sort(rng.uniform(0.0, total_s, rows))
         phase = np.searchsorted(np.cumsum([p[1] for p in phases]), scheduled, side="right").clip(0, len(phases) - 1)
@@ -104,14 +104,13 @@ def synthetic_rundir(path, rows: int = 10_000, *, name: str = "synthetic", targe
         for lo in range(0, rows, BATCH):
             sl = slice(lo, lo + BATCH)
             w.write(_batch(rng, scheduled[sl], phase[sl], recorded[sl], base, tokens, error_rate))
-        meta["targets"][i].update(url="http://127.0.0.1:1/v1", duration_s=total_s, requests=rows)
+        entry.update(url="http://127.0.0.1:1/v1", duration_s=total_s, requests=rows)
         if tname in partial:
             writers.append(w)  # never closed: the parquet file has no footer, the .partial stream holds the rows
             continue
         w.close()
         s = summarize(read_records(tdir / REQUESTS), plans, slo_objs, total_s, target=tname, scenario=name)
         write_json(tdir / SUMMARY, s)
-    rd.write_meta(meta, [])
     _OPEN.extend(writers)  # kept alive (and unclosed) for the life of the process
     return rd.path
 
@@ -128,12 +127,10 @@ def synthetic_repeated_rundir(path, groups: dict[str, list[float]], rows: int = 
     order = [(g, k) for k in range(1, n + 1) for g, bases in groups.items() if k <= len(bases)]
     targets = tuple((f"{g}-rep{k}", groups[g][k - 1]) for g, k in order)
     root = synthetic_rundir(path, rows, targets=targets, slos=slos, seed=seed, **kw)
-    rd = RunDir(root)
-    meta = rd.meta()
-    for entry, (g, k) in zip(meta["targets"], order):
+    meta = RunMeta.open(RunDir(root))
+    for entry, (g, k) in zip(meta.targets, order):
         entry.update(group=g, repetition=k)
-    meta["repeat"] = {"runs": n, "pause": 0.0, "judge": judge}
-    rd.write_meta(meta, [])
+    meta.update(repeat={"runs": n, "pause": 0.0, "judge": judge})
     runs = [RepeatRun(g, k, f"{g}-rep{k}", json.loads((root / f"{g}-rep{k}" / SUMMARY).read_text())) for g, k in order]
     write_json(root / REPEATS, repeats_summary(runs, [parse_slo(x) for x in slos], judge, [r.dir for r in runs]))
     return root

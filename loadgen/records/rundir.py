@@ -15,12 +15,16 @@ knows no secret still redacts the userinfo and credential parameters of every UR
 
 from __future__ import annotations
 
+import copy
 import errno
 import hashlib
 import json
 import logging
 import os
+import platform
 import re
+import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ from loadgen.records.results import RESULT_MODELS, ResultModel
 from loadgen.records.schema import read_records, records_exist
 from loadgen.redact import Redactor
 from loadgen.units import json_num
+from loadgen.version import __version__
 
 REQUESTS = "requests.parquet"
 SUMMARY = "summary.json"
@@ -245,9 +250,6 @@ class RunDir:
         data = (redactor or Redactor()).data(data)
         _write_atomic(self.path / "scenario.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
-    def write_meta(self, meta: dict, redactor: Redactor | None = None) -> None:
-        write_json(self.path / META, meta, redactor)
-
     def write_metric_definitions(self) -> None:
         write_json(self.path / METRICS, {"metrics": metric_definitions()})
 
@@ -297,34 +299,91 @@ class RunDir:
 
 class RunMeta:
     """meta.json's one owner: the run's fields (version, engine, host, start time...), its targets in run order,
-    its verdict. Targets are added to it and fields set on it; each change writes the file at once (through its
-    model, :class:`~loadgen.records.results.Meta`), so a run that stops at any moment leaves a meta.json that says
-    what it had done. Nothing else writes meta.json."""
+    its verdict. Runs create it (:meth:`start`), add targets to it (:meth:`add_target`, whose entry they fill in
+    with :meth:`MetaEntry.update`) and set fields on it (:meth:`update`); each change writes the file at once,
+    through its model (:class:`~loadgen.records.results.Meta`), so a run that stops at any moment leaves a
+    meta.json that says what it had done. Nothing else writes meta.json, and no caller holds its JSON: what they
+    read back (:meth:`get`, :meth:`to_json`) is a copy."""
 
     def __init__(self, rundir: RunDir, fields: dict, redactor: Redactor | None = None):
         self.path = rundir.path / META
-        self.data = {**fields, "targets": list(fields.get("targets", []))}
+        fields = _plain_json(fields)
+        self._data = {**fields, "targets": list(fields.get("targets", []))}
+        self._entries = [MetaEntry(self, e) for e in self._data["targets"]]
         self.redactor = redactor
         self.write()
 
-    @property
-    def targets(self) -> list[dict]:
-        """The targets' entries, in run order (an entry changed in place is written at the next :meth:`write`)."""
-        return self.data["targets"]
+    @classmethod
+    def start(cls, rundir: RunDir, scenario: str, engine: str, redactor: Redactor | None = None,
+              **fields) -> "RunMeta":
+        """The meta.json a run starts with (its ``fields`` after the engine: ``kind``, ``mode``, ``repeat``...),
+        written at once: no targets yet, not complete."""
+        return cls(rundir, {"latbench_version": __version__, "engine": engine, **fields,
+                            "host": socket.gethostname(), "platform": platform.platform(),
+                            "python": sys.version.split()[0], "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            "scenario": scenario, "targets": [], "complete": False}, redactor)
 
-    def add_target(self, entry: dict) -> dict:
-        """Append target ``entry`` (at least its ``name`` and ``dir``) and write; the entry, to fill in later."""
-        self.targets.append(entry)
+    @classmethod
+    def open(cls, rundir: RunDir, redactor: Redactor | None = None) -> "RunMeta":
+        """The meta.json of an existing RunDir, to add to (checked by :meth:`RunDir.meta`)."""
+        return cls(rundir, rundir.meta(), redactor)
+
+    @property
+    def targets(self) -> list["MetaEntry"]:
+        """The targets' entries, in run order."""
+        return list(self._entries)
+
+    def add_target(self, name: str, dir: str, **fields) -> "MetaEntry":
+        """Append the entry of target ``name`` (in folder ``dir``) and write; the entry, to fill in later."""
+        data = {"name": name, "dir": dir, **_plain_json(fields)}
+        self._data["targets"].append(data)
+        entry = MetaEntry(self, data)
+        self._entries.append(entry)
         self.write()
         return entry
 
     def update(self, **fields) -> None:
-        """Set run-level fields and write."""
-        self.data.update(fields)
+        """Set run-level fields (a model, as a target's server info, as its JSON) and write."""
+        self._data.update(_plain_json(fields))
         self.write()
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self.data.get(key, default)
+        """A copy of run-level field ``key``."""
+        return copy.deepcopy(self._data.get(key, default))
+
+    def to_json(self) -> dict:
+        """A copy of meta.json as it stands (what :func:`~loadgen.analysis.coldstart.cold_start_summary` reads)."""
+        return copy.deepcopy(self._data)
 
     def write(self) -> None:
-        write_result(self.path, self.data, self.redactor)
+        write_result(self.path, self._data, self.redactor)
+
+
+class MetaEntry:
+    """One target's entry of a :class:`RunMeta`: its ``name`` and ``dir``, and what its run adds to it."""
+
+    def __init__(self, meta: RunMeta, data: dict):
+        self._meta, self._data = meta, data
+
+    @property
+    def name(self) -> str:
+        return self._data["name"]
+
+    @property
+    def dir(self) -> str:
+        return self._data["dir"]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A copy of field ``key`` of this entry."""
+        return copy.deepcopy(self._data.get(key, default))
+
+    def update(self, **fields) -> None:
+        """Set fields of this entry and write meta.json."""
+        self._data.update(_plain_json(fields))
+        self._meta.write()
+
+
+def _plain_json(fields: dict) -> dict:
+    """``fields`` with each model (a :class:`~loadgen.records.results.ResultModel`) as its JSON, all copied: the
+    owner's JSON shares nothing with its callers."""
+    return {k: v.to_json() if isinstance(v, ResultModel) else copy.deepcopy(v) for k, v in fields.items()}

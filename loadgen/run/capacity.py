@@ -32,10 +32,10 @@ from loadgen.analysis.verdict import Kind, Reason, Verdict, host_contended_text
 from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
 from loadgen.errors import EXIT_INVALID
-from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, write_json
+from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, RunMeta, write_json
 from loadgen.records.schema import read_records
-from loadgen.run.measurement import cli_target, exit_text, measure
-from loadgen.run.runner import check_target_url, host_meta
+from loadgen.run.measurement import cli_target, exit_text, measure, server_info
+from loadgen.run.runner import check_target_url
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.slo import SLO
 from loadgen.schedule.arrivals import plan_phases
@@ -162,13 +162,12 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     rd = RunDir.create(out, f"capacity_{sc.name}", exact=exact_out)
     rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
-    meta = host_meta(sc.name, "native", kind="capacity")
-    rd.write_meta(meta, redactor)
+    meta = RunMeta.start(rd, sc.name, "native", redactor, kind="capacity")
     engine = SingleProcess()
     t0 = [0.0]
     # one server for the whole search, checked once before the first step; its log is the RunDir's server.log
     with measure(loaded, target, rd.path, check=preflight, fix_prefix=bool(target_url)) as m:
-        url, model, server = m.url, m.model, m.server
+        url, model, server = m.url, m.model, server_info(m.server)
 
         host_notes: dict[str, str | None] = {}
 
@@ -185,9 +184,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
             return m.host_block(tdir, plans, res.duration, host_notes.get(tdir.name), sc.load.host_wait_limit)
 
         def step_done(st: Step) -> None:
-            meta["targets"].append({"name": st.dir, "dir": st.dir, "url": url, "model": model, "qps": st.qps,
-                                    "server": dict(server.config) if server else {}})
-            rd.write_meta(meta, redactor)
+            meta.add_target(st.dir, st.dir, url=url, model=model, qps=st.qps, server=server)
             if on_step:
                 on_step(st)
 
@@ -196,14 +193,12 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     if m.exited is not None:  # the search stopped at the step the server died in: invalid, not a capacity
         result["server_exit"] = exit_text(m.exited, t0[0], [])
         result["complete"] = False
-    result["target"] = {"name": target.name, "url": url, "model": model,
-                        "server": dict(server.config) if server else {}}
+    result["target"] = {"name": target.name, "url": url, "model": model, "server": server.to_json()}
     write_json(rd.path / CAPACITY, result, redactor)
-    meta.update(complete=result["complete"], capacity=result["bracket"])
     reasons = ([Reason(Kind.SERVER_EXITED, target.name, result["server_exit"]["text"])] if m.exited is not None
                else []) + ([Reason(Kind.HOST_CONTENDED, target.name, result["host_contended"])]
                            if result.get("host_contended") else [])
-    if reasons:  # a search that measured something else says so where a run's verdict stands
-        meta["verdict"] = Verdict("invalid", EXIT_INVALID, reasons).to_json()
-    rd.write_meta(meta, redactor)
+    # a search that measured something else says so where a run's verdict stands
+    verdict = {"verdict": Verdict("invalid", EXIT_INVALID, reasons).to_json()} if reasons else {}
+    meta.update(complete=result["complete"], capacity=result["bracket"], **verdict)
     return rd, result

@@ -29,6 +29,7 @@ from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
 from loadgen.engine.host import INTERVAL, HostSampler, watch_run
 from loadgen.errors import TargetError
 from loadgen.fetch import FetchError, fetch
+from loadgen.records.results import ServerInfo
 from loadgen.records.rundir import HOST, SERVER_LOG
 from loadgen.run.preflight import Check, check_tokenizer, preflight
 from loadgen.run.targets import ManagedServer, ServerExit, ServerLog, start_managed
@@ -36,6 +37,7 @@ from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Target
 from loadgen.scenario.urls import join_url
 from loadgen.schedule.arrivals import PhasePlan
+from loadgen.units import json_num
 
 log = logging.getLogger("latbench")
 
@@ -104,10 +106,6 @@ class Measurement:
     def measured(self, tdir: Path, index: int = 0, loaded: LoadedScenario | None = None) -> MeasuredTarget:
         return MeasuredTarget(loaded or self.loaded, self.target, self.url, self.model, tdir, index, self.metrics_url)
 
-    def server_meta(self) -> dict:
-        s = self.server
-        return {**s.config, "listen_s": s.listen_s, "ready_s": s.ready_s} if s else {}
-
     def on_engine(self, inner: OnEngine | None) -> OnEngine:
         """``inner``, and the engine remembered: a server that exits aborts it."""
         def attach(control: RunControl) -> None:
@@ -147,6 +145,16 @@ class Measurement:
             control = self._control
         if control is not None:
             control.call_soon(control.abort)
+
+
+def server_info(server: ManagedServer | None) -> ServerInfo:
+    """What meta.json (and capacity.json) say of a target's server, in one shape: a managed server's settings
+    (its config line: arch, backend, model, port...) with its ``listen_s`` and ``ready_s``; nothing for a
+    server latbench does not manage."""
+    if server is None:
+        return ServerInfo()
+    return ServerInfo.model_validate({**server.config, "listen_s": json_num(server.listen_s),
+                                      "ready_s": json_num(server.ready_s)})
 
 
 def exit_text(ex: ServerExit, t0: float, plans: list[PhasePlan]) -> dict:

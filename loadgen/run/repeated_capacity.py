@@ -18,9 +18,8 @@ import time
 
 from loadgen.analysis.repeated import bracket_spread
 from loadgen.engine.base import OnEngine
-from loadgen.records.rundir import CAPACITY, RunDir, write_json
+from loadgen.records.rundir import CAPACITY, RunDir, RunMeta, write_json
 from loadgen.run.capacity import run_capacity
-from loadgen.run.runner import host_meta
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.slo import SLO
 
@@ -39,8 +38,7 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
     rd = RunDir.create(out, f"capacity_{sc.name}")
     rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
-    meta = host_meta(sc.name, "native", kind="capacity", repeat={"runs": repeat, "pause": pause})
-    rd.write_meta(meta, redactor)
+    meta = RunMeta.start(rd, sc.name, "native", redactor, kind="capacity", repeat={"runs": repeat, "pause": pause})
     searches = []
     complete = True
     for k in range(1, repeat + 1):
@@ -50,9 +48,7 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
                                    out=str(rd.path / f"search{k}"), target_url=target_url, on_engine=on_engine,
                                    on_step=on_step, exact_out=True, preflight=preflight)
         searches.append({"search": k, "dir": sub.path.name, "result": result})
-        meta["targets"].append({"name": f"search{k}", "dir": sub.path.name, "search": k,
-                                "bracket": result["bracket"]})
-        rd.write_meta(meta, redactor)
+        meta.add_target(f"search{k}", sub.path.name, search=k, bracket=result["bracket"])
         if on_search:
             on_search(k, sub.path, result)
         if not result["complete"]:
@@ -75,5 +71,4 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
                                    if s["result"].get("host_contended")), None)}
     write_json(rd.path / CAPACITY, top, redactor)
     meta.update(complete=top["complete"], capacity=[top["max_sustainable_qps"], top["first_failing_qps"]])
-    rd.write_meta(meta, redactor)
     return rd, top

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
-import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +27,7 @@ from loadgen.engine.options import EngineOptions
 from loadgen.errors import RunDirWriteError, TargetStartError, UsageError
 from loadgen.protocols.trace_workload import describe_trace
 from loadgen.protocols.workload import CHAT_APIS, describe_tokens
+from loadgen.records.results import ServerInfo
 from loadgen.records.rundir import (
     CAPACITY,
     COLD_START,
@@ -40,11 +38,12 @@ from loadgen.records.rundir import (
     SERVER_LOG,
     SUMMARY,
     RunDir,
+    RunMeta,
     write_json,
 )
 from loadgen.records.schema import read_records
 from loadgen.run.coldstart import make_cold, prepare_weights
-from loadgen.run.measurement import PreflightFailed, cli_target, exit_text, measure
+from loadgen.run.measurement import PreflightFailed, cli_target, exit_text, measure, server_info
 from loadgen.run.preflight import Check
 from loadgen.run.repeated import plan_runs
 from loadgen.run.signals import received
@@ -53,7 +52,6 @@ from loadgen.scenario.model import Repeat, Target
 from loadgen.scenario.urls import url_problem
 from loadgen.schedule.arrivals import plan_phases
 from loadgen.transports.factory import receive_stamps
-from loadgen.version import __version__
 
 log = logging.getLogger("latbench")
 
@@ -66,7 +64,7 @@ class TargetRun:
     dir: str
     url: str
     summary: dict | None = None
-    server: dict = field(default_factory=dict)
+    server: ServerInfo = field(default_factory=ServerInfo)
     error: str | None = None
     failed_fast: str | None = None
     interrupted: bool = False
@@ -100,13 +98,6 @@ class RunResult:
     @property
     def reasons(self) -> list[str]:
         return self.verdict.texts()
-
-
-def host_meta(scenario: str, engine: str, **extra) -> dict:
-    """The fields of meta.json every RunDir starts with."""
-    return {"latbench_version": __version__, "engine": engine, **extra, "host": socket.gethostname(),
-            "platform": platform.platform(), "python": sys.version.split()[0],
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scenario": scenario, "targets": [], "complete": False}
 
 
 def capacity_fields(path: str) -> dict:
@@ -161,12 +152,9 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
     rd.write_scenario(loaded.redacted(), redactor)
     rd.write_metric_definitions()
     targets = cli_target(sc.target_list(), target_url)
-    meta = host_meta(sc.name, opts.engine, preflight=preflight)
-    if cap is not None:
-        meta["capacity"] = cap
-    if repeat.runs > 1:
-        meta["repeat"] = repeat.model_dump()
-    rd.write_meta(meta, redactor)
+    meta = RunMeta.start(rd, sc.name, opts.engine, redactor, preflight=preflight,
+                         **({"capacity": cap} if cap is not None else {}),
+                         **({"repeat": repeat.model_dump()} if repeat.runs > 1 else {}))
     try:
         runs: list[TargetRun] = []
         slack = FAIL_FAST_SLACK if fail_fast else None
@@ -184,16 +172,14 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
                           check=preflight, fix_prefix=bool(target_url))
             if slot.group is not None:
                 tr.group, tr.repetition = slot.group, slot.repetition
-                meta["targets"][-1].update(slot.meta_fields())
-                if slot.start is not None:
-                    meta["targets"][-1].update(cold=cold, weights_prepared=weights[slot.index])
-                rd.write_meta(meta, redactor)
+                cold_fields = {"cold": cold, "weights_prepared": weights[slot.index]} if slot.start is not None else {}
+                meta.targets[-1].update(**slot.meta_fields(), **cold_fields)
             runs.append(tr)
             if tr.stops_run:
                 break
         interrupted = stopped or (bool(runs) and runs[-1].interrupted)
         if sc.load.starts > 1:
-            write_json(rd.path / COLD_START, {"groups": cold_start_summary(rd.path, meta)}, redactor)
+            write_json(rd.path / COLD_START, {"groups": cold_start_summary(rd.path, meta.to_json())}, redactor)
         groups = []
         if repeat.runs > 1:
             repeats = repeats_summary([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
@@ -212,7 +198,6 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
         meta.update(complete=not interrupted and len(runs) == expected
                     and all(r.summary and not r.server_exited for r in runs),
                     exit_code=verdict.exit_code, verdict=verdict.to_json())
-        rd.write_meta(meta, redactor)
         return RunResult(rd, runs, interrupted, verdict)
     except RunDirWriteError as exc:  # what the CLI says: whether the records taken before it are kept
         exc.records_kept = rd.records_written()
@@ -230,25 +215,21 @@ def _pause(seconds: float, signals_before: int) -> bool:
     return True
 
 
-def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: dict,
+def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta: RunMeta,
              on_engine: OnEngine | None, fail_fast: float | None, index: int, opts: EngineOptions,
              check: bool = True, fix_prefix: bool = False) -> TargetRun:
     """Measure one target (:func:`loadgen.run.measurement.measure`: start, check, watch, stop), summarize it."""
     redactor = loaded.redactor
     tdir = rd.new_target_dir(name)
     tr = TargetRun(name, tdir.name, target.url or "")
-    entry = {"name": name, "dir": tr.dir}
-    meta["targets"].append(entry)
-    rd.write_meta(meta, redactor)
+    entry = meta.add_target(name, tr.dir)
     sc = loaded.scenario
     try:
         with measure(loaded, target, tdir, check=check, generate=sc.load.starts == 1,
                      fix_prefix=fix_prefix) as m:
-            tr.url, tr.server = m.url, m.server_meta()
-            entry.update(url=m.url, model=m.model, server=tr.server)
-            if m.check is not None:
-                entry["preflight"] = m.check.to_json()
-            rd.write_meta(meta, redactor)
+            tr.url, tr.server = m.url, server_info(m.server)
+            entry.update(url=m.url, model=m.model, server=tr.server,
+                         **({"preflight": m.check.to_json()} if m.check is not None else {}))
             mt = m.measured(tdir, index)
             tokens = describe_tokens(mt.target, sc.workload, m.model, m.url, loaded.path.parent)
             spec = sc.load.trace
@@ -258,9 +239,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
                 res = opts.engine_for(target).run(mt, m.on_engine(on_engine), fail_fast)
     except PreflightFailed as exc:
         tr.error, tr.error_kind = exc.check.problem, Kind.PREFLIGHT
-        entry.update(url=exc.check.url, preflight=exc.check.to_json())
         log.error("target %s: pre-flight: %s (nothing was sent)", name, tr.error)
-        rd.write_meta(meta, redactor)
+        entry.update(url=exc.check.url, preflight=exc.check.to_json())
         return tr
     except TargetStartError as exc:
         tr.error = str(exc)  # written and printed through the redactor, as everything is
@@ -281,10 +261,9 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     write_json(tdir / SUMMARY, tr.summary, redactor)
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
-    entry.update(wall_start=res.wall_start, t0_monotonic=res.t0, duration_s=res.duration, requests=res.requests)
-    if m.log is not None and m.log.path is not None:
-        entry["server_log"] = f"{tdir.name}/{SERVER_LOG}"
-    rd.write_meta(meta, redactor)
+    log_field = {"server_log": f"{tdir.name}/{SERVER_LOG}"} if m.log is not None and m.log.path is not None else {}
+    entry.update(wall_start=res.wall_start, t0_monotonic=res.t0, duration_s=res.duration, requests=res.requests,
+                 **log_field)
     return tr
 
 

@@ -37,9 +37,9 @@ from loadgen.errors import EXIT_INVALID, EXIT_OK
 from loadgen.monitoring.exposition import PHASE, WatchExporter, serve
 from loadgen.monitoring.window import WindowState, watchable
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
-from loadgen.records.rundir import HOST, SUMMARY, WATCH, RunDir, write_json
-from loadgen.run.measurement import Measurement, cli_target, exit_text, measure
-from loadgen.run.runner import check_target_url, host_meta
+from loadgen.records.rundir import HOST, SUMMARY, WATCH, RunDir, RunMeta, write_json
+from loadgen.run.measurement import Measurement, cli_target, exit_text, measure, server_info
+from loadgen.run.runner import check_target_url
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import TRACE_FIELDS
 from loadgen.schedule.arrivals import PhasePlan
@@ -201,12 +201,10 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
     rd.write_metric_definitions()
     exporter = WatchExporter(sc.name, settings.window_s)
     plan = settings.plan(sc.load.arrival)
-    meta = host_meta(sc.name, "native", mode="watch",
-                     watch={"qps": settings.qps, "window_s": settings.window_s,
-                            "rotate_every_s": settings.rotate_every_s, "keep": settings.keep,
-                            "duration_s": settings.duration})
     _write_scenario(rd, loaded, settings, settings.duration)
-    rd.write_meta(meta, redactor)
+    watch_fields = {"qps": settings.qps, "window_s": settings.window_s, "rotate_every_s": settings.rotate_every_s,
+                    "keep": settings.keep, "duration_s": settings.duration}
+    meta = RunMeta.start(rd, sc.name, "native", redactor, mode="watch", watch=watch_fields)
     watched: list[WatchedTarget] = []
     group = EngineGroup()
     stop_metrics = None
@@ -226,19 +224,16 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
             mt = MeasuredTarget(loaded, m.target, url, model, tdir, index)
             slos, skipped = watchable(list(sc.slo), target.name)
             wt.skipped = [f"{s.expr}: {why}" for s, why in skipped]
-            meta["targets"].append({"name": target.name, "dir": wt.dir, "url": url, "model": model,
-                                    "server": ({**m.server.config, "ready_s": m.server.ready_s} if m.server else {}),
-                                    "slo_not_watched": wt.skipped})
+            meta.add_target(target.name, wt.dir, url=url, model=model, server=server_info(m.server),
+                            slo_not_watched=wt.skipped)
             watched.append(wt)
             mts.append((mt, slos))
-        rd.write_meta(meta, redactor)
         holders = [dict() for _ in mts]
         for (mt, slos), holder in zip(mts, holders):
             exporter.add_target(mt.name, slos, settings.qps, _clock_of(holder), all_slos=list(sc.slo),
                                 send_lag_threshold=sc.load.send_lag_threshold,
                                 goodput_bounds=bounds_for(sc.goodput or [], mt.name, PHASE))
-        meta["watch"]["metrics_url"] = metrics_url
-        rd.write_meta(meta, redactor)
+        meta.update(watch={**watch_fields, "metrics_url": metrics_url})
         if on_ready:
             on_ready(metrics_url)
 
@@ -271,12 +266,11 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
         verdict = judge([TargetOutcome(w.name, w.summary, None, None, False) for w in watched],
                         interrupted=False, expected_targets=len(watched))
-        for entry, w in zip(meta["targets"], watched):
+        for entry, w in zip(meta.targets, watched):
             entry.update(wall_start=w.result.wall_start, duration_s=w.result.duration, requests=w.result.requests)
         # the watch's own exit: 3 when it measured something else; an objective missed is for /metrics to alert on
         meta.update(complete=True, exit_code=verdict.exit_code if verdict.exit_code == EXIT_INVALID else EXIT_OK,
                     verdict=verdict.to_json())
-        rd.write_meta(meta, redactor)
         write_json(rd.path / WATCH_JSON, _watch_facts(watched, exporter, settings), redactor)
         group.linger(settings.linger_s)  # watch.json first: whoever sees it scrapes final counts
     finally:
