@@ -40,6 +40,7 @@ import pandas as pd
 from loadgen.analysis.metrics import metric_samples
 from loadgen.analysis.stats import sectioned_ci
 from loadgen.analysis.verdict import UNREACHABLE_CLASSES, host_contended_text
+from loadgen.records.results import SloResult
 from loadgen.records.rundir import CAPACITY
 from loadgen.scenario.model import GoodputObjectives, Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
@@ -100,19 +101,18 @@ def step_objectives(slos: list[SLO]) -> list[SLO]:
     return list(out.values())
 
 
-def sectioned_intervals(df: pd.DataFrame, results: list[dict]) -> None:
-    """Add ``ci_sectioned`` to each percentile objective's result: the interval of
+def sectioned_intervals(df: pd.DataFrame, results: list[SloResult]) -> None:
+    """Add ``ci_sectioned`` to each percentile objective's result (a step summary's ``slo``): the interval of
     :func:`~loadgen.analysis.stats.sectioned_ci`, from the step's requests in send order. Near saturation one
     step's requests are far from independent, and its order-statistic interval far too narrow."""
     step = df[df["recorded"]].sort_values("scheduled")  # the warm-up is not recorded: this is the step
     for r in results:
-        if not r.get("applies") or not r.get("stat") or percentile_of(r["stat"]) is None:
+        if not getattr(r, "applies", None) or not r.stat or percentile_of(r.stat) is None:
             continue
-        metric = r["metric"]
-        rows = step if metric == "send_lag" else step[step["ok"]]
-        x = metric_samples(rows, metric)
-        ci = sectioned_ci(x, percentile_of(r["stat"]), SECTIONS)
-        r["ci_sectioned"] = None if ci is None else [json_num(ci[0]), json_num(ci[1])]
+        rows = step if r.metric == "send_lag" else step[step["ok"]]
+        x = metric_samples(rows, r.metric)
+        ci = sectioned_ci(x, percentile_of(r.stat), SECTIONS)
+        r.ci_sectioned = None if ci is None else [json_num(ci[0]), json_num(ci[1])]
 
 
 def _interval(r: dict) -> tuple[float, float] | None:

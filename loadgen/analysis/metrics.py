@@ -43,6 +43,7 @@ from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
+from loadgen.records.results import Generator, Summary
 from loadgen.records.schema import ABORTED, ERROR_CLASSES, TOKEN_SOURCES
 from loadgen.scenario.model import GoodputObjectives
 from loadgen.scenario.slo import SLO, percentile_of
@@ -321,13 +322,20 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
     }
 
 
-def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *, target: str = "target",
-              scenario: str = "", complete: bool = True, notes: list[str] | None = None,
-              send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
-              failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None,
-              timeseries_step: float = 1.0, goodput: list[GoodputObjectives] | None = None,
-              tokens: dict | None = None) -> dict:
-    """The summary.json of one target: per phase and overall, the time series, and its SLO verdicts; with
+def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, **kw) -> dict:
+    """:func:`build_summary` as the JSON it writes (a plain dict, the form a summary's readers hold); the same
+    arguments."""
+    return build_summary(table, plans, slos, duration, **kw).to_json()
+
+
+def build_summary(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *,
+                  target: str = "target", scenario: str = "", complete: bool = True, notes: list[str] | None = None,
+                  send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
+                  failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None,
+                  timeseries_step: float = 1.0, goodput: list[GoodputObjectives] | None = None,
+                  tokens: dict | None = None) -> Summary:
+    """The summary.json of one target, as its model: per phase and overall, the time series, and its SLO
+    verdicts; with
     the headline numbers of :mod:`loadgen.analysis.headline` (``burst``, ``headroom``: ``expected_qps`` is
     the scenario's, ``capacity`` the fields of a capacity search of the same target).
 
@@ -370,31 +378,19 @@ def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration
     short = [{"phase": name, **{k: ph["closed_loop"][k] for k in ("asked", "held", "fraction", "measure")}}
              for name, ph in phases.items() if ph["closed_loop"] and ph["closed_loop"]["limited"]]
     notes = list(notes or []) + _chunk_note(overall["chunks"])
-    summary = {
-        "schema_version": SCHEMA_VERSION,
-        "scenario": scenario,
-        "target": target,
-        "complete": complete,
-        "failed_fast": failed_fast,
-        "notes": list(notes or []),
-        "duration_s": duration,
-        "generator": {"send_lag_p99": lag_p99, "send_lag_threshold": send_lag_threshold,
-                      "cpu_utilization": cpu_util, "lagging": lagging, "cpu_saturated": saturated,
-                      "closed_loop_short": short},
-        "generator_limited": bool(lagging or saturated or short),
-        "error_classes": list(ERROR_CLASSES),
-        "tokens": tokens,
-        "overall": overall,
-        "phases": phases,
-        "timeseries": timeseries(df, plans, duration, timeseries_step),
-        "recovery": recovery(df, plans, slos),
-        "conversations": conversation_stats(df),
-    }
-    summary["slo"] = evaluate_slos(summary, slos, target)
-    summary["passed"] = all(r["passed"] for r in summary["slo"] if r["applies"])
-    summary["burst"] = burst_effects(df, plans, phases, summary["recovery"])
-    summary["headroom"] = headroom(plans, phases, summary["slo"], expected_qps, capacity)
-    return summary
+    recovered = recovery(df, plans, slos)
+    slo_results = evaluate_slos({"overall": overall, "phases": phases}, slos, target)
+    generator = Generator(send_lag_p99=lag_p99, send_lag_threshold=send_lag_threshold, cpu_utilization=cpu_util,
+                          lagging=lagging, cpu_saturated=saturated, closed_loop_short=short)
+    return Summary(
+        schema_version=SCHEMA_VERSION, scenario=scenario, target=target, complete=complete, failed_fast=failed_fast,
+        notes=list(notes or []), duration_s=duration, generator=generator,
+        generator_limited=bool(lagging or saturated or short), error_classes=list(ERROR_CLASSES), tokens=tokens,
+        overall=overall, phases=phases, timeseries=timeseries(df, plans, duration, timeseries_step),
+        recovery=recovered, conversations=conversation_stats(df), slo=slo_results,
+        passed=all(r["passed"] for r in slo_results if r["applies"]),
+        burst=burst_effects(df, plans, phases, recovered),
+        headroom=headroom(plans, phases, slo_results, expected_qps, capacity))
 
 
 def slo_value(scope: dict, slo: SLO):
@@ -408,7 +404,8 @@ def slo_value(scope: dict, slo: SLO):
 
 
 def evaluate_slos(summary: dict, slos: list[SLO], target: str) -> list[dict]:
-    """One result per objective; an objective scoped to another target does not apply here."""
+    """One result per objective; an objective scoped to another target does not apply here (``summary``: at least
+    its ``overall`` and ``phases``)."""
     out = []
     for s in slos:
         tgt, name = s.scope_parts()

@@ -39,9 +39,15 @@ class ResultModel(BaseModel):
             obj._order = [str(k) for k in data]
         return obj
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a key set after construction is written after the ones given, in the order they were set
+        super().__setattr__(name, value)
+        if not name.startswith("_") and name not in self._order:
+            self._order.append(name)
+
     def to_json(self) -> dict[str, Any]:
         """The object as written: the keys it was given (named or extra), in the order given, nothing added by
-        defaults (a key set afterwards comes last)."""
+        defaults (a key set afterwards comes last, in the order set)."""
         given = self.model_fields_set | set(self.__pydantic_extra__ or ())
         keys = [k for k in dict.fromkeys([*self._order, *sorted(given)]) if k in given]
         return {k: _plain(getattr(self, k)) for k in keys}
@@ -110,6 +116,19 @@ class SloResult(ResultModel):
     passed: bool | None = None
 
 
+class Generator(ResultModel):
+    """A summary's ``generator``: whether latbench itself kept up (send lag, its CPU, closed-loop sessions short of
+    what was asked), and how it read arrival times (``receive_stamps``)."""
+
+    send_lag_p99: Num = None
+    send_lag_threshold: Num = None
+    cpu_utilization: Num = None
+    lagging: bool | None = None
+    cpu_saturated: bool | None = None
+    closed_loop_short: list[Any] | None = None
+    receive_stamps: str | None = None
+
+
 class Summary(ResultFile):
     """A target's summary.json: per scope (overall and each phase), with the generator's health, errors, SLOs."""
 
@@ -119,7 +138,7 @@ class Summary(ResultFile):
     failed_fast: str | None = None
     notes: list[Any] | None = None
     duration_s: Num = None
-    generator: dict[str, Any] | None = None
+    generator: Generator | None = None
     generator_limited: bool | None = None
     error_classes: list[str] | None = None
     tokens: dict[str, Any] | None = None

@@ -26,7 +26,7 @@ from loadgen.analysis.capacity import (
     step_objectives,
     unreachable,
 )
-from loadgen.analysis.metrics import records_frame, summarize
+from loadgen.analysis.metrics import build_summary, records_frame
 from loadgen.analysis.stats import stat_value
 from loadgen.analysis.verdict import Kind, Reason, Verdict, host_contended_text
 from loadgen.engine.base import OnEngine
@@ -65,15 +65,16 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         tdir = rd.new_target_dir(name)
         res = run_step(LoadedScenario(step_sc, loaded.path, loaded.raw, loaded.redactor), tdir)
         table = read_records(tdir / REQUESTS)
-        summary = summarize(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,
-                            complete=not res.interrupted, notes=res.notes,
-                            send_lag_threshold=sc.load.send_lag_threshold,
-                            cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast,
-                            goodput=step_goodput(sc.goodput))
+        model = build_summary(table, plan_phases(load), slos, res.duration, target=name, scenario=sc.name,
+                              complete=not res.interrupted, notes=res.notes,
+                              send_lag_threshold=sc.load.send_lag_threshold,
+                              cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast,
+                              goodput=step_goodput(sc.goodput))
         if host_of is not None:
-            summary["host"] = host_of(tdir, plan_phases(load), res)
-        sectioned_intervals(records_frame(table), summary["slo"])
-        write_json(tdir / SUMMARY, summary, loaded.redactor)
+            model.host = host_of(tdir, plan_phases(load), res)
+        sectioned_intervals(records_frame(table), model.slo)
+        write_json(tdir / SUMMARY, model, loaded.redactor)
+        summary = model.to_json()
         ok, reasons, unsure = judge(summary, qps)
         m = summary["phases"]["step"]["metrics"]
         st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],

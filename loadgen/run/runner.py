@@ -16,7 +16,7 @@ from pathlib import Path
 
 from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.failures import failure_summary
-from loadgen.analysis.metrics import summarize
+from loadgen.analysis.metrics import build_summary
 from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeated import RepeatRun, group_outcomes, repeats_summary
 from loadgen.analysis.repeated_baseline import baseline_reasons, compare_baseline
@@ -27,7 +27,7 @@ from loadgen.engine.options import EngineOptions
 from loadgen.errors import RunDirWriteError, TargetStartError, UsageError
 from loadgen.protocols.trace_workload import describe_trace
 from loadgen.protocols.workload import CHAT_APIS, describe_tokens
-from loadgen.records.results import ServerInfo
+from loadgen.records.results import ServerInfo, Summary
 from loadgen.records.rundir import (
     CAPACITY,
     COLD_START,
@@ -254,11 +254,12 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     tr.interrupted = res.interrupted and exited is None  # a dead server stopped it, not the user
     tr.failed_fast = res.failed_fast
     tr.server_exited = exited is not None
-    tr.summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens,
-                                  trace=trace, server_exit=exited, check=m.check,
-                                  host=m.host_block(tdir, plan_phases(sc.load), res.duration, host.note,
-                                                    sc.load.host_wait_limit))
-    write_json(tdir / SUMMARY, tr.summary, redactor)
+    summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens,
+                               trace=trace, server_exit=exited, check=m.check,
+                               host=m.host_block(tdir, plan_phases(sc.load), res.duration, host.note,
+                                                 sc.load.host_wait_limit))
+    write_json(tdir / SUMMARY, summary, redactor)
+    tr.summary = summary.to_json()
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
     log_field = {"server_log": f"{tdir.name}/{SERVER_LOG}"} if m.log is not None and m.log.path is not None else {}
@@ -281,33 +282,33 @@ def trace_note(trace: dict) -> str:
 def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
                      capacity: dict | None = None, tokens: dict | None = None, trace: dict | None = None,
                      server_exit: dict | None = None, check: Check | None = None,
-                     host: dict | None = None) -> dict:
-    """summary.json of one target from its records and its engine's result (``capacity``: see
+                     host: dict | None = None) -> Summary:
+    """summary.json of one target from its records and its engine's result, as its model (``capacity``: see
     :func:`capacity_fields`; ``tokens``: how its token counts were made; ``trace``: the trace replayed, with the
     requests clipped to fit the target)."""
     sc = mt.loaded.scenario
     notes = list(res.notes) + ([trace_note(trace)] if trace and trace["clipped"] else [])
     table = read_records(mt.tdir / REQUESTS)
-    summary = summarize(table, plan_phases(sc.load), sc.slo, res.duration,
-                        target=mt.name, scenario=sc.name,
-                        complete=not (res.interrupted or res.failed_fast or server_exit),
-                        notes=notes, send_lag_threshold=sc.load.send_lag_threshold,
-                        cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
-                        expected_qps=sc.load.expected_qps, capacity=capacity, goodput=sc.goodput,
-                        tokens=tokens)
-    summary["model"] = mt.model
-    summary["engine"] = engine
-    summary["generator"]["receive_stamps"] = receive_stamps(mt.target, engine)  # arrival (kernel) or read time
-    summary["lost_workers"] = [w.to_json() for w in res.lost_workers]  # the verdict names each (its target's)
+    summary = build_summary(table, plan_phases(sc.load), sc.slo, res.duration,
+                            target=mt.name, scenario=sc.name,
+                            complete=not (res.interrupted or res.failed_fast or server_exit),
+                            notes=notes, send_lag_threshold=sc.load.send_lag_threshold,
+                            cpu_seconds=res.cpu_seconds, processes=res.processes, failed_fast=res.failed_fast,
+                            expected_qps=sc.load.expected_qps, capacity=capacity, goodput=sc.goodput,
+                            tokens=tokens)
+    summary.model = mt.model
+    summary.engine = engine
+    summary.generator.receive_stamps = receive_stamps(mt.target, engine)  # arrival (kernel) or read time
+    summary.lost_workers = [w.to_json() for w in res.lost_workers]  # the verdict names each (its target's)
     if trace is not None:
-        summary["trace"] = trace
-    summary["host"] = host if host is not None else {"measured": False, "note": "host not measured"}
-    summary["run_name"] = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
+        summary.trace = trace
+    summary.host = host if host is not None else {"measured": False, "note": "host not measured"}
+    summary.run_name = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
     example = res.error_example
     if example:  # what a server said, redacted where it stands (its first 200 characters may cut a secret short)
         example = {**example, "detail": mt.loaded.redactor.text(example["detail"])}
-    summary["failures"] = failure_summary(table, example)
+    summary.failures = failure_summary(table, example)
     if server_exit is not None:
-        summary["server_exit"] = server_exit
-    summary["preflight"] = check.to_json() if check is not None else {"ok": None, "skipped": True}
+        summary.server_exit = server_exit
+    summary.preflight = check.to_json() if check is not None else {"ok": None, "skipped": True}
     return summary

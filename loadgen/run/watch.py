@@ -27,7 +27,7 @@ from typing import Callable
 import pyarrow as pa
 
 from loadgen.analysis.goodput import bounds_for
-from loadgen.analysis.metrics import summarize
+from loadgen.analysis.metrics import build_summary
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, RunControl, run_async
 from loadgen.engine.live import LiveStats
@@ -36,6 +36,7 @@ from loadgen.engine.single import build_sender
 from loadgen.errors import EXIT_INVALID, EXIT_OK
 from loadgen.monitoring.exposition import PHASE, WatchExporter, serve
 from loadgen.monitoring.window import WindowState, watchable
+from loadgen.records.results import Summary
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
 from loadgen.records.rundir import HOST, SUMMARY, WATCH, RunDir, RunMeta, write_json
 from loadgen.run.measurement import Measurement, cli_target, exit_text, measure, server_info
@@ -258,10 +259,11 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         for wt, (mt, slos), res, m, host in zip(watched, mts, results, measurements, samplers):
             wt.result = res
             host.write(mt.tdir / HOST, res.t0)
-            wt.summary = _summary(mt, res, slos, settings, wt, m, host.note)
+            summary = _summary(mt, res, slos, settings, wt, m, host.note)
             if m.exited is not None:
-                wt.summary["server_exit"] = exit_text(m.exited, res.t0, [settings.plan(sc.load.arrival)])
-            write_json(mt.tdir / SUMMARY, wt.summary, redactor)
+                summary.server_exit = exit_text(m.exited, res.t0, [settings.plan(sc.load.arrival)])
+            write_json(mt.tdir / SUMMARY, summary, redactor)
+            wt.summary = summary.to_json()
         elapsed = max((r.duration for r in results), default=0.0)
         _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
         verdict = judge([TargetOutcome(w.name, w.summary, None, None, False) for w in watched],
@@ -324,7 +326,7 @@ async def _watch_one(mt: MeasuredTarget, plan: PhasePlan, settings: WatchSetting
 
 
 def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSettings, wt: WatchedTarget,
-             m: Measurement, host_note: str | None) -> dict:
+             m: Measurement, host_note: str | None) -> Summary:
     """summary.json over the records still on disk, as a one-phase run from the oldest of them to the end, with the
     host's CPU waits over the same span (``m``: the target's measurement, whose host.csv it reads)."""
     table = read_segments(mt.tdir)
@@ -339,11 +341,11 @@ def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSetting
     sc = mt.loaded.scenario
     plan = PhasePlan(0, PHASE, start, max(res.duration, start + 1e-3), settings.qps, settings.qps,
                      arrival=sc.load.arrival)
-    s = summarize(table, [plan], slos, res.duration, target=mt.name, scenario=sc.name, complete=True, notes=notes,
-                  send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds,
-                  timeseries_step=max(1.0, math.ceil(res.duration / SUMMARY_BINS)), goodput=sc.goodput)
-    s.update(model=mt.model, engine="native", run_name=mt.name, mode="watch",
-             host=m.host_block(mt.tdir, [plan], res.duration, host_note, sc.load.host_wait_limit))
+    s = build_summary(table, [plan], slos, res.duration, target=mt.name, scenario=sc.name, complete=True,
+                      notes=notes, send_lag_threshold=sc.load.send_lag_threshold, cpu_seconds=res.cpu_seconds,
+                      timeseries_step=max(1.0, math.ceil(res.duration / SUMMARY_BINS)), goodput=sc.goodput)
+    s.model, s.engine, s.run_name, s.mode = mt.model, "native", mt.name, "watch"
+    s.host = m.host_block(mt.tdir, [plan], res.duration, host_note, sc.load.host_wait_limit)
     return s
 
 

@@ -11,11 +11,15 @@ import os
 import pytest
 from pydantic import ValidationError
 
+from loadgen.analysis.metrics import build_summary
 from loadgen.records.definitions import SCHEMA_VERSION
-from loadgen.records.results import RESULT_MODELS, Meta, MetaTarget, Summary
+from loadgen.records.results import RESULT_MODELS, Generator, Meta, MetaTarget, Summary
 from loadgen.records.rundir import RESULT_FILES, STRICT_RESULTS_ENV, jsonable, write_json, write_result
+from loadgen.records.schema import read_records
 from loadgen.run.runner import run_scenario
 from loadgen.scenario.loader import load_scenario
+from loadgen.scenario.slo import parse_slo
+from loadgen.schedule.arrivals import plan_phases
 from tests.conftest import ServerProcess
 from tests.helpers import ROOT, write_scenario
 
@@ -51,6 +55,20 @@ def test_a_real_runs_summary_is_the_summarized_dict_byte_for_byte(tmp_path):
     written = (result.rundir.path / tr.dir / "summary.json").read_text()
     assert written == _text_before_models(tr.summary, loaded.redactor)
     Summary.model_validate_json(written)  # and it reads back into its model
+
+
+def test_a_summary_built_as_a_model_is_byte_for_byte_what_the_dict_writer_wrote(tmp_path):
+    """The committed records of the old RunDir, summarized: the file written from build_summary's model is the
+    text that main's dict-building summarize gave for them (tests/data/rundir_0.1.0_naive_summary.json, written
+    by 8d148cc with these arguments)."""
+    sc = load_scenario(OLD / "scenario.yaml").scenario
+    slos = [parse_slo(x) for x in ("latency.p99 < 5s", "main: ttft.p90 < 1s", "error_rate < 1%")]
+    model = build_summary(read_records(OLD / "naive" / "requests.parquet"), plan_phases(sc.load), slos, 2.0,
+                          target="naive", scenario=sc.name, complete=True, notes=["n"], cpu_seconds=0.5,
+                          expected_qps=3.0)
+    assert isinstance(model, Summary) and isinstance(model.generator, Generator)
+    written = write_result(tmp_path / "summary.json", model).read_text()
+    assert written + "\n" == (ROOT / "tests" / "data" / "rundir_0.1.0_naive_summary.json").read_text()
 
 
 def test_every_file_of_the_committed_old_rundir_goes_through_its_model_unchanged(tmp_path):
