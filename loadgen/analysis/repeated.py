@@ -33,6 +33,7 @@ import numpy as np
 from loadgen.analysis.stats import stat_value
 from loadgen.analysis.tdist import t_ppf
 from loadgen.analysis.verdict import TargetOutcome
+from loadgen.records.results import Repeats
 from loadgen.scenario.slo import SLO
 from loadgen.units import fmt_ms
 
@@ -150,8 +151,13 @@ def group_slo(slo: SLO, rows: list[dict | None], default_judge: str) -> dict:
 
 
 def repeats_summary(runs: list[RepeatRun], slos: list[SLO], judge: str, order: list[str] | None = None) -> dict:
-    """repeats.json: per target (group), its runs, every statistic of :data:`STAT_KEYS` across them, and
-    the objectives judged over them. ``order``: the folders in the order they ran (interleaved)."""
+    """:func:`build_repeats` as the JSON it writes (a plain dict, what the verdict and the report read)."""
+    return build_repeats(runs, slos, judge, order).to_json()
+
+
+def build_repeats(runs: list[RepeatRun], slos: list[SLO], judge: str, order: list[str] | None = None) -> Repeats:
+    """repeats.json, as its model: per target (group), its runs, every statistic of :data:`STAT_KEYS` across
+    them, and the objectives judged over them. ``order``: the folders in the order they ran (interleaved)."""
     groups: dict[str, list[RepeatRun]] = {}
     for r in runs:
         groups.setdefault(r.group, []).append(r)
@@ -173,8 +179,8 @@ def repeats_summary(runs: list[RepeatRun], slos: list[SLO], judge: str, order: l
             "slo": results,
             "passed": all(x["passed"] for x in results if x["applies"]),
         }
-    return {"runs": max((len(rs) for rs in groups.values()), default=0), "judge": judge, "confidence": CONFIDENCE,
-            "method": METHOD, "order": list(order or [r.dir for r in runs]), "targets": targets}
+    return Repeats(runs=max((len(rs) for rs in groups.values()), default=0), judge=judge, confidence=CONFIDENCE,
+                   method=METHOD, order=list(order or [r.dir for r in runs]), targets=targets)
 
 
 def group_outcomes(repeats: dict) -> list[TargetOutcome]:

@@ -41,6 +41,7 @@ from loadgen.analysis.regression import CHECKS, compare_target, regression_reaso
 from loadgen.analysis.repeated import repeat_groups, run_value
 from loadgen.analysis.tdist import t_ppf, t_sf
 from loadgen.analysis.verdict import Kind, Reason
+from loadgen.records.results import Regression
 from loadgen.records.rundir import SUMMARY, RunDir, read_result
 
 ALPHA = 0.05  # one-sided, for all of a target's checks together
@@ -156,36 +157,39 @@ def _summaries(rd: RunDir, entries: list[dict]) -> list[dict]:
 
 
 def compare_baseline(current: RunDir, baseline: RunDir, allowance: float) -> dict:
-    """regression.json: each target of ``current`` against the baseline's of the same name (a repeated
-    target's runs together), between-run where either side has repeated runs, else within-run."""
+    """:func:`build_regression` as the JSON it writes (a plain dict)."""
+    return build_regression(current, baseline, allowance).to_json()
+
+
+def build_regression(current: RunDir, baseline: RunDir, allowance: float) -> Regression:
+    """regression.json, as its model: each target of ``current`` against the baseline's of the same name (a
+    repeated target's runs together), between-run where either side has repeated runs, else within-run."""
     cur_groups = repeat_groups(current.meta().get("targets", []))
     base_groups = repeat_groups(baseline.meta().get("targets", []))
     repeated = any(len(es) > 1 for es in (*cur_groups.values(), *base_groups.values()))
-    result = {"baseline": str(baseline.path), "max_regression": allowance, "targets": {}, "missing": [],
-              "notes": [], "methods": {}}
+    targets, notes, methods, runs = {}, [], {}, {}
     pairs = [(name, name) for name in cur_groups if name in base_groups]
-    result["missing"] = [name for name in cur_groups if name not in base_groups]
+    missing = [name for name in cur_groups if name not in base_groups]
     if not pairs and len(cur_groups) == 1 and len(base_groups) == 1:
         # one target each under different names (e.g. a --target URL run against a reference run)
-        pairs, result["missing"] = [(next(iter(cur_groups)), next(iter(base_groups)))], []
+        pairs, missing = [(next(iter(cur_groups)), next(iter(base_groups)))], []
     for c, b in pairs:
         ce, be = cur_groups[c], base_groups[b]
         if len(ce) == 1 and len(be) == 1:
-            result["targets"][c] = compare_target(current.path / ce[0]["dir"], baseline.path / be[0]["dir"],
-                                                  allowance)
-            result["methods"][c] = "within-run"
-            result["notes"].append(f"{c}: {NOT_MEASURED}")
+            targets[c] = compare_target(current.path / ce[0]["dir"], baseline.path / be[0]["dir"], allowance)
+            methods[c] = "within-run"
+            notes.append(f"{c}: {NOT_MEASURED}")
             continue
-        result["targets"][c] = compare_run_sets(_summaries(current, ce), _summaries(baseline, be), allowance)
-        result["methods"][c] = "between-run"
-        result["runs"] = result.get("runs", {}) | {c: {"current": len(ce), "baseline": len(be)}}
+        targets[c] = compare_run_sets(_summaries(current, ce), _summaries(baseline, be), allowance)
+        methods[c] = "between-run"
+        runs[c] = {"current": len(ce), "baseline": len(be)}
         if min(len(ce), len(be)) == 1:
             side = "baseline" if len(be) == 1 else "current RunDir"
-            result["notes"].append(f"{c}: the {side} has one run: its between-run spread is taken to be the other "
-                                   "side's (a prediction test)")
-    result["repeated"] = repeated
-    result["passed"] = not any(r["regressed"] for rs in result["targets"].values() for r in rs)
-    return result
+            notes.append(f"{c}: the {side} has one run: its between-run spread is taken to be the other "
+                         "side's (a prediction test)")
+    return Regression(baseline=str(baseline.path), max_regression=allowance, targets=targets, missing=missing,
+                      notes=notes, methods=methods, **({"runs": runs} if runs else {}), repeated=repeated,
+                      passed=not any(r["regressed"] for rs in targets.values() for r in rs))
 
 
 def baseline_reasons(result: dict) -> list[Reason]:

@@ -250,6 +250,33 @@ class ColdStart(ResultFile):
     groups: dict[str, Any] | None = None
 
 
+class CapacitySearch(ResultModel):
+    """How a capacity search was run: its rate range and steps (req/s, seconds, the bracket's tolerance), and how
+    long it took."""
+
+    qps_min: Num = None
+    qps_max: Num = None
+    step_duration_s: Num = None
+    warmup_s: Num = None
+    tolerance: Num = None
+    seconds: Num = None
+
+
+class RepeatedSearch(ResultModel):
+    """One search of a repeated capacity search (``latbench capacity --repeat``): its folder, bracket, knee, how
+    many steps and seconds it took, whether it completed."""
+
+    search: int | None = None
+    dir: str | None = None
+    bracket: list[Any] | None = None
+    max_sustainable_qps: Num = None
+    first_failing_qps: Num = None
+    knee_qps: Num = None
+    steps: int | None = None
+    seconds: Num = None
+    complete: bool | None = None
+
+
 class Capacity(ResultFile):
     """capacity.json: a capacity search's steps and what they found (or, for a repeated search, its searches
     and their spread)."""
@@ -266,11 +293,11 @@ class Capacity(ResultFile):
     complete: bool | None = None
     host_contended: str | None = None
     unreachable: bool | None = None
-    search: dict[str, Any] | None = None
+    search: CapacitySearch | None = None
     bracket: list[Any] | None = None
     steps: list[Any] | None = None
     repeats: int | None = None
-    searches: list[Any] | None = None
+    searches: list[RepeatedSearch] | None = None
     spread: dict[str, Any] | None = None
 
 
@@ -288,11 +315,25 @@ class Regression(ResultFile):
     runs: dict[str, Any] | None = None
 
 
+class WatchTarget(ResultModel):
+    """One watched target of watch.json: requests by error class, the window's last judgement, and what the
+    rotation of its records wrote, deleted and keeps on disk."""
+
+    name: str | None = None
+    requests: dict[str, int] | None = None
+    window: dict[str, Any] | None = None
+    rows_written: int | None = None
+    rows_deleted: int | None = None
+    segments_deleted: int | None = None
+    rotations: int | None = None
+    disk_bytes: int | None = None
+
+
 class Watch(ResultFile):
     """watch.json: a watch's settings and what each watched target did."""
 
     settings: dict[str, Any] | None = None
-    targets: list[Any] | None = None
+    targets: list[WatchTarget] | None = None
 
 
 #: Result file name -> its model (the names are loadgen.records.rundir's RESULT_FILES).

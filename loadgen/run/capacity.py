@@ -32,6 +32,7 @@ from loadgen.analysis.verdict import Kind, Reason, Verdict, host_contended_text
 from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
 from loadgen.errors import EXIT_INVALID
+from loadgen.records.results import Capacity, CapacitySearch
 from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, RunMeta, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.measurement import cli_target, exit_text, measure, server_info
@@ -47,9 +48,9 @@ class _Contended(Exception):
 
 def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO], qps_min: float, qps_max: float,
                   step_duration: float, warmup: float, tolerance: float = 0.1, max_steps: int = 12,
-                  on_step=None, host_of=None) -> dict:
+                  on_step=None, host_of=None) -> Capacity:
     """Search for the highest sustainable rate. ``run_step(loaded_for_step, tdir) -> EngineResult`` sends one
-    step's load (the caller owns the target's lifetime). Returns capacity.json's content.
+    step's load (the caller owns the target's lifetime). Returns capacity.json's model.
 
     ``host_of(tdir, plans, result) -> dict``: the step's summary ``host`` block (its CPU waits,
     :meth:`loadgen.run.measurement.Measurement.host_block`). A step that fails while the judged process waited too
@@ -128,23 +129,17 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         contended = str(exc)
     expected = sc.load.expected_qps
     failing = next((st for st in steps if hi is not None and st.qps == hi), None)
-    return {
-        "limited_by_generator": bool(failing and failing.reasons == ["generator-limited"]),
-        "scenario": sc.name,
-        "slo": [s.expr for s in slos],
-        "search": {"qps_min": qps_min, "qps_max": qps_max, "step_duration_s": step_duration, "warmup_s": warmup,
-                   "tolerance": tolerance, "seconds": time.perf_counter() - t_start},
-        "max_sustainable_qps": lo,
-        "first_failing_qps": hi,
-        "bracket": [lo, hi],
-        "knee_qps": knee(steps),
-        "expected_qps": expected,
-        "headroom": (lo / expected - 1.0) if (lo is not None and expected) else None,
-        "complete": not interrupted and contended is None,
-        "host_contended": contended,  # why the search stopped at a step the host may have failed: invalid
-        "unreachable": lo is None and bool(steps) and steps[0].unreachable,  # an invalid search: exit 3
-        "steps": [s.__dict__ for s in steps],
-    }
+    search = CapacitySearch(qps_min=qps_min, qps_max=qps_max, step_duration_s=step_duration, warmup_s=warmup,
+                            tolerance=tolerance, seconds=time.perf_counter() - t_start)
+    return Capacity(
+        limited_by_generator=bool(failing and failing.reasons == ["generator-limited"]), scenario=sc.name,
+        slo=[s.expr for s in slos], search=search, max_sustainable_qps=lo, first_failing_qps=hi, bracket=[lo, hi],
+        knee_qps=knee(steps), expected_qps=expected,
+        headroom=(lo / expected - 1.0) if (lo is not None and expected) else None,
+        complete=not interrupted and contended is None,
+        host_contended=contended,  # why the search stopped at a step the host may have failed: invalid
+        unreachable=lo is None and bool(steps) and steps[0].unreachable,  # an invalid search: exit 3
+        steps=[s.__dict__ for s in steps])
 
 
 def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_max: float, step_duration: float,
@@ -189,17 +184,17 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
             if on_step:
                 on_step(st)
 
-        result = find_capacity(loaded, run_step, rd, slos, qps_min, qps_max, step_duration, warmup, tolerance,
-                               on_step=step_done, host_of=host_of)
+        found = find_capacity(loaded, run_step, rd, slos, qps_min, qps_max, step_duration, warmup, tolerance,
+                              on_step=step_done, host_of=host_of)
     if m.exited is not None:  # the search stopped at the step the server died in: invalid, not a capacity
-        result["server_exit"] = exit_text(m.exited, t0[0], [])
-        result["complete"] = False
-    result["target"] = {"name": target.name, "url": url, "model": model, "server": server.to_json()}
-    write_json(rd.path / CAPACITY, result, redactor)
-    reasons = ([Reason(Kind.SERVER_EXITED, target.name, result["server_exit"]["text"])] if m.exited is not None
-               else []) + ([Reason(Kind.HOST_CONTENDED, target.name, result["host_contended"])]
-                           if result.get("host_contended") else [])
+        found.server_exit = exit_text(m.exited, t0[0], [])
+        found.complete = False
+    found.target = {"name": target.name, "url": url, "model": model, "server": server.to_json()}
+    write_json(rd.path / CAPACITY, found, redactor)
+    reasons = ([Reason(Kind.SERVER_EXITED, target.name, found.server_exit["text"])] if m.exited is not None
+               else []) + ([Reason(Kind.HOST_CONTENDED, target.name, found.host_contended)]
+                           if found.host_contended else [])
     # a search that measured something else says so where a run's verdict stands
     verdict = {"verdict": Verdict("invalid", EXIT_INVALID, reasons).to_json()} if reasons else {}
-    meta.update(complete=result["complete"], capacity=result["bracket"], **verdict)
-    return rd, result
+    meta.update(complete=found.complete, capacity=found.bracket, **verdict)
+    return rd, found.to_json()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeated import group_outcomes
-from loadgen.analysis.repeated_baseline import baseline_reasons, compare_baseline
+from loadgen.analysis.repeated_baseline import baseline_reasons, build_regression
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
 from loadgen.records.rundir import REGRESSION, REPEATS, SUMMARY, RunDir, read_result, write_json
 
@@ -34,7 +34,7 @@ def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 
     interrupted = not meta.get("complete", False) and not any(t.failed_fast for t in targets)
     regressions = []
     if baseline is not None:
-        regression = compare_baseline(rd, RunDir(baseline), max_regression)
+        regression = build_regression(rd, RunDir(baseline), max_regression)
         write_json(rd.path / REGRESSION, regression)
-        regressions = baseline_reasons(regression)
+        regressions = baseline_reasons(regression.to_json())
     return judge(targets, interrupted=interrupted, regressions=regressions, groups=groups)

@@ -18,6 +18,7 @@ import time
 
 from loadgen.analysis.repeated import bracket_spread
 from loadgen.engine.base import OnEngine
+from loadgen.records.results import Capacity, RepeatedSearch
 from loadgen.records.rundir import CAPACITY, RunDir, RunMeta, write_json
 from loadgen.run.capacity import run_capacity
 from loadgen.scenario.loader import LoadedScenario
@@ -56,19 +57,24 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
             break
     results = [s["result"] for s in searches]
     spread = bracket_spread(results)
-    top = {"scenario": sc.name, "repeats": repeat, "slo": results[0]["slo"] if results else [],
-           "expected_qps": sc.load.expected_qps, "complete": complete and len(searches) == repeat,
-           "searches": [{"search": s["search"], "dir": s["dir"], "bracket": s["result"]["bracket"],
-                         "max_sustainable_qps": s["result"]["max_sustainable_qps"],
-                         "first_failing_qps": s["result"]["first_failing_qps"], "knee_qps": s["result"]["knee_qps"],
-                         "steps": len(s["result"]["steps"]), "seconds": s["result"]["search"]["seconds"],
-                         "complete": s["result"]["complete"]} for s in searches],
-           "spread": spread,
-           "max_sustainable_qps": spread["held"]["median"], "first_failing_qps": spread["failing"]["median"],
-           "headroom": spread["headroom"], "target": results[0].get("target") if results else None,
-           "unreachable": bool(results) and all(r.get("unreachable") for r in results),
-           "host_contended": next((f"search {s['search']}: {s['result']['host_contended']}" for s in searches
-                                   if s["result"].get("host_contended")), None)}
+    top = Capacity(
+        scenario=sc.name, repeats=repeat, slo=results[0]["slo"] if results else [],
+        expected_qps=sc.load.expected_qps, complete=complete and len(searches) == repeat,
+        searches=[_search_row(s["search"], s["dir"], s["result"]) for s in searches], spread=spread,
+        max_sustainable_qps=spread["held"]["median"], first_failing_qps=spread["failing"]["median"],
+        headroom=spread["headroom"], target=results[0].get("target") if results else None,
+        unreachable=bool(results) and all(r.get("unreachable") for r in results),
+        host_contended=next((f"search {s['search']}: {s['result']['host_contended']}" for s in searches
+                             if s["result"].get("host_contended")), None))
     write_json(rd.path / CAPACITY, top, redactor)
-    meta.update(complete=top["complete"], capacity=[top["max_sustainable_qps"], top["first_failing_qps"]])
-    return rd, top
+    meta.update(complete=top.complete, capacity=[top.max_sustainable_qps, top.first_failing_qps])
+    return rd, top.to_json()
+
+
+def _search_row(k: int, folder: str, result: dict) -> RepeatedSearch:
+    """One search of a repeated one, as capacity.json's ``searches`` lists it (``result``: its capacity.json)."""
+    return RepeatedSearch(search=k, dir=folder, bracket=result["bracket"],
+                          max_sustainable_qps=result["max_sustainable_qps"],
+                          first_failing_qps=result["first_failing_qps"], knee_qps=result["knee_qps"],
+                          steps=len(result["steps"]), seconds=result["search"]["seconds"],
+                          complete=result["complete"])

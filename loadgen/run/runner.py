@@ -18,8 +18,8 @@ from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.failures import failure_summary
 from loadgen.analysis.metrics import build_summary
 from loadgen.analysis.regression import check_baseline
-from loadgen.analysis.repeated import RepeatRun, group_outcomes, repeats_summary
-from loadgen.analysis.repeated_baseline import baseline_reasons, compare_baseline
+from loadgen.analysis.repeated import RepeatRun, build_repeats, group_outcomes
+from loadgen.analysis.repeated_baseline import baseline_reasons, build_regression
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
@@ -27,7 +27,7 @@ from loadgen.engine.options import EngineOptions
 from loadgen.errors import RunDirWriteError, TargetStartError, UsageError
 from loadgen.protocols.trace_workload import describe_trace
 from loadgen.protocols.workload import CHAT_APIS, describe_tokens
-from loadgen.records.results import ServerInfo, Summary
+from loadgen.records.results import ColdStart, ServerInfo, Summary
 from loadgen.records.rundir import (
     CAPACITY,
     COLD_START,
@@ -179,19 +179,19 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
                 break
         interrupted = stopped or (bool(runs) and runs[-1].interrupted)
         if sc.load.starts > 1:
-            write_json(rd.path / COLD_START, {"groups": cold_start_summary(rd.path, meta.to_json())}, redactor)
+            write_json(rd.path / COLD_START, ColdStart(groups=cold_start_summary(rd.path, meta.to_json())), redactor)
         groups = []
         if repeat.runs > 1:
-            repeats = repeats_summary([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
-                                      sc.slo, repeat.judge, order=[tr.dir for tr in runs])
+            repeats = build_repeats([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
+                                    sc.slo, repeat.judge, order=[tr.dir for tr in runs])
             write_json(rd.path / REPEATS, repeats, redactor)
-            groups = group_outcomes(repeats)
+            groups = group_outcomes(repeats.to_json())
         regressions = []
         if baseline is not None and not interrupted:
-            regression = compare_baseline(rd, RunDir(baseline), max_regression)
+            regression = build_regression(rd, RunDir(baseline), max_regression)
             write_json(rd.path / REGRESSION, regression, redactor)
-            regressions = baseline_reasons(regression)
-            for note in regression["notes"]:
+            regressions = baseline_reasons(regression.to_json())
+            for note in regression.notes:
                 log.warning("baseline: %s", note)
         verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
                         regressions=regressions, groups=groups)

@@ -36,7 +36,7 @@ from loadgen.engine.single import build_sender
 from loadgen.errors import EXIT_INVALID, EXIT_OK
 from loadgen.monitoring.exposition import PHASE, WatchExporter, serve
 from loadgen.monitoring.window import WindowState, watchable
-from loadgen.records.results import Summary
+from loadgen.records.results import Summary, Watch, WatchTarget
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
 from loadgen.records.rundir import HOST, SUMMARY, WATCH, RunDir, RunMeta, write_json
 from loadgen.run.measurement import Measurement, cli_target, exit_text, measure, server_info
@@ -365,22 +365,21 @@ def _write_scenario(rd: RunDir, loaded: LoadedScenario, settings: WatchSettings,
     rd.write_scenario(data, loaded.redactor)
 
 
-def _watch_facts(watched: list[WatchedTarget], exporter: WatchExporter, settings: WatchSettings) -> dict:
+def _watch_facts(watched: list[WatchedTarget], exporter: WatchExporter, settings: WatchSettings) -> Watch:
     """watch.json: per target, requests counted, the last judgement, and what rotation kept on disk."""
-    out = {"settings": {"qps": settings.qps, "window_s": settings.window_s, "rotate_every_s": settings.rotate_every_s,
-                        "keep": settings.keep}, "targets": []}
-    for w in watched:
-        state = exporter.judge(w.name)
-        wr = w.writer
-        out["targets"].append({
-            "name": w.name,
-            "requests": exporter.requests(w.name),
-            "window": None if state is None else {
-                "count": state.count, "errors": state.errors, "send_lag_p99": state.send_lag_p99,
-                "probe_lagging": state.lagging,
-                "slo": [{"expr": s.slo.expr, "value": s.value, "holding": s.holding} for s in state.slos]},
-            "rows_written": wr.rows if wr else 0, "rows_deleted": wr.deleted_rows if wr else 0,
-            "segments_deleted": wr.deleted_segments if wr else 0, "rotations": wr.rotations if wr else 0,
-            "disk_bytes": disk_bytes(wr.tdir) if wr else 0,
-        })
-    return out
+    return Watch(settings={"qps": settings.qps, "window_s": settings.window_s,
+                           "rotate_every_s": settings.rotate_every_s, "keep": settings.keep},
+                 targets=[_target_facts(w, exporter) for w in watched])
+
+
+def _target_facts(w: WatchedTarget, exporter: WatchExporter) -> WatchTarget:
+    state = exporter.judge(w.name)
+    wr = w.writer
+    window = None if state is None else {
+        "count": state.count, "errors": state.errors, "send_lag_p99": state.send_lag_p99,
+        "probe_lagging": state.lagging,
+        "slo": [{"expr": s.slo.expr, "value": s.value, "holding": s.holding} for s in state.slos]}
+    return WatchTarget(name=w.name, requests=exporter.requests(w.name), window=window,
+                       rows_written=wr.rows if wr else 0, rows_deleted=wr.deleted_rows if wr else 0,
+                       segments_deleted=wr.deleted_segments if wr else 0, rotations=wr.rotations if wr else 0,
+                       disk_bytes=disk_bytes(wr.tdir) if wr else 0)

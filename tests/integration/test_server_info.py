@@ -42,6 +42,12 @@ def test_a_run_a_capacity_search_and_a_watch_describe_the_server_alike(tmp_path)
     assert all(len(e) >= 1 for e in entries.values()), entries
     shapes = {where: {tuple(sorted(s)) for s in e} for where, e in entries.items()}
     assert len(set().union(*shapes.values())) == 1, shapes  # one set of keys everywhere
+    # capacity.json built as its model keeps the keys, in the order, of the dict it replaced (8d148cc)
+    assert [k for k in json.loads((cap_rd.path / "capacity.json").read_text())] == [
+        "schema_version", "limited_by_generator", "scenario", "slo", "search", "max_sustainable_qps",
+        "first_failing_qps", "bracket", "knee_qps", "expected_qps", "headroom", "complete", "host_contended",
+        "unreachable", "steps", "target"]
+    assert list(cap["search"]) == ["qps_min", "qps_max", "step_duration_s", "warmup_s", "tolerance", "seconds"]
     for where, e in entries.items():
         for s in e:
             assert s["arch"] == "optimized" and s["backend"] == "numpy", (where, s)
