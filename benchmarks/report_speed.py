@@ -22,8 +22,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadgen.analysis.metrics import summarize  # noqa: E402
-from loadgen.analysis.repeated import RepeatRun, repeats_summary  # noqa: E402
+from loadgen.analysis.metrics import build_summary  # noqa: E402
+from loadgen.analysis.repeated import RepeatRun, build_repeats  # noqa: E402
 from loadgen.records.rundir import REPEATS, REQUESTS, SUMMARY, RunDir, RunMeta, write_json  # noqa: E402
 from loadgen.records.schema import SCHEMA, RecordWriter, read_records  # noqa: E402
 from loadgen.scenario.model import Load  # noqa: E402
@@ -109,7 +109,7 @@ def synthetic_rundir(path, rows: int = 10_000, *, name: str = "synthetic", targe
             writers.append(w)  # never closed: the parquet file has no footer, the .partial stream holds the rows
             continue
         w.close()
-        s = summarize(read_records(tdir / REQUESTS), plans, slo_objs, total_s, target=tname, scenario=name)
+        s = build_summary(read_records(tdir / REQUESTS), plans, slo_objs, total_s, target=tname, scenario=name)
         write_json(tdir / SUMMARY, s)
     _OPEN.extend(writers)  # kept alive (and unclosed) for the life of the process
     return rd.path
@@ -132,7 +132,7 @@ def synthetic_repeated_rundir(path, groups: dict[str, list[float]], rows: int = 
         entry.update(group=g, repetition=k)
     meta.update(repeat={"runs": n, "pause": 0.0, "judge": judge})
     runs = [RepeatRun(g, k, f"{g}-rep{k}", json.loads((root / f"{g}-rep{k}" / SUMMARY).read_text())) for g, k in order]
-    write_json(root / REPEATS, repeats_summary(runs, [parse_slo(x) for x in slos], judge, [r.dir for r in runs]))
+    write_json(root / REPEATS, build_repeats(runs, [parse_slo(x) for x in slos], judge, [r.dir for r in runs]))
     return root
 
 

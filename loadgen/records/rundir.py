@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from loadgen.errors import RunDirError, RunDirWriteError, UsageError
 from loadgen.records.definitions import SCHEMA_VERSION, metric_definitions
-from loadgen.records.results import RESULT_MODELS, ResultModel
+from loadgen.records.results import RESULT_MODELS, Meta, MetricDefinitions, ResultModel
 from loadgen.records.schema import read_records, records_exist
 from loadgen.redact import Redactor
 from loadgen.units import json_num
@@ -128,8 +128,10 @@ def write_json(path: str | os.PathLike, obj: Any, redactor: Redactor | None = No
 
 
 def write_result(path: str | os.PathLike, result: ResultModel | dict, redactor: Redactor | None = None) -> Path:
-    """Write result file ``path`` from its model (:data:`~loadgen.records.results.RESULT_MODELS`), or from a dict
-    validated into that model here: the JSON is the model's, ``schema_version`` first. A dict the model refuses is
+    """Write result file ``path`` from its model (:data:`~loadgen.records.results.RESULT_MODELS`): the JSON is the
+    model's, ``schema_version`` first. latbench's writers build the model; a dict is validated into it here, for
+    the two writers that hold JSON rather than a model: :class:`RunMeta` (meta.json is added to as the run goes)
+    and a file read back and rewritten (an old RunDir's, a test's). A dict the model refuses is
     a bug of its writer: it is logged and written as it is (a long run's results are not lost to it), or raised
     when :data:`STRICT_RESULTS_ENV` is set."""
     path = Path(path)
@@ -251,7 +253,7 @@ class RunDir:
         _write_atomic(self.path / "scenario.yaml", yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
     def write_metric_definitions(self) -> None:
-        write_json(self.path / METRICS, {"metrics": metric_definitions()})
+        write_result(self.path / METRICS, MetricDefinitions(metrics=metric_definitions()))
 
     def meta(self) -> dict:
         """meta.json, checked to be what latbench writes: a JSON object whose ``targets`` is a list of objects each
@@ -318,10 +320,10 @@ class RunMeta:
               **fields) -> "RunMeta":
         """The meta.json a run starts with (its ``fields`` after the engine: ``kind``, ``mode``, ``repeat``...),
         written at once: no targets yet, not complete."""
-        return cls(rundir, {"latbench_version": __version__, "engine": engine, **fields,
-                            "host": socket.gethostname(), "platform": platform.platform(),
-                            "python": sys.version.split()[0], "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                            "scenario": scenario, "targets": [], "complete": False}, redactor)
+        meta = Meta(latbench_version=__version__, engine=engine, **fields, host=socket.gethostname(),
+                    platform=platform.platform(), python=sys.version.split()[0],
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), scenario=scenario, targets=[], complete=False)
+        return cls(rundir, meta.to_json(), redactor)
 
     @classmethod
     def open(cls, rundir: RunDir, redactor: Redactor | None = None) -> "RunMeta":
