@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.errors import RunDirError
+from loadgen.records.results import SloResult
 from loadgen.records.rundir import write_text
 from reports import report_model
 from reports.figures import overview_figures, warmup_figure
@@ -76,13 +77,13 @@ def compare_context(entries: list[Entry]) -> dict:
         v = report_model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, tds), use_meta=False)
         state = v["state"]
         if e.repeat is not None:  # judged over its runs; the runs alone only for what makes them invalid
-            slos = [r for r in e.repeat.get("slo") or [] if r.get("applies", True)]
-            state = state if state == "invalid" else "passed" if all(r.get("passed") for r in slos) else "failed"
+            slos = [r for r in map(SloResult.model_validate, e.repeat.get("slo") or []) if r.applies is not False]
+            state = state if state == "invalid" else "passed" if all(r.passed for r in slos) else "failed"
         else:
-            slos = [r for td in tds for r in (td.summary or {}).get("slo") or [] if r.get("applies", True)]
+            slos = [r for td in tds for r in (td.result.slo if td.result else None) or [] if r.applies is not False]
         more = f" ({len(tds)} fresh starts)" if e.starts else f" ({len(tds)} runs)" if e.repeat is not None else ""
         rows.append({"label": e.label + more, "scenario": e.run.name, "rundir": e.run.path.name, "state": state,
-                     "slo": f"{sum(1 for r in slos if r.get('passed'))}/{len(slos)} met", "warnings": v["warnings"]})
+                     "slo": f"{sum(1 for r in slos if r.passed)}/{len(slos)} met", "warnings": v["warnings"]})
     plain = [e for e in entries if not e.starts]
     single = [e for e in plain if e.repeat is None]
     cold = {e.label: e.run.cold_start[e.group] for e in entries if e.starts}
@@ -103,7 +104,7 @@ def compare_context(entries: list[Entry]) -> dict:
         "title": "latbench comparison · " + " vs ".join(e.label for e in entries),
         "entries": rows,
         "headline": h,
-        "comparison": report_model.comparison([(e.label, e.target.summary) for e in plain],
+        "comparison": report_model.comparison([(e.label, e.target.result) for e in plain],
                                        {e.label: e.repeat for e in plain if e.repeat is not None}),
         "cold_comparison": report_model.cold_start_comparison(cold) if cold else None,
         "figures": figs,

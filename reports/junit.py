@@ -17,7 +17,7 @@ from reports.rundir_loader import RunData
 
 
 def _measured(r: dict) -> str:
-    kind = fmt.slo_kind(r)
+    kind = fmt.slo_kind(r.get("stat"), r.get("metric"))
     unit = " ms" if kind == "ms" else ""
     text = f"measured {fmt.fmt(r.get('value'), kind)}{unit}"
     if r.get("basis"):  # judged over repeated runs
@@ -44,7 +44,7 @@ def render_junit(run: RunData) -> str:
         suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {group}", tests=str(len(results)),
                               failures=str(nfail), errors="0", skipped="0", time=f"{seconds:.3f}")
         for td, r in results:
-            start = f" (start {td.meta.get('start')})" if td is not None and td.meta.get("start") is not None else ""
+            start = f" (start {td.meta.start})" if td is not None and td.meta.start is not None else ""
             case = ET.SubElement(suite, "testcase", name=f"{r.get('expr')}{start}", classname=f"latbench.{group}")
             if not r.get("passed"):
                 f = ET.SubElement(case, "failure", message=f"{r.get('expr')}{start}: {_measured(r)}", type="SLO")

@@ -101,10 +101,11 @@ def _closed_table(run: RunData) -> list[str]:
     idx = [i for i, c in enumerate(report_model.CLOSED_COLUMNS) if c[0] in keep]
     rows = [[esc(td.name), esc(r["label"]) + (" (**not held**)" if r["limited"] else "")]
             + [r["cells"][i].text for i in idx]
-            for td in run.targets if td.summary for r in report_model.closed_loop_rows(td.summary, td.name)]
+            for td in run.targets if td.result for r in report_model.closed_loop_rows(td.result, td.name)]
     if not rows:
         return []
-    return _table(["target", "closed-loop phase"] + [report_model.CLOSED_COLUMNS[i][2] for i in idx], rows, text_cols=2)
+    head = ["target", "closed-loop phase"] + [report_model.CLOSED_COLUMNS[i][-1] for i in idx]
+    return _table(head, rows, text_cols=2)
 
 
 def render_markdown(run: RunData) -> str:
@@ -118,7 +119,7 @@ def render_markdown(run: RunData) -> str:
     lines += _slo_table(run)
     if run.cold_start:
         lines += _cold_table(run)
-        lines.append(f"<sub>latbench {esc(run.meta.get('latbench_version', ''))} · RunDir `{esc(run.path.name)}` · "
+        lines.append(f"<sub>latbench {esc(run.meta.latbench_version or '')} · RunDir `{esc(run.path.name)}` · "
                      "full report in report.html</sub>")
         return "\n".join(lines) + "\n"
     rows = []
@@ -149,7 +150,7 @@ def render_markdown(run: RunData) -> str:
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(
             f"{esc(r['label'])}: {', '.join(r['ratios'])}" for r in cmp["rows"][1:]), ""]
-    lines.append(f"<sub>latbench {esc(run.meta.get('latbench_version', ''))} · RunDir `{esc(run.path.name)}` · "
+    lines.append(f"<sub>latbench {esc(run.meta.latbench_version or '')} · RunDir `{esc(run.path.name)}` · "
                  "full report in report.html</sub>")
     return "\n".join(lines) + "\n"
 

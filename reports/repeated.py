@@ -56,7 +56,7 @@ def slo_rows(repeats: dict) -> list[dict]:
         for i, r in enumerate(g.get("slo") or []):
             if not r.get("applies", True):
                 continue
-            kind = fmt.slo_kind(r)
+            kind = fmt.slo_kind(r.get("stat"), r.get("metric"))
             src = f"{REPEATS_SRC}targets/{group}/slo/{i}"
             rows.append({
                 "target": group, "expr": r.get("expr", ""), "passed": bool(r.get("passed")),
