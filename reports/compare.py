@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.errors import RunDirError
-from loadgen.records.results import SloResult
+from loadgen.records.results import RepeatTarget
 from loadgen.records.rundir import write_text
 from reports import report_model
 from reports.figures import overview_figures, warmup_figure
@@ -30,7 +30,7 @@ class Entry:
     target: TargetData
     starts: list[TargetData] | None = None  # the fresh starts of one architecture of a cold-start study
     group: str | None = None
-    repeat: dict | None = None  # a repeated target: its repeats.json entry (with its "name" there)
+    repeat: RepeatTarget | None = None  # a repeated target: its repeats.json entry (its name there: group)
     runs: list[TargetData] | None = None  # a repeated target: its runs (target is the first)
 
 
@@ -57,9 +57,8 @@ def entries_of(specs: list[str]) -> list[Entry]:
                 name = group
             if run.cold_start and group in run.cold_start:
                 out.append(Entry(name, run, tds[0], tds, group))
-            elif run.repeats and group in run.repeats.get("targets", {}):
-                rep = run.repeats["targets"][group] | {"name": group}
-                out.append(Entry(name, run, tds[0], group=group, repeat=rep, runs=tds))
+            elif run.repeated and group in (run.repeated.targets or {}):
+                out.append(Entry(name, run, tds[0], group=group, repeat=run.repeated.targets[group], runs=tds))
             else:
                 out.extend(Entry(name if len(tds) == 1 else f"{name}/{td.name}", run, td) for td in tds)
     names = [e.label for e in out]
@@ -77,7 +76,7 @@ def compare_context(entries: list[Entry]) -> dict:
         v = report_model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, tds), use_meta=False)
         state = v["state"]
         if e.repeat is not None:  # judged over its runs; the runs alone only for what makes them invalid
-            slos = [r for r in map(SloResult.model_validate, e.repeat.get("slo") or []) if r.applies is not False]
+            slos = [r for r in e.repeat.slo or [] if r.applies is not False]
             state = state if state == "invalid" else "passed" if all(r.passed for r in slos) else "failed"
         else:
             slos = [r for td in tds for r in (td.result.slo if td.result else None) or [] if r.applies is not False]
@@ -105,7 +104,7 @@ def compare_context(entries: list[Entry]) -> dict:
         "entries": rows,
         "headline": h,
         "comparison": report_model.comparison([(e.label, e.target.result) for e in plain],
-                                       {e.label: e.repeat for e in plain if e.repeat is not None}),
+                                       {e.label: (e.group, e.repeat) for e in plain if e.repeat is not None}),
         "cold_comparison": report_model.cold_start_comparison(cold) if cold else None,
         "figures": figs,
     }

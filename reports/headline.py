@@ -123,7 +123,7 @@ def headline(run: RunData) -> dict | None:
     if kind == "cold_start":
         return cold_start_headline(run.cold_start)
     if kind == "repeated":
-        return repeated_headline(run.repeats)
+        return repeated_headline(run.repeated)
     if kind == "burst":
         return burst_headline([(td, i) for td in run.targets if td.result for i in range(len(td.result.burst or []))])
     if kind == "headroom":

@@ -60,8 +60,8 @@ def _slo_table(run: RunData) -> list[str]:
     """Objectives, one row each; a cold-start study's starts are grouped under their architecture: one row
     per architecture and objective, with each start's measurement. A repeated run's objectives are shown
     as the verdict judged them: per target, over its runs."""
-    if run.repeats:
-        slos = repeated.slo_rows(run.repeats)
+    if run.repeated:
+        slos = repeated.slo_rows(run.repeated)
         return _table(["target", "objective", "measured", "95% CI", "result"],
                       [[esc(r["target"]), code(r["expr"]),
                         r["value"].text + (" ms" if r["value"].kind == "ms" else "")

@@ -13,7 +13,17 @@ from dataclasses import dataclass
 from loadgen import metric_registry
 from loadgen.analysis.repeated import group_outcomes
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
-from loadgen.records.results import Gap, MetricStats, Percentile, Scope, ScopeTokens, Summary, TokenInfo, Trace
+from loadgen.records.results import (
+    Gap,
+    MetricStats,
+    Percentile,
+    RepeatTarget,
+    Scope,
+    ScopeTokens,
+    Summary,
+    TokenInfo,
+    Trace,
+)
 from loadgen.records.rundir import SERVER_LOG
 from reports import fmt
 from reports.rundir_loader import RunData, TargetData
@@ -219,10 +229,11 @@ COMPARE = (("mean", ("overall/metrics/latency/mean", lambda s: ((s.overall or Sc
             "pct", "", True, "error_rate"))
 
 
-def comparison(entries: list[tuple[str, Summary | None]], groups: dict[str, dict] | None = None) -> dict | None:
+def comparison(entries: list[tuple[str, Summary | None]],
+               groups: dict[str, tuple[str, RepeatTarget]] | None = None) -> dict | None:
     """'architecture | mean | p50 | p99 | TTFT p50 | TTFT p99 | QPS held' with ratios against the first entry.
 
-    ``groups``: repeated targets by label (their repeats.json entry): such an entry shows the median of
+    ``groups``: repeated targets by label (their name and entry in repeats.json): such an entry shows the median of
     its runs (``src`` then points into repeats.json) with one dot per run beside it; its summary may be None."""
     groups = groups or {}
     entries = [(label, s) for label, s in entries if s or label in groups]
@@ -247,14 +258,13 @@ def comparison(entries: list[tuple[str, Summary | None]], groups: dict[str, dict
             "repeated": bool(groups)}
 
 
-def _compare_value(label: str, s: Summary | None, groups: dict[str, dict], col) -> tuple:
+def _compare_value(label: str, s: Summary | None, groups: dict[str, tuple[str, RepeatTarget]], col) -> tuple:
     """(value shown, its src, the per-run values, their between-run interval) of one comparison cell."""
     _, (path, read), _, _, _, key = col
     if label in groups:
-        st = groups[label]["stats"].get(key) or {}
-        name = groups[label].get("name", label)  # the target's name in repeats.json
-        return (st.get("median"), f"{REPEATS_SRC}targets/{name}/stats/{key}/median", st.get("values") or [],
-                st.get("ci"))
+        name, g = groups[label]  # the target's name in repeats.json, its entry there
+        st = g.stat(key)
+        return st.median, f"{REPEATS_SRC}targets/{name}/stats/{key}/median", st.values or [], st.ci
     v = read(s) if s is not None else None
     return v, path, [v], None
 
@@ -287,9 +297,8 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
     alone (one entry of a comparison). Either way the reasons are the verdict's, never re-derived from text.
     """
     v = (stored_verdict(run) if use_meta else None) or computed_verdict(run)
-    if run.repeats and use_meta:  # judged per target over its runs, not per run
-        total = sum(1 for g in run.repeats.get("targets", {}).values() for r in g.get("slo") or []
-                    if r.get("applies", True))
+    if run.repeated and use_meta:  # judged per target over its runs, not per run
+        total = sum(1 for g in (run.repeated.targets or {}).values() for r in g.slo or [] if r.applies is not False)
     else:
         total = sum(1 for td in run.targets for r in (td.result.slo if td.result else None) or []
                     if r.applies is not False)

@@ -80,9 +80,9 @@ def run_context(run: RunData) -> dict:
         "header": report_model.header(run),
         "verdict": report_model.verdict(run),
         "headline": h,
-        "slos": repeated.slo_rows(run.repeats) if run.repeats else report_model.slo_rows(run.targets),
+        "slos": repeated.slo_rows(run.repeated) if run.repeated else report_model.slo_rows(run.targets),
         "comparison": None if cold else run_comparison(run),
-        "between": repeated.section(run.repeats),
+        "between": repeated.section(run.repeated),
         "cold_comparison": report_model.cold_start_comparison(run.cold_start) if cold else None,
         "start_columns": [c[2] for c in report_model.START_COLUMNS],
         "overview": overview_figures(labelled),
@@ -97,8 +97,8 @@ def run_context(run: RunData) -> dict:
 
 def run_comparison(run: RunData) -> dict | None:
     """The targets side by side; a repeated run's targets by the median of their runs, with per-run dots."""
-    if run.repeats:
-        groups = {name: g | {"name": name} for name, g in run.repeats.get("targets", {}).items()}
+    if run.repeated:
+        groups = {name: (name, g) for name, g in (run.repeated.targets or {}).items()}
         return report_model.comparison([(name, None) for name in groups], groups)
     return report_model.comparison([(td.name, td.result) for td in run.targets])
 

@@ -135,12 +135,8 @@ class RunData:
     scenario: dict
     targets: list[TargetData] = field(default_factory=list)
     cold_start: dict | None = None  # cold_start.json of a study of fresh starts (load.starts > 1)
-    repeats: dict | None = None  # repeats.json of a repeated run (loadgen.analysis.repeated)
-
-    @property
-    def repeated(self) -> Repeats | None:
-        """repeats.json as its model (None unless the run was repeated)."""
-        return None if self.repeats is None else Repeats.model_validate(self.repeats)
+    repeats: dict | None = None  # repeats.json of a repeated run, as read (for loadgen.analysis.repeated)
+    repeated: Repeats | None = None  # the same as its model, which the readers take
 
     def groups(self) -> list[tuple[str, list[TargetData]]]:
         """Targets under their architecture: the fresh starts of a cold-start study, or the repetitions of a
@@ -192,7 +188,9 @@ def load_rundir(path) -> RunData:
         if p.is_dir() and ((p / SUMMARY).exists() or records_exist(p / REQUESTS))]
     if not raw and not entries:
         raise RunDirError(f"{path}: no meta.json and no target folders: not a latbench RunDir")
-    run = RunData(path, meta, scenario, repeats=_read_json(path / REPEATS, Repeats))
+    repeats = _read_json(path / REPEATS, Repeats)
+    run = RunData(path, meta, scenario, repeats=repeats,
+                  repeated=None if repeats is None else Repeats.model_validate(repeats))
     for e in entries:
         tdir = path / (e.dir or e.name)
         td = TargetData(e.name or tdir.name, tdir, e, _read_json(tdir / SUMMARY, Summary))

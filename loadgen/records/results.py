@@ -418,6 +418,45 @@ class Meta(ResultFile):
 
 # --- the other result files -----------------------------------------------------------------------------------
 
+class RunStat(ResultModel):
+    """One statistic over a repeated target's runs: each run's value (None: that run did not measure it), their
+    median and their between-run 95% interval."""
+
+    values: list[Num] | None = None
+    n: int | None = None
+    median: Num = None
+    ci: list[Num] | None = None
+
+
+class RepeatSlo(SloResult):
+    """An SLO judged over a repeated target's runs: the value of each run, and the basis of the judgement."""
+
+    basis: str | None = None
+    values: list[Num] | None = None
+
+
+class RepeatRun(ResultModel):
+    """One run of a repeated target: its repetition, its folder, whether it ran and completed."""
+
+    repetition: int | None = None
+    dir: str | None = None
+    ran: bool | None = None
+    complete: bool | None = None
+
+
+class RepeatTarget(ResultModel):
+    """A repeated target: its runs, each statistic over them (by ``latency.p99``-style key), its SLOs."""
+
+    runs: list[RepeatRun] | None = None
+    stats: dict[str, RunStat | None] | None = None
+    slo: list[RepeatSlo] | None = None
+    passed: bool | None = None
+
+    def stat(self, key: str) -> RunStat:
+        """Statistic ``key`` over the runs (an empty one when it was not measured)."""
+        return (self.stats or {}).get(key) or RunStat()
+
+
 class Repeats(ResultFile):
     """repeats.json: between-run statistics of a repeated run, per target group."""
 
@@ -426,7 +465,7 @@ class Repeats(ResultFile):
     confidence: Num = None
     method: str | None = None
     order: list[str] | None = None
-    targets: dict[str, Any] | None = None
+    targets: dict[str, RepeatTarget] | None = None
 
 
 class ColdStart(ResultFile):
