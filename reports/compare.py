@@ -87,7 +87,7 @@ def compare_context(entries: list[Entry]) -> dict:
     single = [e for e in plain if e.repeat is None]
     cold = {e.label: e.run.cold_start[e.group] for e in entries if e.starts}
     figs = overview_figures([(e.label, e.starts or e.runs or e.target) for e in entries])  # runs pooled
-    ts = overlay_timeseries_plot([(e.label, e.target.summary) for e in single if e.target.summary])
+    ts = overlay_timeseries_plot([(e.label, e.target.result) for e in single if e.target.result])
     if ts:
         figs.insert(1, {"id": "overlay", "title": "Over time", "uri": ts,
                         "caption": "Per second: latency p99 and successful responses of each entry, on each run's own "

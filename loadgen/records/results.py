@@ -177,6 +177,13 @@ class SloResult(ResultModel):
     reason: str | None = None
 
 
+class RecoveryWindows(ResultModel):
+    """The sliding windows of a recovery: each window's start (seconds from the run's start) and its p99."""
+
+    start: list[Num] | None = None
+    p99: list[Num] | None = None
+
+
 class Recovery(ResultModel):
     """How long the latency took to get back under its objective after a spike (``windows``: the sliding p99s)."""
 
@@ -188,7 +195,7 @@ class Recovery(ResultModel):
     window_s: Num = None
     step_s: Num = None
     window_requests: Num = None
-    windows: dict[str, list[Num]] | None = None
+    windows: RecoveryWindows | None = None
 
 
 class BurstTail(ResultModel):
@@ -287,6 +294,35 @@ class Conversations(ResultModel):
     by_turn: list[Turn] | None = None
 
 
+class Timeseries(ResultModel):
+    """The run in bins of ``step_s`` seconds from its start (``t``: each bin's start): counts, latency p50/p99
+    of the requests completed in it, requests in flight at its end, and errors by class."""
+
+    t: list[Num] | None = None
+    step_s: Num = None
+    completed: list[Num] | None = None
+    ok: list[Num] | None = None
+    sent: list[Num] | None = None
+    errors: dict[str, list[Num]] | None = None
+    latency_p50: list[Num] | None = None
+    latency_p99: list[Num] | None = None
+    in_flight: list[Num] | None = None
+    target_qps: list[Num] | None = None
+
+
+class HostSummary(ResultModel):
+    """The host during the run: whether it was measured, which process tree is judged, the wait share limit
+    (``phases``: per phase, what each tree waited)."""
+
+    measured: bool | None = None
+    judged: str | None = None
+    labels: dict[str, str] | None = None
+    wait_share_limit: Num = None
+    min_busy: Num = None
+    note: str | None = None
+    phases: dict[str, Any] | None = None
+
+
 class TokenInfo(ResultModel):
     """How a target's tokens were counted: the tokenizer (``server``: the target's /tokenize; none: 4 characters
     a token) and the special tokens it adds."""
@@ -325,7 +361,7 @@ class Summary(ResultFile):
     tokens: TokenInfo | None = None
     overall: Scope | None = None
     phases: dict[str, Scope | None] | None = None
-    timeseries: dict[str, Any] | None = None
+    timeseries: Timeseries | None = None
     recovery: list[Any] | None = None
     conversations: Conversations | None = None
     slo: list[SloResult] | None = None
@@ -335,7 +371,7 @@ class Summary(ResultFile):
     model: str | None = None
     engine: str | None = None
     lost_workers: list[Any] | None = None
-    host: dict[str, Any] | None = None
+    host: HostSummary | None = None
     run_name: str | None = None
     failures: dict[str, Any] | None = None
     preflight: dict[str, Any] | None = None
