@@ -143,7 +143,7 @@ def render_markdown(run: RunData) -> str:
     if v.get("logs"):
         lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
     host = [f"- {esc(td.name)}: {esc(line)}" for td in run.targets
-            for line in notable_lines((td.summary or {}).get("host"))]  # one line a phase, when notable
+            for line in notable_lines(td.result.host.to_json() if td.result and td.result.host else None)]
     if host:
         lines += ["**Host:**", *host, ""]
     cmp = run_comparison(run)

@@ -24,7 +24,7 @@ from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.host import read_host
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
-from loadgen.records.results import Meta, MetaTarget, Repeats, Summary
+from loadgen.records.results import ColdStart, Meta, MetaTarget, Repeats, Summary
 from loadgen.records.rundir import (
     COLD_START,
     HOST,
@@ -198,7 +198,7 @@ def load_rundir(path) -> RunData:
             td.summary = recompute_summary(td, run)
             td.recomputed = True
         run.targets.append(td)
-    run.cold_start = _cold_start(path, raw)
+    run.cold_start = _cold_start(path, meta, raw)
     return run
 
 
@@ -211,17 +211,17 @@ def _goodput(scenario: dict) -> list[GoodputObjectives] | None:
         return None
 
 
-def _cold_start(path: Path, meta: dict) -> dict | None:
+def _cold_start(path: Path, meta: Meta, raw: dict) -> dict | None:
     """cold_start.json, or, for a study whose run stopped before writing it (or wrote an older form without
     per-start rows), the same computed from the RunDir's files by :func:`loadgen.coldstart.cold_start_summary`."""
-    if not any("start" in t for t in meta.get("targets") or []):  # repeated runs have groups, not starts
+    if not any(t.start is not None for t in meta.targets):  # repeated runs have groups, not starts
         return None
-    cs = _read_json(path / COLD_START)
+    cs = _read_json(path / COLD_START, ColdStart)
     if cs and "schema_version" in cs:  # its groups under "groups"; before schema_version, the file was the groups
-        cs = cs.get("groups")
+        cs = ColdStart.model_validate(cs).groups
     if cs and isinstance(cs, dict) and all(isinstance(g, dict) and "per_start" in g for g in cs.values()):
         return cs
-    return jsonable(cold_start_summary(path, meta))
+    return jsonable(cold_start_summary(path, raw))
 
 
 def _plans_and_slos(scenario: dict):
