@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 
 from loadgen.analysis.host import notable_lines
+from loadgen.records.results import MetricStats, Scope
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
 from reports import fmt, repeated, report_model
@@ -124,18 +125,16 @@ def render_markdown(run: RunData) -> str:
         return "\n".join(lines) + "\n"
     rows = []
     for td in run.targets:
-        s = td.summary
-        if not s:
+        if not td.result:
             rows.append([esc(td.name)] + ["did not run"] + [fmt.DASH] * 6)
             continue
-
-        def g(path: str, kind: str, s=s) -> str:
-            return fmt.fmt(report_model.get(s, path), kind)
-
-        rows.append([esc(td.name), g("overall/count", "count"), g("overall/error_rate", "pct"),
-                     g("overall/metrics/latency/mean", "ms"), g("overall/metrics/latency/percentiles/p50/value", "ms"),
-                     g("overall/metrics/latency/percentiles/p99/value", "ms"),
-                     g("overall/metrics/ttft/percentiles/p99/value", "ms"), g("overall/achieved_qps", "rate")])
+        ov = td.result.overall or Scope()
+        lat = ov.metric("latency") or MetricStats()
+        rows.append([esc(td.name), fmt.fmt(ov.count, "count"), fmt.fmt(ov.error_rate, "pct"), fmt.fmt(lat.mean, "ms"),
+                     fmt.fmt(report_model.pct(lat, "p50").value, "ms"),
+                     fmt.fmt(report_model.pct(lat, "p99").value, "ms"),
+                     fmt.fmt(report_model.pct(ov.metric("ttft"), "p99").value, "ms"),
+                     fmt.fmt(ov.achieved_qps, "rate")])
     if rows:
         lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
                          "achieved req/s"], rows)
