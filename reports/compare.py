@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.errors import RunDirError
+from loadgen.records.results import RepeatTarget
 from loadgen.records.rundir import write_text
 from reports import report_model
 from reports.figures import overview_figures, warmup_figure
@@ -29,7 +30,7 @@ class Entry:
     target: TargetData
     starts: list[TargetData] | None = None  # the fresh starts of one architecture of a cold-start study
     group: str | None = None
-    repeat: dict | None = None  # a repeated target: its repeats.json entry (with its "name" there)
+    repeat: RepeatTarget | None = None  # a repeated target: its repeats.json entry (its name there: group)
     runs: list[TargetData] | None = None  # a repeated target: its runs (target is the first)
 
 
@@ -56,9 +57,8 @@ def entries_of(specs: list[str]) -> list[Entry]:
                 name = group
             if run.cold_start and group in run.cold_start:
                 out.append(Entry(name, run, tds[0], tds, group))
-            elif run.repeats and group in run.repeats.get("targets", {}):
-                rep = run.repeats["targets"][group] | {"name": group}
-                out.append(Entry(name, run, tds[0], group=group, repeat=rep, runs=tds))
+            elif run.repeated and group in (run.repeated.targets or {}):
+                out.append(Entry(name, run, tds[0], group=group, repeat=run.repeated.targets[group], runs=tds))
             else:
                 out.extend(Entry(name if len(tds) == 1 else f"{name}/{td.name}", run, td) for td in tds)
     names = [e.label for e in out]
@@ -76,18 +76,18 @@ def compare_context(entries: list[Entry]) -> dict:
         v = report_model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, tds), use_meta=False)
         state = v["state"]
         if e.repeat is not None:  # judged over its runs; the runs alone only for what makes them invalid
-            slos = [r for r in e.repeat.get("slo") or [] if r.get("applies", True)]
-            state = state if state == "invalid" else "passed" if all(r.get("passed") for r in slos) else "failed"
+            slos = [r for r in e.repeat.slo or [] if r.applies is not False]
+            state = state if state == "invalid" else "passed" if all(r.passed for r in slos) else "failed"
         else:
-            slos = [r for td in tds for r in (td.summary or {}).get("slo") or [] if r.get("applies", True)]
+            slos = [r for td in tds for r in (td.result.slo if td.result else None) or [] if r.applies is not False]
         more = f" ({len(tds)} fresh starts)" if e.starts else f" ({len(tds)} runs)" if e.repeat is not None else ""
         rows.append({"label": e.label + more, "scenario": e.run.name, "rundir": e.run.path.name, "state": state,
-                     "slo": f"{sum(1 for r in slos if r.get('passed'))}/{len(slos)} met", "warnings": v["warnings"]})
+                     "slo": f"{sum(1 for r in slos if r.passed)}/{len(slos)} met", "warnings": v["warnings"]})
     plain = [e for e in entries if not e.starts]
     single = [e for e in plain if e.repeat is None]
     cold = {e.label: e.run.cold_start[e.group] for e in entries if e.starts}
     figs = overview_figures([(e.label, e.starts or e.runs or e.target) for e in entries])  # runs pooled
-    ts = overlay_timeseries_plot([(e.label, e.target.summary) for e in single if e.target.summary])
+    ts = overlay_timeseries_plot([(e.label, e.target.result) for e in single if e.target.result])
     if ts:
         figs.insert(1, {"id": "overlay", "title": "Over time", "uri": ts,
                         "caption": "Per second: latency p99 and successful responses of each entry, on each run's own "
@@ -103,8 +103,8 @@ def compare_context(entries: list[Entry]) -> dict:
         "title": "latbench comparison · " + " vs ".join(e.label for e in entries),
         "entries": rows,
         "headline": h,
-        "comparison": report_model.comparison([(e.label, e.target.summary) for e in plain],
-                                       {e.label: e.repeat for e in plain if e.repeat is not None}),
+        "comparison": report_model.comparison([(e.label, e.target.result) for e in plain],
+                                       {e.label: (e.group, e.repeat) for e in plain if e.repeat is not None}),
         "cold_comparison": report_model.cold_start_comparison(cold) if cold else None,
         "figures": figs,
     }

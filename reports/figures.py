@@ -80,10 +80,10 @@ def overview_figures(targets: list[tuple[str, TargetData | list[TargetData]]]) -
         dist.append((label, _sample(ok["ttft"].dropna().to_numpy(), HIST_SAMPLE),
                      _sample(itl_sample(td, ok), HIST_SAMPLE)))
         bars.append((f"{label} · all recorded", plots.breakdown_means(ok)))
-        phases = list((td.summary or {}).get("phases", {}).items())
-        if sum(1 for _, ph in phases if ph.get("recorded", True)) > 1:
+        phases = list(((td.result.phases if td.result else None) or {}).items())
+        if sum(1 for _, ph in phases if ph.is_recorded) > 1:
             for i, (name, ph) in enumerate(phases):
-                if ph.get("recorded", True):
+                if ph.is_recorded:
                     bars.append((f"{label} · {name}", plots.breakdown_means(ok[ok["phase"] == i])))
     d = plots.distributions_plot(dist)
     if d:
@@ -140,20 +140,20 @@ def warmup_figure(cold_start: dict) -> dict | None:
 def target_figures(td: TargetData) -> list[dict]:
     """Per-target figures: time series with phases shaded, and server metrics beside client p99."""
     figs = []
-    if td.summary:
-        ts = plots.timeseries_plot(td.summary)
+    if td.result:
+        ts = plots.timeseries_plot(td.result)
         if ts:
-            marked = "" if not td.summary.get("burst") else (
+            marked = "" if not td.result.burst else (
                 " Green: from the spike's end to the recovery time (dashed: the objective recovered to; dash-dot: "
                 "the recovery rule's own windows); purple: the drain back to the baseline's peak in flight (dashed).")
             figs.append({"id": "timeseries", "title": "Over time", "uri": ts,
                          "caption": "Per second: latency p50 / p99 of completed requests; target, sent and achieved "
                                     "request rates; errors by class; requests in flight. Phases shaded." + marked})
-        hp = host_plot(td.summary, td.host())
+        hp = host_plot(td.result, td.host())
         if hp:
-            figs.append({"id": "host", "title": "Host: CPU waits", "uri": hp, "caption": host_caption(td.summary)})
+            figs.append({"id": "host", "title": "Host: CPU waits", "uri": hp, "caption": host_caption(td.result)})
         records = td.frame() if td.has_records else None
-        sp, panels = server_plot(td.summary, td.server_metrics(), records)
+        sp, panels = server_plot(td.result, td.server_metrics(), records)
         if sp:
             gpu = gpu_utilization(td.server_metrics())
             band = ("" if gpu is None else

@@ -114,11 +114,11 @@ def ci(pair, kind: str = "ms") -> str:
     return f"[{fmt(pair[0], kind)}, {fmt(pair[1], kind)}]"
 
 
-def slo_kind(slo: dict) -> str:
-    """The display kind of an SLO's measured value."""
-    if slo.get("stat"):
+def slo_kind(stat: str | None, metric: str | None) -> str:
+    """The display kind of the value an SLO measured (of ``stat`` of ``metric``, or of a rate)."""
+    if stat:
         return "ms"
-    if slo.get("metric") in ("error_rate", "aborted_rate", "goodput"):
+    if metric in ("error_rate", "aborted_rate", "goodput"):
         return "pct"
     return "rate"
 

@@ -13,8 +13,8 @@ what it measures, before any table.
 - repeated runs (repeats.json): per target, the median p50 and p99 over its runs with between-run intervals
 - otherwise: the overall p50 and p99 at the rate achieved
 
-Every number is a :class:`reports.report_model.Cell` read from where it was computed (summary.json,
-cold_start.json, or :func:`loadgen.headline.architectures`); this module only words and formats.
+Every number is a :class:`reports.report_model.Cell` read from where it was computed (a target's summary as
+its model, cold_start.json, or :func:`loadgen.headline.architectures`); this module only words and formats.
 A sentence is a list of parts, each a str or a Cell; HTML and Markdown lay the same parts out.
 
 One idea at several stages, a report's headline, so one file name: :mod:`loadgen.analysis.headline` (the numbers).
@@ -23,9 +23,10 @@ One idea at several stages, a report's headline, so one file name: :mod:`loadgen
 from __future__ import annotations
 
 from loadgen.analysis.headline import architectures
+from loadgen.records.results import InFlight, MetricStats, Percentile, Scope, Summary
 from reports import fmt
 from reports.repeated import repeated_headline
-from reports.report_model import COLD, Cell, get
+from reports.report_model import COLD, Cell, get, num, pct
 from reports.rundir_loader import RunData, TargetData
 
 ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
@@ -65,6 +66,31 @@ def _compared(data: dict, target: str, a: str, b: str, r: str, needs: int | None
             _with_ci(data, target, r, "x", "", few=not none), note)
 
 
+def _pct_parts(p: Percentile | None, src: str, target: str, kind: str = "ms", unit: str = " ms",
+               few: bool = True) -> list:
+    """A percentile of a summary with its interval, as :func:`_with_ci` words it (``src``: its path)."""
+    p = p or Percentile()
+    parts: list = [num(p.value, f"{src}/value", kind, target), unit]
+    if p.ci:
+        ci = Cell(fmt.ci(p.ci, kind), f"{src}/ci", "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")
+        parts += [" (interval " if kind == "x" else " (95% CI ", ci, ")"]
+    elif few and p.value is not None:
+        parts.append(" (too few samples for an interval)")
+    return parts
+
+
+def _pcts_compared(target: str, a: tuple[Percentile | None, str], b: tuple[Percentile | None, str],
+                   r: tuple[Percentile | None, str], needs: int | None) -> tuple[list, list, list, list]:
+    """Two percentiles of a summary and their ratio, each (model, its path), as :func:`_compared` words them."""
+    none = not any(p is not None and p.ci for p, _ in (a, b, r))
+    note = []
+    if none:
+        note = [f" (no intervals: too few requests; a p99's 95% interval needs at least {needs})" if needs
+                else " (no intervals: too few requests)"]
+    return (_pct_parts(*a, target, few=not none), _pct_parts(*b, target, few=not none),
+            _pct_parts(*r, target, "x", "", few=not none), note)
+
+
 def _spread(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms") -> list:
     """'425 ms (345–463)': the median over starts and its range."""
     lo, hi = _cell(data, target, f"{path}/min", kind), _cell(data, target, f"{path}/max", kind)
@@ -75,18 +101,18 @@ def _spread(data: dict, target: str, path: str, kind: str = "ms", unit: str = " 
 def choose(run: RunData) -> str:
     """What the run measures: cold_start | repeated | burst | headroom | architectures | conversation | steady |
     none."""
-    summaries = [td.summary for td in run.targets if td.summary]
+    summaries = [td.result for td in run.targets if td.result]
     if run.cold_start:
         return "cold_start"
     if run.repeats:  # a run's own burst or headroom is one run's; over runs the medians speak
         return "repeated"
-    if any(s.get("burst") for s in summaries):
+    if any(s.burst for s in summaries):
         return "burst"
-    if any(s.get("headroom") for s in summaries):
+    if any(s.headroom for s in summaries):
         return "headroom"
     if len(summaries) >= 2:
         return "architectures"
-    if summaries and (summaries[0].get("conversations") or {}).get("by_turn"):
+    if summaries and summaries[0].conversations and summaries[0].conversations.by_turn:
         return "conversation"
     return "steady" if summaries else "none"
 
@@ -97,18 +123,17 @@ def headline(run: RunData) -> dict | None:
     if kind == "cold_start":
         return cold_start_headline(run.cold_start)
     if kind == "repeated":
-        return repeated_headline(run.repeats)
+        return repeated_headline(run.repeated)
     if kind == "burst":
-        return burst_headline([(td, i) for td in run.targets
-                               for i in range(len((td.summary or {}).get("burst") or []))])
+        return burst_headline([(td, i) for td in run.targets if td.result for i in range(len(td.result.burst or []))])
     if kind == "headroom":
-        return headroom_headline([td for td in run.targets if (td.summary or {}).get("headroom")])
+        return headroom_headline([td for td in run.targets if td.result and td.result.headroom])
     if kind == "architectures":
         return architectures_headline([(td.name, td) for td in run.targets])
     if kind == "conversation":
-        return conversation_headline(next(td for td in run.targets if td.summary))
+        return conversation_headline(next(td for td in run.targets if td.result))
     if kind == "steady":
-        return steady_headline(next(td for td in run.targets if td.summary))
+        return steady_headline(next(td for td in run.targets if td.result))
     return None
 
 
@@ -189,49 +214,53 @@ def cold_note(cs: dict, group: str) -> str:
 def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
     sentences, notes = [], []
     for td, i in spikes:
-        s, name, b = td.summary, td.name, f"burst/{i}"
-        e = get(s, b)
+        s, name, b = td.result, td.name, f"burst/{i}"
+        e = s.burst[i]
         who = f"{name}: " if len(spikes) > 1 else ""
-        first = [who + f"After the {e['spike']} phase (", _cell(s, name, f"{b}/spike_qps", "rate"), " req/s for ",
-                 _cell(s, name, f"phases/{e['spike']}/duration_s", "s")]
-        if e.get("baseline"):
-            first += [", against ", _cell(s, name, f"{b}/baseline_qps", "rate"), f" req/s in {e['baseline']}"]
+        spike = (s.phases or {}).get(e.spike) or Scope()
+        first = [who + f"After the {e.spike} phase (", num(e.spike_qps, f"{b}/spike_qps", "rate", name), " req/s for ",
+                 num(spike.duration_s, f"phases/{e.spike}/duration_s", "s", name)]
+        if e.baseline:
+            first += [", against ", num(e.baseline_qps, f"{b}/baseline_qps", "rate", name), f" req/s in {e.baseline}"]
         first.append("), ")
-        rec = e.get("recovery")
+        rec = e.recovery
         if rec is None:
             first.append("no recovery time: there is no latency.p99 objective for the phase after it to recover to.")
-        elif not rec.get("measured", True):
-            first.append(f"no recovery time: no request was sent in {rec['phase']} (the run stopped before it).")
-        elif rec.get("recovered"):
-            first += ["latency p99 was back under ", _cell(s, name, f"{b}/recovery/threshold", "ms"), " ms ",
-                      _cell(s, name, f"{b}/recovery/seconds", "s"), f" into {rec['phase']}."]
+        elif rec.measured is False:
+            first.append(f"no recovery time: no request was sent in {rec.phase} (the run stopped before it).")
+        elif rec.recovered:
+            first += ["latency p99 was back under ", num(rec.threshold, f"{b}/recovery/threshold", "ms", name), " ms ",
+                      num(rec.seconds, f"{b}/recovery/seconds", "s", name), f" into {rec.phase}."]
         else:
-            first += ["latency p99 did not get back under ", _cell(s, name, f"{b}/recovery/threshold", "ms"),
-                      f" ms during {rec['phase']}."]
+            first += ["latency p99 did not get back under ", num(rec.threshold, f"{b}/recovery/threshold", "ms", name),
+                      f" ms during {rec.phase}."]
         sentences.append(first)
         second = []
-        if e.get("baseline"):
-            sp, ba, r, note = _compared(s, name, f"{b}/tail/spike", f"{b}/tail/baseline", f"{b}/tail/ratio",
-                                        e["tail"].get("interval_needs"))
-            second += [f"Latency p99 during {e['spike']} was ", *sp, ", ", *r, " the ", *ba, f" of {e['baseline']}",
+        if e.baseline:
+            t = e.tail
+            sp, ba, r, note = _pcts_compared(name, (t.spike, f"{b}/tail/spike"), (t.baseline, f"{b}/tail/baseline"),
+                                             (t.ratio, f"{b}/tail/ratio"), t.interval_needs)
+            second += [f"Latency p99 during {e.spike} was ", *sp, ", ", *r, " the ", *ba, f" of {e.baseline}",
                        *note, ". "]
-        second += ["Requests in flight peaked at ", _cell(s, name, f"{b}/in_flight/peak", "count")]
-        if e["in_flight"].get("baseline_peak") is not None:
-            second += [" (baseline peak ", _cell(s, name, f"{b}/in_flight/baseline_peak", "count"), ")"]
-            if e["in_flight"].get("drain_s") is not None:
-                second += [" and were back at the baseline's peak ", _cell(s, name, f"{b}/in_flight/drain_s", "s"),
-                           f" after the {e['spike']} phase ended."]
+        fl = e.in_flight or InFlight()
+        second += ["Requests in flight peaked at ", num(fl.peak, f"{b}/in_flight/peak", "count", name)]
+        if fl.baseline_peak is not None:
+            second += [" (baseline peak ", num(fl.baseline_peak, f"{b}/in_flight/baseline_peak", "count", name), ")"]
+            if fl.drain_s is not None:
+                second += [" and were back at the baseline's peak ",
+                           num(fl.drain_s, f"{b}/in_flight/drain_s", "s", name),
+                           f" after the {e.spike} phase ended."]
             else:
-                second.append(f", and were not back at the baseline's peak by the end of {e['after']}.")
+                second.append(f", and were not back at the baseline's peak by the end of {e.after}.")
         else:
             second.append(".")
         sentences.append(second)
         if rec is not None:
-            notes.append(f"Recovery rule: the p99 latency of every {rec['window_s']:g} s window of requests scheduled "
-                         f"in {rec['phase']} (failed ones as infinitely slow), sliding by {rec['step_s']:g} s, stays "
+            notes.append(f"Recovery rule: the p99 latency of every {rec.window_s:g} s window of requests scheduled "
+                         f"in {rec.phase} (failed ones as infinitely slow), sliding by {rec.step_s:g} s, stays "
                          f"under the phase's latency.p99 objective from then on; the time is the start of the first "
-                         f"such window, known to {rec['step_s']:g} s. A window held about {rec['window_requests']:.0f} "
-                         "requests" + (", so its p99 is its slowest request." if rec["window_requests"] < 100 else ".")
+                         f"such window, known to {rec.step_s:g} s. A window held about {rec.window_requests:.0f} "
+                         "requests" + (", so its p99 is its slowest request." if rec.window_requests < 100 else ".")
                          + " It has no confidence interval.")
     notes.append("Ratio intervals come from the ends of the two 95% intervals (they hold with at least 90% "
                  "confidence). Drain: from the spike's end until requests in flight were back at the baseline "
@@ -244,55 +273,64 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
 def headroom_headline(targets: list[TargetData]) -> dict:
     sentences, notes = [], []
     for td in targets:
-        s, name, h = td.summary, td.name, "headroom"
-        d = s["headroom"]
+        s, name, h = td.result, td.name, "headroom"
+        d = s.headroom
         who = f"{name}: " if len(targets) > 1 else ""
 
         def at(key: str) -> list:
-            part = [_cell(s, name, f"{h}/{key}/qps", "rate"), " req/s"]
-            if d[key].get("share") is not None:
-                part = [_cell(s, name, f"{h}/{key}/share", "share"), " of the expected rate (", *part, ")"]
+            level = getattr(d, key)
+            part = [num(level.qps, f"{h}/{key}/qps", "rate", name), " req/s"]
+            if level.share is not None:
+                part = [num(level.share, f"{h}/{key}/share", "share", name), " of the expected rate (", *part, ")"]
             return part
 
-        hi, lo, r, note = _compared(s, name, f"{h}/high/p99", f"{h}/base/p99", f"{h}/ratio", d.get("interval_needs"))
+        hi, lo, r, note = _pcts_compared(name, (d.high.p99, f"{h}/high/p99"), (d.base.p99, f"{h}/base/p99"),
+                                         (d.ratio, f"{h}/ratio"), d.interval_needs)
         first = [who + "At ", *at("high"), " latency p99 was ", *hi, ", ", *r, " the ", *lo, " at ", *at("base"),
                  *note, "."]
         sentences.append(first)
-        second = []
-        if d.get("objectives"):
-            base, high = d["base"]["phase"], d["high"]["phase"]
-            if d.get("holds") and d.get("holds_at_base", True):
-                second = ["The headroom holds: "]
-            elif d.get("holds_at_base") is False:
-                second = [f"No headroom: the objective fails already at the expected rate ({base}): "]
-            else:
-                second = [f"The headroom does not hold: the objective passes at {base} but fails at {high}: "]
-            first = base if d.get("holds_at_base") is False else high  # the phase that decides first
-            ordered = sorted(d["objectives"], key=lambda o: o["phase"] != first)
-            for j, o in enumerate(ordered):
-                r = s["slo"][o["slo"]]
-                kind = fmt.slo_kind(r)
-                second += ["; " if j else "", f"{o['expr']} measured ", _cell(s, name, f"slo/{o['slo']}/value", kind),
-                           " ms" if kind == "ms" else "", " (pass)" if o["passed"] else " (FAIL)"]
-            second.append(".")
-        else:
-            second = ["No objective is scoped to these phases, so there is no verdict on the headroom."]
-        cap = d.get("capacity")
-        if cap:
-            second += [f" The capacity search {cap.get('rundir')} found the knee near ",
-                       _cell(s, name, f"{h}/capacity/knee_qps", "rate"), " req/s and held ",
-                       _cell(s, name, f"{h}/capacity/max_sustainable_qps", "rate"), " req/s under its objectives: ",
-                       f"{d['high']['phase']} runs at ", _cell(s, name, f"{h}/capacity/share_of_knee", "share"),
-                       " of the knee and ", _cell(s, name, f"{h}/capacity/share_of_sustainable", "share"),
-                       " of the rate it held."]
-        sentences.append(second)
+        sentences.append(_headroom_verdict(s, name) + _headroom_capacity(d, name))
     notes.append("Ratio interval from the ends of the two 95% intervals (holds with at least 90% confidence).")
-    if not any((td.summary["headroom"] or {}).get("capacity") for td in targets):
+    if not any(td.result.headroom.capacity for td in targets):
         notes.append("Pass `--capacity RUNDIR` (a `latbench capacity` search of the same target) to place the load "
                      "on the capacity curve.")
-    share = targets[0].summary["headroom"]["high"].get("share")
+    share = targets[0].result.headroom.high.share
     title = f"Headroom at {fmt.share(share)} of the expected rate" if share else "Headroom"
     return {"kind": "headroom", "title": title, "sentences": sentences, "notes": notes}
+
+
+def _headroom_verdict(s: Summary, name: str) -> list:
+    """Whether the headroom holds, from the objectives scoped to its phases (the deciding phase's first)."""
+    d = s.headroom
+    if not d.objectives:
+        return ["No objective is scoped to these phases, so there is no verdict on the headroom."]
+    base, high = d.base.phase, d.high.phase
+    if d.holds and d.holds_at_base is not False:
+        second = ["The headroom holds: "]
+    elif d.holds_at_base is False:
+        second = [f"No headroom: the objective fails already at the expected rate ({base}): "]
+    else:
+        second = [f"The headroom does not hold: the objective passes at {base} but fails at {high}: "]
+    first = base if d.holds_at_base is False else high  # the phase that decides first
+    for j, o in enumerate(sorted(d.objectives, key=lambda o: o.phase != first)):
+        r = s.slo[o.slo]
+        kind = fmt.slo_kind(r.stat, r.metric)
+        second += ["; " if j else "", f"{o.expr} measured ", num(r.value, f"slo/{o.slo}/value", kind, name),
+                   " ms" if kind == "ms" else "", " (pass)" if o.passed else " (FAIL)"]
+    return second + ["."]
+
+
+def _headroom_capacity(d, name: str) -> list:
+    """Where the high phase sits on the curve of the capacity search given with ``--capacity`` (none: [])."""
+    cap, h = d.capacity, "headroom"
+    if not cap:
+        return []
+    return [f" The capacity search {cap.rundir} found the knee near ",
+            num(cap.knee_qps, f"{h}/capacity/knee_qps", "rate", name), " req/s and held ",
+            num(cap.max_sustainable_qps, f"{h}/capacity/max_sustainable_qps", "rate", name),
+            " req/s under its objectives: ", f"{d.high.phase} runs at ",
+            num(cap.share_of_knee, f"{h}/capacity/share_of_knee", "share", name), " of the knee and ",
+            num(cap.share_of_sustainable, f"{h}/capacity/share_of_sustainable", "share", name), " of the rate it held."]
 
 
 # -- architectures ---------------------------------------------------------------------------------
@@ -316,7 +354,8 @@ def knob_value(key: str, v) -> str:
 
 def architectures_data(entries: list[tuple[str, TargetData]]) -> dict | None:
     """:func:`loadgen.headline.architectures` of labelled targets (their summaries and server configs)."""
-    return architectures([(label, td.summary, td.meta.get("server") or {}) for label, td in entries])
+    return architectures([(label, td.summary, td.meta.server.to_json() if td.meta.server else {})
+                          for label, td in entries])
 
 
 def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None:
@@ -354,33 +393,39 @@ def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None
 def conversation_headline(td: TargetData) -> dict:
     """What the history costs: TTFT (streams) and latency p50 at the first turn and at the last turn index that
     has successful requests, and the mean prompt between them."""
-    s, name = td.summary, td.name
-    turns = s["conversations"]["by_turn"]
-    last = max((i for i, t in enumerate(turns) if t["ok"]), default=0)
+    s, name = td.result, td.name
+    c = s.conversations
+    turns = c.by_turn
+    last = max((i for i, t in enumerate(turns) if t.ok), default=0)
     base = "conversations/by_turn"
-    sent: list = [_cell(s, name, "conversations/sessions", "count"), " sessions, ",
-                  f"{s['conversations']['turns_per_session']['mean']:.1f} turns each on average. "]
+    sent: list = [num(c.sessions, "conversations/sessions", "count", name), " sessions, ",
+                  f"{c.turns_per_session.mean:.1f} turns each on average. "]
     for metric, label in (("ttft", "TTFT"), ("latency", "latency")):
-        if get(s, f"{base}/0/{metric}/percentiles/p50/value") is None:
+        at_first, at_last = (pct(getattr(turns[k], metric), "p50").value for k in (0, last))
+        if at_first is None:
             continue
-        sent += [f"{label} p50 ", _cell(s, name, f"{base}/0/{metric}/percentiles/p50/value", "ms"),
-                 " ms at turn 1, ", _cell(s, name, f"{base}/{last}/{metric}/percentiles/p50/value", "ms"),
-                 f" ms at turn {turns[last]['turn'] + 1}; "]
-    sent += ["the prompt grows from ", _cell(s, name, f"{base}/0/prompt_tokens_mean", "rate"), " to ",
-             _cell(s, name, f"{base}/{last}/prompt_tokens_mean", "rate"), " tokens on average, as each turn resends "
-             "the history. Error rate ", _cell(s, name, "overall/error_rate", "pct"), "."]
+        sent += [f"{label} p50 ", num(at_first, f"{base}/0/{metric}/percentiles/p50/value", "ms", name),
+                 " ms at turn 1, ", num(at_last, f"{base}/{last}/{metric}/percentiles/p50/value", "ms", name),
+                 f" ms at turn {turns[last].turn + 1}; "]
+    sent += ["the prompt grows from ", num(turns[0].prompt_tokens_mean, f"{base}/0/prompt_tokens_mean", "rate", name),
+             " to ", num(turns[last].prompt_tokens_mean, f"{base}/{last}/prompt_tokens_mean", "rate", name),
+             " tokens on average, as each turn resends the history. Error rate ",
+             num((s.overall or Scope()).error_rate, "overall/error_rate", "pct", name), "."]
     return {"kind": "conversation", "title": "Conversations: what the history costs, turn by turn",
             "sentences": [sent], "notes": []}
 
 
 def steady_headline(td: TargetData) -> dict:
-    s, name = td.summary, td.name
-    lat = "overall/metrics/latency/percentiles"
-    sent = ["Latency mean ", _cell(s, name, "overall/metrics/latency/mean", "ms"), " ms, p50 ",
-            *_with_ci(s, name, f"{lat}/p50"), ", p99 ", *_with_ci(s, name, f"{lat}/p99"), " at ",
-            _cell(s, name, "overall/achieved_qps", "rate"), " req/s achieved (target ",
-            _cell(s, name, "overall/target_qps", "rate"), " req/s); ", _cell(s, name, "overall/count", "count"),
-            " requests, error rate ", _cell(s, name, "overall/error_rate", "pct"), "."]
+    s, name = td.result, td.name
+    ov = s.overall or Scope()
+    lat, src = ov.metric("latency") or MetricStats(), "overall/metrics/latency/percentiles"
+    sent = ["Latency mean ", num(lat.mean, "overall/metrics/latency/mean", "ms", name), " ms, p50 ",
+            *_pct_parts(pct(lat, "p50"), f"{src}/p50", name), ", p99 ",
+            *_pct_parts(pct(lat, "p99"), f"{src}/p99", name),
+            " at ", num(ov.achieved_qps, "overall/achieved_qps", "rate", name), " req/s achieved (target ",
+            num(ov.target_qps, "overall/target_qps", "rate", name), " req/s); ",
+            num(ov.count, "overall/count", "count", name), " requests, error rate ",
+            num(ov.error_rate, "overall/error_rate", "pct", name), "."]
     return {"kind": "steady", "title": "Result", "sentences": [sent], "notes": []}
 
 

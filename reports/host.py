@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen.analysis.host import series, wait_share_series
+from loadgen.records.results import HostSummary, Summary, Timeseries
 from reports.plots import (
     OUTSIDE,
     PALETTE,
@@ -26,29 +27,32 @@ from reports.plots import (
     shade_windows,
     to_uri,
 )
+from reports.plots import (
+    series as summary_series,
+)
 
 
-def host_plot(summary: dict, frame: pd.DataFrame | None) -> str | None:
+def host_plot(summary: Summary, frame: pd.DataFrame | None) -> str | None:
     """Client p99 per second (top) and each watched tree's CPU wait share per sample interval (bottom)."""
-    host = summary.get("host") or {}
-    if frame is None or not host.get("measured"):
+    host = summary.host or HostSummary()
+    if frame is None or not host.measured:
         return None
-    labels = host.get("labels") or {}
-    ts = summary.get("timeseries") or {}
-    t = np.asarray(ts.get("t") or [], dtype=float)
-    p99 = np.asarray([np.nan if v is None else v for v in ts.get("latency_p99") or []], dtype=float)
+    labels = host.labels or {}
+    ts = summary.timeseries or Timeseries()
+    t = np.asarray(ts.t or [], dtype=float)
+    p99 = summary_series(ts.latency_p99 or [])
     phases = phase_windows(summary)
     with plot_style():
         fig, ax = figure(11, 3.8, 2, 1, sharex=True, gridspec_kw={"height_ratios": [1.3, 1.7]})
         a, w = ax[0, 0], ax[1, 0]
         if t.size and p99.size == t.size:
-            step = float(ts.get("step_s") or 1.0)
+            step = float(ts.step_s or 1.0)
             a.plot(t + step / 2, p99 * 1e3, color=PALETTE[1], lw=1.3, label="p99")
             latency_axis(a, p99 * 1e3, "latency")
             a.legend(**OUTSIDE)
         for i, src in enumerate(s for s in dict.fromkeys(frame["source"]) if s != "host"):
             x, share = wait_share_series(frame, src)
-            judged = " (judged)" if src == host.get("judged") else ""
+            judged = " (judged)" if src == host.judged else ""
             w.plot(x, share * 100, color=PALETTE[(i + 3) % len(PALETTE)], lw=1.6 if judged else 1.0,
                    drawstyle="steps-mid", label=f"{labels.get(src, src)}{judged}")
         tt, steal = series(frame, "host", "steal_s")
@@ -57,7 +61,7 @@ def host_plot(summary: dict, frame: pd.DataFrame | None) -> str | None:
             with np.errstate(invalid="ignore", divide="ignore"):
                 share = np.diff(steal) / np.diff(total)
             w.plot(tt[:-1] + np.diff(tt) / 2, share * 100, color="#7f7f7f", lw=1.0, ls=":", label="CPU steal (host)")
-        w.axhline(host["wait_share_limit"] * 100, color="#d62728", lw=0.8, ls="--", label="limit")
+        w.axhline(host.wait_share_limit * 100, color="#d62728", lw=0.8, ls="--", label="limit")
         w.set_ylim(0, 100), w.set_ylabel("waited for a CPU (%)"), w.set_xlabel("time since start (s)")
         w.legend(**OUTSIDE)
         shade_phases(a, phases), shade_windows(w, phases)
@@ -65,9 +69,10 @@ def host_plot(summary: dict, frame: pd.DataFrame | None) -> str | None:
         return to_uri(fig)
 
 
-def host_caption(summary: dict) -> str:
-    host = summary.get("host") or {}
+def host_caption(summary: Summary) -> str:
+    host = summary.host or HostSummary()
+    min_busy = 0.2 if "min_busy" not in host.model_fields_set else host.min_busy
     return ("Per sample (every 0.5 s): of the time each process tree had work to do (CPU time plus run-queue "
             "delay, summed over its threads), the share it waited for a CPU; blank where it did under "
-            f"{host.get('min_busy', 0.2):g} CPUs of work. Over the dashed limit in a recorded phase, the judged "
+            f"{min_busy:g} CPUs of work. Over the dashed limit in a recorded phase, the judged "
             "process makes the run invalid (host contended). Client p99 above, on the same clock.")

@@ -10,22 +10,23 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from loadgen.records.results import RepeatSlo, SloResult
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
 from reports import fmt, report_model
 from reports.rundir_loader import RunData
 
 
-def _measured(r: dict) -> str:
-    kind = fmt.slo_kind(r)
+def _measured(r: SloResult) -> str:
+    kind = fmt.slo_kind(r.stat, r.metric)
     unit = " ms" if kind == "ms" else ""
-    text = f"measured {fmt.fmt(r.get('value'), kind)}{unit}"
-    if r.get("basis"):  # judged over repeated runs
-        text += f" ({r['basis']}: {', '.join(fmt.fmt(x, kind) for x in r.get('values') or [])}{unit})"
-    if r.get("ci"):
-        text += f", 95% CI {fmt.ci(r['ci'], kind)}{unit}"
-    if r.get("reason"):
-        text += f" ({r['reason']})"
+    text = f"measured {fmt.fmt(r.value, kind)}{unit}"
+    if isinstance(r, RepeatSlo) and r.basis:  # judged over repeated runs
+        text += f" ({r.basis}: {', '.join(fmt.fmt(x, kind) for x in r.values or [])}{unit})"
+    if r.ci:
+        text += f", 95% CI {fmt.ci(r.ci, kind)}{unit}"
+    if r.reason:
+        text += f" ({r.reason})"
     return text
 
 
@@ -33,23 +34,25 @@ def render_junit(run: RunData) -> str:
     root = ET.Element("testsuites", name=f"latbench: {run.name}")
     v = report_model.verdict(run)
     total = failures = 0
+    repeated = (run.repeated.targets if run.repeated else None) or {}
     for group, tds in run.groups():  # fresh starts or repetitions of one target: one suite for it
-        g = (run.repeats or {}).get("targets", {}).get(group)
+        g = repeated.get(group)
         if g is not None:  # a repeated run: each objective as the verdict judged it, over the runs
-            results = [(None, r) for r in g.get("slo") or [] if r.get("applies", True)]
+            results = [(None, r) for r in g.slo or [] if r.applies is not False]
         else:
-            results = [(td, r) for td in tds for r in (td.summary or {}).get("slo") or [] if r.get("applies", True)]
-        nfail = sum(1 for _, r in results if not r.get("passed"))
-        seconds = sum(float((td.summary or {}).get("duration_s") or 0) for td in tds)
+            results = [(td, r) for td in tds for r in (td.result.slo if td.result else None) or []
+                       if r.applies is not False]
+        nfail = sum(1 for _, r in results if not r.passed)
+        seconds = sum(float((td.result.duration_s if td.result else None) or 0) for td in tds)
         suite = ET.SubElement(root, "testsuite", name=f"{run.name} / {group}", tests=str(len(results)),
                               failures=str(nfail), errors="0", skipped="0", time=f"{seconds:.3f}")
         for td, r in results:
-            start = f" (start {td.meta.get('start')})" if td is not None and td.meta.get("start") is not None else ""
-            case = ET.SubElement(suite, "testcase", name=f"{r.get('expr')}{start}", classname=f"latbench.{group}")
-            if not r.get("passed"):
-                f = ET.SubElement(case, "failure", message=f"{r.get('expr')}{start}: {_measured(r)}", type="SLO")
+            start = f" (start {td.meta.start})" if td is not None and td.meta.start is not None else ""
+            case = ET.SubElement(suite, "testcase", name=f"{r.expr}{start}", classname=f"latbench.{group}")
+            if not r.passed:
+                f = ET.SubElement(case, "failure", message=f"{r.expr}{start}: {_measured(r)}", type="SLO")
                 who = report_model.target_label(td) if td is not None else group
-                f.text = f"{who}: objective {r.get('expr')} missed; {_measured(r)}"
+                f.text = f"{who}: objective {r.expr} missed; {_measured(r)}"
             else:
                 ET.SubElement(case, "system-out").text = _measured(r)
         warn = [w for w in v["warnings"] if any(w.startswith(td.name + ":") for td in tds) or "INCOMPLETE" in w]

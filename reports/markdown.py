@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 
 from loadgen.analysis.host import notable_lines
+from loadgen.records.results import MetricStats, Scope
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
 from reports import fmt, repeated, report_model
@@ -60,8 +61,8 @@ def _slo_table(run: RunData) -> list[str]:
     """Objectives, one row each; a cold-start study's starts are grouped under their architecture: one row
     per architecture and objective, with each start's measurement. A repeated run's objectives are shown
     as the verdict judged them: per target, over its runs."""
-    if run.repeats:
-        slos = repeated.slo_rows(run.repeats)
+    if run.repeated:
+        slos = repeated.slo_rows(run.repeated)
         return _table(["target", "objective", "measured", "95% CI", "result"],
                       [[esc(r["target"]), code(r["expr"]),
                         r["value"].text + (" ms" if r["value"].kind == "ms" else "")
@@ -101,10 +102,11 @@ def _closed_table(run: RunData) -> list[str]:
     idx = [i for i, c in enumerate(report_model.CLOSED_COLUMNS) if c[0] in keep]
     rows = [[esc(td.name), esc(r["label"]) + (" (**not held**)" if r["limited"] else "")]
             + [r["cells"][i].text for i in idx]
-            for td in run.targets if td.summary for r in report_model.closed_loop_rows(td.summary, td.name)]
+            for td in run.targets if td.result for r in report_model.closed_loop_rows(td.result, td.name)]
     if not rows:
         return []
-    return _table(["target", "closed-loop phase"] + [report_model.CLOSED_COLUMNS[i][2] for i in idx], rows, text_cols=2)
+    head = ["target", "closed-loop phase"] + [report_model.CLOSED_COLUMNS[i][-1] for i in idx]
+    return _table(head, rows, text_cols=2)
 
 
 def render_markdown(run: RunData) -> str:
@@ -118,23 +120,21 @@ def render_markdown(run: RunData) -> str:
     lines += _slo_table(run)
     if run.cold_start:
         lines += _cold_table(run)
-        lines.append(f"<sub>latbench {esc(run.meta.get('latbench_version', ''))} · RunDir `{esc(run.path.name)}` · "
+        lines.append(f"<sub>latbench {esc(run.meta.latbench_version or '')} · RunDir `{esc(run.path.name)}` · "
                      "full report in report.html</sub>")
         return "\n".join(lines) + "\n"
     rows = []
     for td in run.targets:
-        s = td.summary
-        if not s:
+        if not td.result:
             rows.append([esc(td.name)] + ["did not run"] + [fmt.DASH] * 6)
             continue
-
-        def g(path: str, kind: str, s=s) -> str:
-            return fmt.fmt(report_model.get(s, path), kind)
-
-        rows.append([esc(td.name), g("overall/count", "count"), g("overall/error_rate", "pct"),
-                     g("overall/metrics/latency/mean", "ms"), g("overall/metrics/latency/percentiles/p50/value", "ms"),
-                     g("overall/metrics/latency/percentiles/p99/value", "ms"),
-                     g("overall/metrics/ttft/percentiles/p99/value", "ms"), g("overall/achieved_qps", "rate")])
+        ov = td.result.overall or Scope()
+        lat = ov.metric("latency") or MetricStats()
+        rows.append([esc(td.name), fmt.fmt(ov.count, "count"), fmt.fmt(ov.error_rate, "pct"), fmt.fmt(lat.mean, "ms"),
+                     fmt.fmt(report_model.pct(lat, "p50").value, "ms"),
+                     fmt.fmt(report_model.pct(lat, "p99").value, "ms"),
+                     fmt.fmt(report_model.pct(ov.metric("ttft"), "p99").value, "ms"),
+                     fmt.fmt(ov.achieved_qps, "rate")])
     if rows:
         lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
                          "achieved req/s"], rows)
@@ -142,14 +142,14 @@ def render_markdown(run: RunData) -> str:
     if v.get("logs"):
         lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
     host = [f"- {esc(td.name)}: {esc(line)}" for td in run.targets
-            for line in notable_lines((td.summary or {}).get("host"))]  # one line a phase, when notable
+            for line in notable_lines(td.result.host.to_json() if td.result and td.result.host else None)]
     if host:
         lines += ["**Host:**", *host, ""]
     cmp = run_comparison(run)
     if cmp:
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(
             f"{esc(r['label'])}: {', '.join(r['ratios'])}" for r in cmp["rows"][1:]), ""]
-    lines.append(f"<sub>latbench {esc(run.meta.get('latbench_version', ''))} · RunDir `{esc(run.path.name)}` · "
+    lines.append(f"<sub>latbench {esc(run.meta.latbench_version or '')} · RunDir `{esc(run.path.name)}` · "
                  "full report in report.html</sub>")
     return "\n".join(lines) + "\n"
 

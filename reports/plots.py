@@ -1,6 +1,6 @@
 """Client-side figures of a report, rendered by matplotlib as SVG data URIs (no pyplot, no global state).
 
-Inputs are summaries (time series, phase windows) and record frames; every figure is drawn from at most
+Inputs are summaries (their models: time series, phase windows) and record frames; every figure is drawn from at most
 a few thousand points, whatever the run's size: CDFs from a rank grid, distributions as histograms,
 time series from the summary's per-second bins. Axes are in milliseconds; data stays in seconds.
 """
@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
+
+from loadgen.records.results import Burst, InFlight, Recovery, RecoveryWindows, Summary, Timeseries
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728", "http_429": "#9467bd",
@@ -87,9 +89,17 @@ def shade_phases(ax, phases: list[dict]) -> None:
                 ha="left", fontsize=7, color="#555555", clip_on=False)
 
 
-def phase_windows(summary: dict) -> list[dict]:
-    return [{"name": n, "start": p["start"], "end": p["end"], "recorded": p.get("recorded", True)}
-            for n, p in summary.get("phases", {}).items()]
+def phase_windows(summary: Summary) -> list[dict]:
+    """Each phase's name, start and end (seconds from the run's start) and whether it was recorded."""
+    return [{"name": n, "start": p.start, "end": p.end, "recorded": p.is_recorded}
+            for n, p in (summary.phases or {}).items()]
+
+
+def series(values: list | None, size: int | None = None) -> np.ndarray:
+    """A time series of a summary as floats, None as NaN (absent: ``size`` NaNs, or none)."""
+    if values is None:
+        return np.full(size or 0, np.nan)
+    return np.asarray([np.nan if v is None else v for v in values], dtype=float)
 
 
 def cdf_plot(series: list[tuple[str, np.ndarray]], title: str = "Latency CDF") -> str | None:
@@ -119,33 +129,33 @@ def cdf_plot(series: list[tuple[str, np.ndarray]], title: str = "Latency CDF") -
         return to_uri(fig)
 
 
-def timeseries_plot(summary: dict) -> str | None:
+def timeseries_plot(summary: Summary) -> str | None:
     """Latency p50/p99, target vs achieved QPS, errors by class and in-flight over time, phases shaded."""
-    ts = summary.get("timeseries") or {}
-    t = np.asarray(ts.get("t") or [], dtype=float)
+    ts = summary.timeseries or Timeseries()
+    t = np.asarray(ts.t or [], dtype=float)
     if t.size == 0:
         return None
-    step = float(ts.get("step_s") or 1.0)
+    step = float(ts.step_s or 1.0)
     mid = t + step / 2
     phases = phase_windows(summary)
 
-    def f(k: str) -> np.ndarray:
-        return np.asarray([np.nan if v is None else v for v in ts.get(k) or [np.nan] * t.size], dtype=float)
+    def f(values: list | None) -> np.ndarray:
+        return series(values or None, t.size)
 
     with plot_style():
         fig, ax = figure(11, 7.2, 4, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2.2, 1.5, 1.5]})
         a = ax[0, 0]
-        a.plot(mid, f("latency_p50") * 1e3, color=PALETTE[0], lw=1.3, label="p50")
-        a.plot(mid, f("latency_p99") * 1e3, color=PALETTE[1], lw=1.3, label="p99")
-        latency_axis(a, np.concatenate([f("latency_p50"), f("latency_p99")]) * 1e3, "latency")
+        a.plot(mid, f(ts.latency_p50) * 1e3, color=PALETTE[0], lw=1.3, label="p50")
+        a.plot(mid, f(ts.latency_p99) * 1e3, color=PALETTE[1], lw=1.3, label="p99")
+        latency_axis(a, np.concatenate([f(ts.latency_p50), f(ts.latency_p99)]) * 1e3, "latency")
         q = ax[1, 0]
-        q.plot(mid, f("target_qps"), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
-        q.plot(mid, f("sent") / step, color=PALETTE[4], lw=1.0, alpha=0.8, label="sent")
-        q.plot(mid, f("ok") / step, color=PALETTE[2], lw=1.3, label="achieved (ok)")
+        q.plot(mid, f(ts.target_qps), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
+        q.plot(mid, f(ts.sent) / step, color=PALETTE[4], lw=1.0, alpha=0.8, label="sent")
+        q.plot(mid, f(ts.ok) / step, color=PALETTE[2], lw=1.3, label="achieved (ok)")
         q.set_ylabel("req/s"), q.set_ylim(bottom=0), q.legend(**OUTSIDE)
         e = ax[2, 0]
         bottom = np.zeros(t.size)
-        for cls, counts in sorted((ts.get("errors") or {}).items()):
+        for cls, counts in sorted((ts.errors or {}).items()):
             y = np.asarray(counts, dtype=float) / step
             e.bar(mid, y, width=step * 0.9, bottom=bottom, color=ERROR_COLORS.get(cls, "#333333"), label=cls, lw=0)
             bottom += y
@@ -155,11 +165,11 @@ def timeseries_plot(summary: dict) -> str | None:
         else:
             e.text(0.5, 0.5, "no errors", transform=e.transAxes, ha="center", va="center", color="#2ca02c")
         n = ax[3, 0]
-        n.plot(t + step, f("in_flight"), color=PALETTE[3], lw=1.2)  # counted at each bin's end
+        n.plot(t + step, f(ts.in_flight), color=PALETTE[3], lw=1.2)  # counted at each bin's end
         n.set_ylabel("in flight"), n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
         for row in ax[:, 0]:
             shade_phases(row, phases) if row is a else shade_windows(row, phases)
-        mark_bursts(a, n, summary.get("burst") or [])
+        mark_bursts(a, n, summary.burst or [])
         a.legend(**OUTSIDE)
         a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
         return to_uri(fig)
@@ -168,38 +178,38 @@ def timeseries_plot(summary: dict) -> str | None:
 RECOVERY_COLOR, DRAIN_COLOR = "#2ca02c", "#9467bd"
 
 
-def mark_bursts(lat_ax, inflight_ax, bursts: list[dict]) -> None:
+def mark_bursts(lat_ax, inflight_ax, bursts: list[Burst]) -> None:
     """Each spike's aftermath as marked intervals (values from the summary's ``burst`` entries): on the
     latency panel, from the spike's end to the recovery time, with the objective it recovered to; on the
     in-flight panel, the baseline's peak and the drain time back to it."""
     for b in bursts:
-        rec = b.get("recovery") or {}
-        if rec.get("threshold") is not None:
-            lat_ax.axhline(rec["threshold"] * 1e3, color="#7f7f7f", lw=0.8, ls="--")
-        win = rec.get("windows") or {}
-        x = np.asarray(win.get("start") or [], dtype=float)  # at its start: it crosses the objective where
-        y = np.asarray([np.nan if v is None else (np.inf if v == "inf" else v) for v in win.get("p99") or []],
+        rec = b.recovery or Recovery()
+        if rec.threshold is not None:
+            lat_ax.axhline(rec.threshold * 1e3, color="#7f7f7f", lw=0.8, ls="--")
+        win = rec.windows or RecoveryWindows()
+        x = np.asarray(win.start or [], dtype=float)  # at its start: it crosses the objective where
+        y = np.asarray([np.nan if v is None else (np.inf if v == "inf" else v) for v in win.p99 or []],
                        dtype=float)  # recovery is; by intended send time (the p50/p99 lines: by completion)
         if np.isfinite(y).any():  # a window with a failure is infinitely slow: not drawn
             lat_ax.plot(x, np.where(np.isfinite(y), y, np.nan) * 1e3, color=RECOVERY_COLOR, lw=1.2, ls="-.",
-                        drawstyle="steps-post", label=f"p99 of the {rec['window_s']:g} s window\nsent from here (rule)")
-        if rec.get("recovered"):
-            t_rec = b["end"] + rec["seconds"]
-            lat_ax.axvspan(b["end"], t_rec, color=RECOVERY_COLOR, alpha=0.18, lw=0)
+                        drawstyle="steps-post", label=f"p99 of the {rec.window_s:g} s window\nsent from here (rule)")
+        if rec.recovered:
+            t_rec = b.end + rec.seconds
+            lat_ax.axvspan(b.end, t_rec, color=RECOVERY_COLOR, alpha=0.18, lw=0)
             lat_ax.axvline(t_rec, color=RECOVERY_COLOR, lw=1.4)
-            lat_ax.text(t_rec, 0.97, f" recovered {rec['seconds']:.1f} s after {b['spike']}",
+            lat_ax.text(t_rec, 0.97, f" recovered {rec.seconds:.1f} s after {b.spike}",
                         transform=lat_ax.get_xaxis_transform(), va="top", ha="left", fontsize=8,
                         color=RECOVERY_COLOR, fontweight="bold")
-        elif rec and rec.get("measured", True):
-            lat_ax.axvspan(b["end"], b["after_end"], color="#d62728", alpha=0.10, lw=0)
-            lat_ax.text(b["end"], 0.97, f" not recovered during {rec['phase']}", transform=lat_ax.get_xaxis_transform(),
+        elif b.recovery is not None and rec.measured is not False:
+            lat_ax.axvspan(b.end, b.after_end, color="#d62728", alpha=0.10, lw=0)
+            lat_ax.text(b.end, 0.97, f" not recovered during {rec.phase}", transform=lat_ax.get_xaxis_transform(),
                         va="top", ha="left", fontsize=8, color="#d62728", fontweight="bold")
-        fl = b.get("in_flight") or {}
-        if fl.get("baseline_peak") is not None:
-            inflight_ax.axhline(fl["baseline_peak"], color="#7f7f7f", lw=0.8, ls="--")
-        if fl.get("drain_s") is not None:
-            inflight_ax.axvspan(b["end"], b["end"] + fl["drain_s"], color=DRAIN_COLOR, alpha=0.18, lw=0)
-            inflight_ax.text(b["end"] + fl["drain_s"], 0.95, f" drained {fl['drain_s']:.1f} s (peak {fl['peak']})",
+        fl = b.in_flight or InFlight()
+        if fl.baseline_peak is not None:
+            inflight_ax.axhline(fl.baseline_peak, color="#7f7f7f", lw=0.8, ls="--")
+        if fl.drain_s is not None:
+            inflight_ax.axvspan(b.end, b.end + fl.drain_s, color=DRAIN_COLOR, alpha=0.18, lw=0)
+            inflight_ax.text(b.end + fl.drain_s, 0.95, f" drained {fl.drain_s:.1f} s (peak {fl.peak})",
                              transform=inflight_ax.get_xaxis_transform(), va="top", ha="left", fontsize=8,
                              color=DRAIN_COLOR, fontweight="bold")
 
@@ -355,30 +365,27 @@ def breakdown_plot(rows: list[tuple[str, dict[str, float]]]) -> str | None:
         return to_uri(fig)
 
 
-def overlay_timeseries_plot(series: list[tuple[str, dict]]) -> str | None:
+def overlay_timeseries_plot(entries: list[tuple[str, Summary]]) -> str | None:
     """Latency p99 and achieved req/s over time for several (label, summary), overlaid on one time axis."""
-    series = [(label, s) for label, s in series if (s.get("timeseries") or {}).get("t")]
-    if len(series) < 1:
+    entries = [(label, s) for label, s in entries if s.timeseries and s.timeseries.t]
+    if len(entries) < 1:
         return None
     with plot_style():
         fig, ax = figure(11, 5.0, 2, 1, sharex=True)
-        for i, (label, s) in enumerate(series):
-            ts = s["timeseries"]
-            step = float(ts.get("step_s") or 1.0)
-            mid = np.asarray(ts["t"], dtype=float) + step / 2
-            p99 = np.asarray([np.nan if v is None else v for v in ts.get("latency_p99") or []], dtype=float)
+        for i, (label, s) in enumerate(entries):
+            ts = s.timeseries
+            step = float(ts.step_s or 1.0)
+            mid = np.asarray(ts.t, dtype=float) + step / 2
+            p99 = series(ts.latency_p99 or [])
             c = PALETTE[i % len(PALETTE)]
             ax[0, 0].plot(mid[: p99.size], p99 * 1e3, color=c, lw=1.3, label=label)
-            ax[1, 0].plot(mid, np.asarray(ts.get("ok") or [], dtype=float) / step, color=c, lw=1.3, label=label)
+            ax[1, 0].plot(mid, np.asarray(ts.ok or [], dtype=float) / step, color=c, lw=1.3, label=label)
         ax[0, 0].legend(**OUTSIDE)
-        latency_axis(ax[0, 0],
-                     np.concatenate([np.asarray([np.nan if v is None else v
-                                                 for v in (s["timeseries"].get("latency_p99") or [])], dtype=float)
-                                     for _, s in series]) * 1e3,
+        latency_axis(ax[0, 0], np.concatenate([series(s.timeseries.latency_p99 or []) for _, s in entries]) * 1e3,
                      "latency p99")
         ax[1, 0].set_ylabel("achieved req/s"), ax[1, 0].set_ylim(bottom=0), ax[1, 0].set_xlabel("time since start (s)")
-        shade_phases(ax[0, 0], phase_windows(series[0][1]))
-        end = max(float(s["timeseries"]["t"][-1]) + float(s["timeseries"].get("step_s") or 1.0) for _, s in series)
+        shade_phases(ax[0, 0], phase_windows(entries[0][1]))
+        end = max(float(s.timeseries.t[-1]) + float(s.timeseries.step_s or 1.0) for _, s in entries)
         ax[0, 0].set_xlim(0, end)
-        shade_windows(ax[1, 0], phase_windows(series[0][1]))
+        shade_windows(ax[1, 0], phase_windows(entries[0][1]))
         return to_uri(fig)

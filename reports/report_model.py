@@ -1,7 +1,8 @@
 """The report model: what a report says, as plain dicts, built from a loaded RunDir.
 
-Every number is a :class:`Cell` that remembers where in summary.json it came from (``src``, a
-'/'-separated path) and how it was formatted, so tests can check the report against the summary.
+Numbers are read from the result models (:mod:`loadgen.records.results`) as typed attributes. Every number
+is a :class:`Cell` that remembers where in its file it came from (``src``, a '/'-separated path that
+:func:`get` resolves) and how it was formatted, so tests can check the report against the file.
 Templates only lay this model out; they compute nothing.
 """
 
@@ -12,6 +13,17 @@ from dataclasses import dataclass
 from loadgen import metric_registry
 from loadgen.analysis.repeated import group_outcomes
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
+from loadgen.records.results import (
+    Gap,
+    MetricStats,
+    Percentile,
+    RepeatTarget,
+    Scope,
+    ScopeTokens,
+    Summary,
+    TokenInfo,
+    Trace,
+)
 from loadgen.records.rundir import SERVER_LOG
 from reports import fmt
 from reports.rundir_loader import RunData, TargetData
@@ -32,7 +44,8 @@ class Cell:
 
 
 def get(d: dict, path: str):
-    """The value at a '/'-separated path of a summary (None when any step is missing)."""
+    """The value at a '/'-separated path of a result file's JSON (None when any step is missing): where a
+    :class:`Cell`'s ``src`` points. Readers take the models' attributes; this resolves a cell for checking."""
     cur = d
     for part in path.split("/"):
         if isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
@@ -44,108 +57,126 @@ def get(d: dict, path: str):
     return cur
 
 
-def cell(summary: dict, target: str, path: str, kind: str, css: str = "") -> Cell:
-    return Cell(fmt.fmt(get(summary, path), kind), path, kind, target, css)
+def num(value, src: str, kind: str, target: str = "", css: str = "") -> Cell:
+    """A number read from a result model, formatted as ``kind``, with ``src`` its path in the file."""
+    return Cell(fmt.fmt(value, kind), src, kind, target, css)
 
 
-def scopes(summary: dict) -> list[tuple[str, str, bool]]:
+def scopes(summary: Summary) -> list[tuple[str, str, bool]]:
     """(label, path prefix, recorded) of the overall scope and each phase."""
-    out = [("overall", "overall", True)]
-    for name, ph in summary.get("phases", {}).items():
-        out.append((name, f"phases/{name}", bool(ph.get("recorded", True))))
-    return out
+    return [(label, prefix, sc.is_recorded) for label, prefix, sc in summary.scopes()]
 
 
-def percentile_table(summary: dict, target: str, prefix: str) -> list[dict]:
-    """Rows (metric label, n, mean, p50..p99.9, max) of one scope; metrics never measured are left out."""
+def _p50(m: MetricStats | None):
+    return pct(m, "p50").value
+
+
+def pct(m: MetricStats | None, p: str) -> Percentile:
+    """Percentile ``p`` of a metric's statistics (an empty one when not measured)."""
+    return ((m.percentiles or {}).get(p) if m else None) or Percentile()
+
+
+def percentile_table(scope: Scope, target: str, prefix: str) -> list[dict]:
+    """Rows (metric label, n, mean, p50..p99.9, max) of one scope (``prefix``: its path in summary.json);
+    metrics never measured are left out."""
     rows = []
     for m in metric_registry.report_rows():
-        base, kind = f"{prefix}/metrics/{m.name}", m.display
-        desc = get(summary, base)
-        if not desc or not desc.get("n"):
+        base, kind, st = f"{prefix}/metrics/{m.name}", m.display, scope.metric(m.name)
+        if not st or not st.n:
             continue
-        cells = [cell(summary, target, f"{base}/n", "count"), cell(summary, target, f"{base}/mean", kind)]
+        cells = [num(st.n, f"{base}/n", "count", target), num(st.mean, f"{base}/mean", kind, target)]
         cis = [None, None]
         for p in PCTS:
-            c = cell(summary, target, f"{base}/percentiles/{p}/value", kind)
-            entry = get(summary, f"{base}/percentiles/{p}") or {}
-            if entry.get("too_few_samples"):
+            entry = pct(st, p)
+            c = num(entry.value, f"{base}/percentiles/{p}/value", kind, target)
+            if entry.too_few_samples:
                 c.css, c.title = "few", "too few samples for a 95% confidence interval"
             cells.append(c)
-            ci = entry.get("ci")
-            cis.append(Cell(fmt.ci(ci), f"{base}/percentiles/{p}/ci", "ci", target) if ci else None)
-        cells.append(cell(summary, target, f"{base}/max", kind))
+            cis.append(Cell(fmt.ci(entry.ci), f"{base}/percentiles/{p}/ci", "ci", target) if entry.ci else None)
+        cells.append(num(st.max, f"{base}/max", kind, target))
         cis.append(None)
         rows.append({"label": m.label, "cells": cells, "cis": cis})
     return rows
 
 
-THROUGHPUT = (("count", "count", "requests"), ("ok", "count", "ok"), ("error_rate", "pct", "error rate"),
-              ("aborted_rate", "pct", "aborted (client)"),
-              ("target_qps", "rate", "target req/s"), ("sent_qps", "rate", "sent req/s"),
-              ("achieved_qps", "rate", "achieved req/s"), ("input_tokens_per_s", "rate", "input tokens/s"),
-              ("output_tokens_per_s", "rate", "output tokens/s"),
-              ("output_tokens_per_s_per_user/percentiles/p50/value", "rate", "output tokens/s per user (p50)"),
-              ("goodput", "pct", "goodput"), ("goodput_qps", "rate", "good req/s"))
+#: (its path in a scope, how it is read from the scope, display kind, column label)
+THROUGHPUT = (("count", lambda sc: sc.count, "count", "requests"), ("ok", lambda sc: sc.ok, "count", "ok"),
+              ("error_rate", lambda sc: sc.error_rate, "pct", "error rate"),
+              ("aborted_rate", lambda sc: sc.aborted_rate, "pct", "aborted (client)"),
+              ("target_qps", lambda sc: sc.target_qps, "rate", "target req/s"),
+              ("sent_qps", lambda sc: sc.sent_qps, "rate", "sent req/s"),
+              ("achieved_qps", lambda sc: sc.achieved_qps, "rate", "achieved req/s"),
+              ("input_tokens_per_s", lambda sc: sc.input_tokens_per_s, "rate", "input tokens/s"),
+              ("output_tokens_per_s", lambda sc: sc.output_tokens_per_s, "rate", "output tokens/s"),
+              ("output_tokens_per_s_per_user/percentiles/p50/value", lambda sc: _p50(sc.output_tokens_per_s_per_user),
+               "rate", "output tokens/s per user (p50)"),
+              ("goodput", lambda sc: sc.goodput, "pct", "goodput"),
+              ("goodput_qps", lambda sc: sc.goodput_qps, "rate", "good req/s"))
 
 
-def throughput_rows(summary: dict, target: str) -> list[dict]:
+def throughput_rows(summary: Summary, target: str) -> list[dict]:
     rows = []
-    for label, prefix, recorded in scopes(summary):
-        cells = [cell(summary, target, f"{prefix}/{key}", kind) for key, kind, _ in THROUGHPUT]
-        rows.append({"label": label, "recorded": recorded, "cells": cells})
+    for label, prefix, sc in summary.scopes():
+        cells = [num(read(sc), f"{prefix}/{key}", kind, target) for key, read, kind, _ in THROUGHPUT]
+        rows.append({"label": label, "recorded": sc.is_recorded, "cells": cells})
     return rows
 
 
-CLOSED_COLUMNS = (("asked", "count", "concurrency asked"), ("held", "rate", "held"), ("fraction", "share", "of asked"),
-                  ("requests_in_flight", "rate", "requests in flight"),
-                  ("sessions_in_progress", "rate", "sessions in progress"),
-                  ("gap/p50", "ms", "done→sent gap p50 (ms)"), ("gap/p99", "ms", "done→sent gap p99 (ms)"))
+#: (its path in a phase's closed_loop, how it is read from it, display kind, column label)
+CLOSED_COLUMNS = (("asked", lambda c: c.asked, "count", "concurrency asked"),
+                  ("held", lambda c: c.held, "rate", "held"),
+                  ("fraction", lambda c: c.fraction, "share", "of asked"),
+                  ("requests_in_flight", lambda c: c.requests_in_flight, "rate", "requests in flight"),
+                  ("sessions_in_progress", lambda c: c.sessions_in_progress, "rate", "sessions in progress"),
+                  ("gap/p50", lambda c: (c.gap or Gap()).p50, "ms", "done→sent gap p50 (ms)"),
+                  ("gap/p99", lambda c: (c.gap or Gap()).p99, "ms", "done→sent gap p99 (ms)"))
 
 
-def closed_loop_rows(summary: dict, target: str) -> list[dict]:
+def closed_loop_rows(summary: Summary, target: str) -> list[dict]:
     """One row per closed-loop phase: the concurrency held against the asked, and the client's own gap between
     an answer and the user's next request (``phases/<name>/closed_loop``); empty without a closed loop."""
-    return [{"label": name, "recorded": bool(ph.get("recorded", True)), "limited": bool(ph["closed_loop"]["limited"]),
-             "cells": [cell(summary, target, f"phases/{name}/closed_loop/{key}", kind)
-                       for key, kind, _ in CLOSED_COLUMNS]}
-            for name, ph in summary.get("phases", {}).items() if ph.get("closed_loop")]
+    return [{"label": name, "recorded": ph.is_recorded, "limited": bool(ph.closed_loop.limited),
+             "cells": [num(read(ph.closed_loop), f"phases/{name}/closed_loop/{key}", kind, target)
+                       for key, read, kind, _ in CLOSED_COLUMNS]}
+            for name, ph in (summary.phases or {}).items() if ph and ph.closed_loop]
 
 
-TURN_COLUMNS = (("count", "count", "turns"), ("error_rate", "pct", "errors"),
-                ("latency/percentiles/p50/value", "ms", "latency p50"),
-                ("latency/percentiles/p99/value", "ms", "latency p99"),
-                ("ttft/percentiles/p50/value", "ms", "TTFT p50"), ("ttft/percentiles/p99/value", "ms", "TTFT p99"),
-                ("prompt_tokens_mean", "rate", "prompt tokens (mean)"))
+#: (its path in a turn of conversations/by_turn, how it is read from the turn, display kind, column label)
+TURN_COLUMNS = (("count", lambda t: t.count, "count", "turns"), ("error_rate", lambda t: t.error_rate, "pct", "errors"),
+                ("latency/percentiles/p50/value", lambda t: pct(t.latency, "p50").value, "ms", "latency p50"),
+                ("latency/percentiles/p99/value", lambda t: pct(t.latency, "p99").value, "ms", "latency p99"),
+                ("ttft/percentiles/p50/value", lambda t: pct(t.ttft, "p50").value, "ms", "TTFT p50"),
+                ("ttft/percentiles/p99/value", lambda t: pct(t.ttft, "p99").value, "ms", "TTFT p99"),
+                ("prompt_tokens_mean", lambda t: t.prompt_tokens_mean, "rate", "prompt tokens (mean)"))
 
 
-def turn_rows(summary: dict, target: str) -> list[dict]:
-    """One row per turn index of a conversation run (``summary["conversations"]``); empty without one."""
-    turns = get(summary, "conversations/by_turn") or []
-    return [{"label": f"turn {t['turn'] + 1}",
-             "cells": [cell(summary, target, f"conversations/by_turn/{i}/{key}", kind)
-                       for key, kind, _ in TURN_COLUMNS]}
+def turn_rows(summary: Summary, target: str) -> list[dict]:
+    """One row per turn index of a conversation run (``summary.conversations``); empty without one."""
+    turns = (summary.conversations.by_turn if summary.conversations else None) or []
+    return [{"label": f"turn {t.turn + 1}",
+             "cells": [num(read(t), f"conversations/by_turn/{i}/{key}", kind, target)
+                       for key, read, kind, _ in TURN_COLUMNS]}
             for i, t in enumerate(turns)]
 
 
-def conversation_note(summary: dict) -> str:
+def conversation_note(summary: Summary) -> str:
     """The sessions of a conversation run, in a sentence ('' without conversations)."""
-    c = summary.get("conversations")
-    if not c or not c.get("sessions"):
+    c = summary.conversations
+    if not c or not c.sessions:
         return ""
-    tps = c["turns_per_session"]
-    return (f"{c['sessions']:,} sessions, {tps['mean']:.2f} recorded turns a session on average (at most "
-            f"{tps['max']}); {c['ended_by_failure']:,} ended at a failed turn. A turn counts from its due time: "
+    tps = c.turns_per_session
+    return (f"{c.sessions:,} sessions, {tps.mean:.2f} recorded turns a session on average (at most "
+            f"{tps.max}); {c.ended_by_failure:,} ended at a failed turn. A turn counts from its due time: "
             "the previous turn's end plus the think time.")
 
 
-def error_rows(summary: dict, target: str) -> tuple[list[str], list[dict]]:
+def error_rows(summary: Summary, target: str) -> tuple[list[str], list[dict]]:
     """(scope labels, one row per error class seen) of error counts."""
-    sc = scopes(summary)
-    classes = sorted({c for _, p, _ in sc for c in (get(summary, f"{p}/errors") or {})})
+    sc = summary.scopes()
+    classes = sorted({c for _, _, scope in sc for c in (scope.errors or {})})
     rows = []
     for c in classes:
-        cells = [cell(summary, target, f"{p}/errors/{c}", "count0") for _, p, _ in sc]
+        cells = [num((scope.errors or {}).get(c), f"{p}/errors/{c}", "count0", target) for _, p, scope in sc]
         rows.append({"label": c, "cells": cells})
     return [s[0] for s in sc], rows
 
@@ -154,42 +185,55 @@ def target_label(td: TargetData) -> str:
     """How a target is named in a report: a fresh start of a cold-start study, or one run of a repeated
     run, under its target (architecture)."""
     m = td.meta
-    if m.get("group") and m.get("repetition") is not None:
-        return f"{m['group']} · run {m['repetition']}"
-    return f"{m['group']} · start {m.get('start')}" if m.get("group") else td.name
+    if m.group and m.repetition is not None:
+        return f"{m.group} · run {m.repetition}"
+    return f"{m.group} · start {m.start}" if m.group else td.name
 
 
 def slo_rows(targets: list[TargetData]) -> list[dict]:
     rows = []
     for td in targets:
-        s = td.summary or {}
-        for i, r in enumerate(s.get("slo") or []):
-            if not r.get("applies", True):
+        for i, r in enumerate((td.result.slo if td.result else None) or []):
+            if r.applies is False:
                 continue
-            kind = fmt.slo_kind(r)
+            kind = fmt.slo_kind(r.stat, r.metric)
             rows.append({
-                "target": target_label(td), "expr": r.get("expr", ""), "passed": bool(r.get("passed")),
-                "value": Cell(fmt.fmt(r.get("value"), kind), f"slo/{i}/value", kind, td.name),
-                "ci": Cell(fmt.ci(r.get("ci"), kind), f"slo/{i}/ci", "ci", td.name) if r.get("ci") else Cell(fmt.DASH),
-                "reason": r.get("reason", ""), "runs": "",
+                "target": target_label(td), "expr": r.expr or "", "passed": bool(r.passed),
+                "value": num(r.value, f"slo/{i}/value", kind, td.name),
+                "ci": Cell(fmt.ci(r.ci, kind), f"slo/{i}/ci", "ci", td.name) if r.ci else Cell(fmt.DASH),
+                "reason": r.reason or "", "runs": "",
             })
     return rows
 
 
-#: (column, summary.json path, display kind, ratio word, lower is better, repeats.json statistic)
-COMPARE = (("mean", "overall/metrics/latency/mean", "ms", "mean", True, "latency.mean"),
-           ("p50", "overall/metrics/latency/percentiles/p50/value", "ms", "p50", True, "latency.p50"),
-           ("p99", "overall/metrics/latency/percentiles/p99/value", "ms", "p99", True, "latency.p99"),
-           ("TTFT p50", "overall/metrics/ttft/percentiles/p50/value", "ms", "TTFT p50", True, "ttft.p50"),
-           ("TTFT p99", "overall/metrics/ttft/percentiles/p99/value", "ms", "TTFT p99", True, "ttft.p99"),
-           ("QPS held", "overall/achieved_qps", "rate", "QPS", False, "achieved_qps"),
-           ("error rate", "overall/error_rate", "pct", "", True, "error_rate"))
+def _overall_pct(s: Summary, metric: str, p: str):
+    return pct((s.overall or Scope()).metric(metric), p).value
 
 
-def comparison(entries: list[tuple[str, dict]], groups: dict[str, dict] | None = None) -> dict | None:
+#: (column, (summary.json path, how it is read from the summary), display kind, ratio word, lower is better,
+#: repeats.json statistic)
+COMPARE = (("mean", ("overall/metrics/latency/mean", lambda s: ((s.overall or Scope()).metric("latency")
+                                                                 or MetricStats()).mean),
+            "ms", "mean", True, "latency.mean"),
+           ("p50", ("overall/metrics/latency/percentiles/p50/value", lambda s: _overall_pct(s, "latency", "p50")),
+            "ms", "p50", True, "latency.p50"),
+           ("p99", ("overall/metrics/latency/percentiles/p99/value", lambda s: _overall_pct(s, "latency", "p99")),
+            "ms", "p99", True, "latency.p99"),
+           ("TTFT p50", ("overall/metrics/ttft/percentiles/p50/value", lambda s: _overall_pct(s, "ttft", "p50")),
+            "ms", "TTFT p50", True, "ttft.p50"),
+           ("TTFT p99", ("overall/metrics/ttft/percentiles/p99/value", lambda s: _overall_pct(s, "ttft", "p99")),
+            "ms", "TTFT p99", True, "ttft.p99"),
+           ("QPS held", ("overall/achieved_qps", lambda s: (s.overall or Scope()).achieved_qps),
+            "rate", "QPS", False, "achieved_qps"),
+           ("error rate", ("overall/error_rate", lambda s: (s.overall or Scope()).error_rate),
+            "pct", "", True, "error_rate"))
+
+
+def comparison(entries: list[tuple[str, Summary | None]],
+               groups: dict[str, tuple[str, RepeatTarget]] | None = None) -> dict | None:
     """'architecture | mean | p50 | p99 | TTFT p50 | TTFT p99 | QPS held' with ratios against the first entry.
 
-    ``groups``: repeated targets by label (their repeats.json entry): such an entry shows the median of
+    ``groups``: repeated targets by label (their name and entry in repeats.json): such an entry shows the median of
     its runs (``src`` then points into repeats.json) with one dot per run beside it; its summary may be None."""
     groups = groups or {}
     entries = [(label, s) for label, s in entries if s or label in groups]
@@ -214,21 +258,20 @@ def comparison(entries: list[tuple[str, dict]], groups: dict[str, dict] | None =
             "repeated": bool(groups)}
 
 
-def _compare_value(label: str, s: dict | None, groups: dict[str, dict], col) -> tuple:
+def _compare_value(label: str, s: Summary | None, groups: dict[str, tuple[str, RepeatTarget]], col) -> tuple:
     """(value shown, its src, the per-run values, their between-run interval) of one comparison cell."""
-    _, path, _, _, _, key = col
+    _, (path, read), _, _, _, key = col
     if label in groups:
-        st = groups[label]["stats"].get(key) or {}
-        name = groups[label].get("name", label)  # the target's name in repeats.json
-        return (st.get("median"), f"{REPEATS_SRC}targets/{name}/stats/{key}/median", st.get("values") or [],
-                st.get("ci"))
-    v = get(s, path)
+        name, g = groups[label]  # the target's name in repeats.json, its entry there
+        st = g.stat(key)
+        return st.median, f"{REPEATS_SRC}targets/{name}/stats/{key}/median", st.values or [], st.ci
+    v = read(s) if s is not None else None
     return v, path, [v], None
 
 
 def stored_verdict(run: RunData) -> Verdict | None:
     """The verdict the run stored in meta.json (computed once, by ``latbench run``), if it has one."""
-    v = run.meta.get("verdict")
+    v = run.meta.verdict
     if isinstance(v, dict):
         try:
             return Verdict.from_json(v)
@@ -241,9 +284,9 @@ def computed_verdict(run: RunData) -> Verdict:
     """The verdict of the targets given alone (one entry of a comparison, or a RunDir from before verdicts
     were stored), by the same rules as the run's own (:func:`loadgen.analysis.verdict.judge`)."""
     repeated = run.repeats is not None  # each run alone is not judged: its target is, over its runs
-    outcomes = [TargetOutcome(td.name, td.summary, failed_fast=(td.summary or {}).get("failed_fast"),
-                              slo=[] if repeated and td.meta.get("repetition") is not None else None)
-                for td in run.targets if td.summary is not None]
+    outcomes = [TargetOutcome(td.name, td.summary, failed_fast=td.result.failed_fast,
+                              slo=[] if repeated and td.meta.repetition is not None else None)
+                for td in run.targets if td.result is not None]
     return judge(outcomes, interrupted=not run.complete, groups=group_outcomes(run.repeats) if repeated else None)
 
 
@@ -254,11 +297,11 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
     alone (one entry of a comparison). Either way the reasons are the verdict's, never re-derived from text.
     """
     v = (stored_verdict(run) if use_meta else None) or computed_verdict(run)
-    if run.repeats and use_meta:  # judged per target over its runs, not per run
-        total = sum(1 for g in run.repeats.get("targets", {}).values() for r in g.get("slo") or []
-                    if r.get("applies", True))
+    if run.repeated and use_meta:  # judged per target over its runs, not per run
+        total = sum(1 for g in (run.repeated.targets or {}).values() for r in g.slo or [] if r.applies is not False)
     else:
-        total = sum(1 for td in run.targets for r in (td.summary or {}).get("slo") or [] if r.get("applies", True))
+        total = sum(1 for td in run.targets for r in (td.result.slo if td.result else None) or []
+                    if r.applies is not False)
     failed = [r.text for r in v.reasons if r.kind is Kind.SLO]
     warnings = [f"{td.name}: no records: this target did not run" for td in run.targets if td.summary is None]
     warnings += [r.text + ("; these numbers describe the load generator, not the server"
@@ -289,14 +332,14 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
 
 def header(run: RunData) -> list[tuple[str, str]]:
     m = run.meta
-    dur = sum(float(t.meta.get("duration_s") or (t.summary or {}).get("duration_s") or 0) for t in run.targets)
-    names = [name if len(tds) == 1 and not tds[0].meta.get("group")
-             else f"{name} ({len(tds)} runs)" if tds[0].meta.get("repetition") is not None
+    dur = sum(float(t.meta.duration_s or (t.result.duration_s if t.result else None) or 0) for t in run.targets)
+    names = [name if len(tds) == 1 and not tds[0].meta.group
+             else f"{name} ({len(tds)} runs)" if tds[0].meta.repetition is not None
              else f"{name} ({len(tds)} fresh starts)" for name, tds in run.groups()]
     rows = [("scenario", run.name), ("targets", ", ".join(names)),
-            ("engine", str(m.get("engine", fmt.DASH))), ("started", str(m.get("started", fmt.DASH))),
+            ("engine", _given(m, "engine")), ("started", _given(m, "started")),
             ("duration", fmt.seconds(dur) if dur else fmt.DASH),
-            ("latbench", str(m.get("latbench_version", fmt.DASH))), ("host", str(m.get("host", fmt.DASH))),
+            ("latbench", _given(m, "latbench_version")), ("host", _given(m, "host")),
             ("RunDir", run.path.name)]
     desc = run.scenario.get("description")
     if desc:
@@ -304,21 +347,26 @@ def header(run: RunData) -> list[tuple[str, str]]:
     return rows
 
 
+def _given(model, field: str) -> str:
+    """A field of a result model as text, a dash when the file did not have it (a null it had reads 'None')."""
+    return str(getattr(model, field)) if field in model.model_fields_set else fmt.DASH
+
+
 def target_info(td: TargetData) -> list[tuple[str, str]]:
-    m, s = td.meta, td.summary or {}
-    rows = [("url", str(m.get("url", fmt.DASH))), ("model", str(s.get("model") or m.get("model") or fmt.DASH)),
-            ("requests", fmt.count(m.get("requests") if m.get("requests") is not None else get(s, "overall/count"))),
-            ("duration", fmt.seconds(s.get("duration_s")))]
-    server = m.get("server") or {}
-    for k in ("arch", "backend", "model", "device"):
-        if k in server:
-            rows.append((f"server {k}", str(server[k])))
-    for k, label in (("listen_s", "server listening after"), ("ready_s", "server ready after")):
-        if isinstance(server.get(k), (int, float)):
-            rows.append((label, fmt.seconds(server[k])))
+    m, s = td.meta, td.result or Summary()
+    count = m.requests if m.requests is not None else (s.overall.count if s.overall else None)
+    rows = [("url", _given(m, "url")), ("model", str(s.model or m.model or fmt.DASH)),
+            ("requests", fmt.count(count)), ("duration", fmt.seconds(s.duration_s))]
+    server = m.server
+    for k in ("arch", "backend", "model", "device") if server else ():
+        if k in server.model_fields_set:
+            rows.append((f"server {k}", str(getattr(server, k))))
+    for k, label in (("listen_s", "server listening after"), ("ready_s", "server ready after")) if server else ():
+        if isinstance(getattr(server, k), (int, float)):
+            rows.append((label, fmt.seconds(getattr(server, k))))
     rows.append(("tokens", token_info(s)))
-    if s.get("trace"):
-        rows.append(("trace", trace_info(s["trace"])))
+    if s.trace:
+        rows.append(("trace", trace_info(s.trace)))
     return rows
 
 
@@ -362,34 +410,35 @@ def cold_start_comparison(cs: dict) -> dict:
 
 
 
-def trace_info(trace: dict) -> str:
+_MAX_LEN_SOURCE = {"scenario": "the scenario's", "target": "reported by the target"}
+
+
+def trace_info(trace: Trace) -> str:
     """A trace replay in one line: the slice, the speed, the limit and how many requests were clipped to it."""
-    parts = [f"{trace['file']}: {fmt.count(trace['requests'])} of {fmt.count(trace['trace_requests'])} requests "
-             f"at speed {trace['speed']:g}"]
-    limit = trace.get("max_model_len")
-    if limit:
-        src = {"scenario": "the scenario's", "target": "reported by the target"}.get(trace.get("max_model_len_source"))
-        parts.append(f"max_model_len {limit} ({src})")
+    parts = [f"{trace.file}: {fmt.count(trace.requests)} of {fmt.count(trace.trace_requests)} requests "
+             f"at speed {trace.speed:g}"]
+    if trace.max_model_len:
+        parts.append(f"max_model_len {trace.max_model_len} ({_MAX_LEN_SOURCE.get(trace.max_model_len_source)})")
     else:
         parts.append("no max_model_len known")
-    parts.append(f"{fmt.count(trace['clipped'])} clipped to fit ({trace['too_long']})")
-    parts.append(f"{trace['shared_blocks']} of {trace['distinct_blocks']} prefix blocks shared between requests")
+    parts.append(f"{fmt.count(trace.clipped)} clipped to fit ({trace.too_long})")
+    parts.append(f"{trace.shared_blocks} of {trace.distinct_blocks} prefix blocks shared between requests")
     return "; ".join(parts)
 
 
-def token_info(summary: dict) -> str:
+def token_info(summary: Summary) -> str:
     """How this target's token counts were made, in one line: an approximation says it is one."""
-    info, tk = summary.get("tokens") or {}, get(summary, "overall/tokens") or {}
-    if not info.get("tokenizer"):
-        return "approximated: 4 characters a token (no workload.tokenizer)" if "tokens" in summary else fmt.DASH
-    who = "the target's /tokenize" if info["tokenizer"] == "server" else info["tokenizer"]
+    info = summary.tokens or TokenInfo()
+    tk = (summary.overall.tokens if summary.overall else None) or ScopeTokens()
+    if not info.tokenizer:
+        return ("approximated: 4 characters a token (no workload.tokenizer)" if "tokens" in summary.model_fields_set
+                else fmt.DASH)
+    who = "the target's /tokenize" if info.tokenizer == "server" else info.tokenizer
     parts = [f"counted with {who}"]
-    if info.get("special_tokens"):
-        parts.append(f"special tokens added to a plain prompt: {' '.join(info['special_tokens'])}")
-    added = tk.get("added_tokens")
-    if added:
-        parts.append(f"added by the server: {added['min']}–{added['max']} tokens a request")
-    usage = tk.get("usage_vs_counted")
-    if usage:
-        parts.append(f"the server's usage agrees for {usage['equal']} of {usage['n']} requests")
+    if info.special_tokens:
+        parts.append(f"special tokens added to a plain prompt: {' '.join(info.special_tokens)}")
+    if tk.added_tokens:
+        parts.append(f"added by the server: {tk.added_tokens.min}–{tk.added_tokens.max} tokens a request")
+    if tk.usage_vs_counted:
+        parts.append(f"the server's usage agrees for {tk.usage_vs_counted.equal} of {tk.usage_vs_counted.n} requests")
     return "; ".join(parts)

@@ -14,15 +14,16 @@ from reports.rundir_loader import RunData
 
 
 def target_section(td, i: int) -> dict:
-    s = td.summary
+    s = td.result
     sec = {"name": report_model.target_label(td), "target_name": td.name, "anchor": f"target-{i}", "moved": "",
-           "info": report_model.target_info(td), "ran": s is not None, "notes": list((s or {}).get("notes") or []),
-           "complete": bool(s and s.get("complete", True)) and not td.recomputed}
+           "info": report_model.target_info(td), "ran": s is not None, "notes": list((s.notes if s else None) or []),
+           "complete": bool(s and s.complete is not False) and not td.recomputed}
     if s is None:
         return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": [], "turns": [],
                       "turns_note": "", "closed": []}
-    sec["scopes"] = [{"label": label, "recorded": rec, "rows": report_model.percentile_table(s, td.name, prefix)}
-                     for label, prefix, rec in report_model.scopes(s)]
+    sec["scopes"] = [{"label": label, "recorded": sc.is_recorded,
+                      "rows": report_model.percentile_table(sc, td.name, prefix)}
+                     for label, prefix, sc in s.scopes()]
     sec["throughput"] = report_model.throughput_rows(s, td.name)
     sec["closed"] = report_model.closed_loop_rows(s, td.name)
     sec["error_scopes"], sec["errors"] = report_model.error_rows(s, td.name)
@@ -43,7 +44,7 @@ def headline_block(run: RunData, sections: list[dict]) -> dict | None:
     if h["kind"] == "cold_start":
         h["figure"] = warmup_figure(run.cold_start)
     elif h["kind"] == "burst":
-        td = next(td for td in run.targets if (td.summary or {}).get("burst"))
+        td = next(td for td in run.targets if td.result and td.result.burst)
         sec = next(sec for sec in sections if sec["target_name"] == td.name)
         h["figure"] = next((f for f in sec["figures"] if f["id"] == "timeseries"), None)
         h["figure_target"] = td.name
@@ -79,27 +80,27 @@ def run_context(run: RunData) -> dict:
         "header": report_model.header(run),
         "verdict": report_model.verdict(run),
         "headline": h,
-        "slos": repeated.slo_rows(run.repeats) if run.repeats else report_model.slo_rows(run.targets),
+        "slos": repeated.slo_rows(run.repeated) if run.repeated else report_model.slo_rows(run.targets),
         "comparison": None if cold else run_comparison(run),
-        "between": repeated.section(run.repeats),
+        "between": repeated.section(run.repeated),
         "cold_comparison": report_model.cold_start_comparison(run.cold_start) if cold else None,
         "start_columns": [c[2] for c in report_model.START_COLUMNS],
         "overview": overview_figures(labelled),
         "groups": groups_context(run, sections),
         "pcts": report_model.PCTS,
-        "throughput_cols": [c[2] for c in report_model.THROUGHPUT],
-        "turn_cols": [c[2] for c in report_model.TURN_COLUMNS],
-        "closed_cols": [c[2] for c in report_model.CLOSED_COLUMNS],
+        "throughput_cols": [c[-1] for c in report_model.THROUGHPUT],
+        "turn_cols": [c[-1] for c in report_model.TURN_COLUMNS],
+        "closed_cols": [c[-1] for c in report_model.CLOSED_COLUMNS],
         "held_min": f"{HELD_MIN:.0%}",
     }
 
 
 def run_comparison(run: RunData) -> dict | None:
     """The targets side by side; a repeated run's targets by the median of their runs, with per-run dots."""
-    if run.repeats:
-        groups = {name: g | {"name": name} for name, g in run.repeats.get("targets", {}).items()}
+    if run.repeated:
+        groups = {name: (name, g) for name, g in (run.repeated.targets or {}).items()}
         return report_model.comparison([(name, None) for name in groups], groups)
-    return report_model.comparison([(td.name, td.summary) for td in run.targets])
+    return report_model.comparison([(td.name, td.result) for td in run.targets])
 
 
 def render_run(run: RunData) -> str:

@@ -1,8 +1,11 @@
 """Read a RunDir into memory: meta, scenario, and per target its summary, records and server metrics.
 
-The one place reports touch files. A run that did not finish still loads: a target with records but
-no summary.json (the run was killed) has its summary recomputed from the records with
-:func:`loadgen.analysis.metrics.summarize`, and is marked incomplete.
+The one place reports touch files. Each result file is read once and validated into its model
+(:mod:`loadgen.records.results`: meta.json a :class:`Meta`, each target's entry a :class:`MetaTarget`, its
+summary.json a :class:`Summary`); readers take typed attributes. A result file its model refuses reads as
+unreadable. A run that did not finish still loads: a target with records but no summary.json (the run was
+killed) has its summary recomputed from the records with :func:`loadgen.analysis.metrics.summarize`, and is
+marked incomplete.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
+from pydantic import ValidationError
 
 from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.host import read_host
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
+from loadgen.records.results import ColdStart, Meta, MetaTarget, Repeats, Summary
 from loadgen.records.rundir import (
     COLD_START,
     HOST,
@@ -43,16 +48,27 @@ PLOT_COLUMNS = ("phase", "recorded", "scheduled", "sent", "connect_start", "conn
 
 @dataclass
 class TargetData:
+    """One target of a loaded RunDir: its meta.json entry, its summary (the file as read, and its model), and its
+    records, server metrics and host samples, each read on first use."""
+
     name: str
     dir: Path
-    meta: dict
-    summary: dict | None
+    meta: MetaTarget
+    summary: dict | None  # summary.json as read, for the analysis functions that take the file's JSON
     recomputed: bool = False
     unreadable: str | None = None  # why requests.parquet could not be read (the report then shows summary.json's)
     _table: pa.Table | None = None
     _frame: pd.DataFrame | None = None
     _server: pd.DataFrame | None = None
     _host: pd.DataFrame | None = None
+    _result: Summary | None = None
+
+    @property
+    def result(self) -> Summary | None:
+        """summary.json as its model (None when the target left none)."""
+        if self._result is None and self.summary is not None:
+            self._result = Summary.model_validate(self.summary)
+        return self._result
 
     @property
     def has_records(self) -> bool:
@@ -111,39 +127,46 @@ def _float(s: str) -> float:
 
 @dataclass
 class RunData:
+    """A loaded RunDir: meta.json, the scenario as written, its targets in run order, and the result files of
+    a cold-start study or a repeated run."""
+
     path: Path
-    meta: dict
+    meta: Meta
     scenario: dict
     targets: list[TargetData] = field(default_factory=list)
     cold_start: dict | None = None  # cold_start.json of a study of fresh starts (load.starts > 1)
-    repeats: dict | None = None  # repeats.json of a repeated run (loadgen.analysis.repeated)
+    repeats: dict | None = None  # repeats.json of a repeated run, as read (for loadgen.analysis.repeated)
+    repeated: Repeats | None = None  # the same as its model, which the readers take
 
     def groups(self) -> list[tuple[str, list[TargetData]]]:
         """Targets under their architecture: the fresh starts of a cold-start study, or the repetitions of a
         repeated run, share a group; any other target is a group of its own."""
         out: dict[str, list[TargetData]] = {}
         for td in self.targets:
-            out.setdefault(str(td.meta.get("group") or td.name), []).append(td)
+            out.setdefault(str(td.meta.group or td.name), []).append(td)
         return list(out.items())
 
     @property
     def name(self) -> str:
-        return str(self.meta.get("scenario") or self.scenario.get("name") or self.path.name)
+        return str(self.meta.scenario or self.scenario.get("name") or self.path.name)
 
     @property
     def complete(self) -> bool:
-        return bool(self.meta.get("complete")) and all(t.summary and t.summary.get("complete", True)
-                                                        and not t.recomputed
-                                                        for t in self.targets)
+        return bool(self.meta.complete) and all(t.result and t.result.complete is not False and not t.recomputed
+                                                 for t in self.targets)
 
 
-def _read_json(p: Path) -> dict | None:
-    """A result file, None when missing or unreadable; RunDirError (exit 2) when a newer latbench wrote it."""
+def _read_json(p: Path, model=None) -> dict | None:
+    """A result file, None when missing or unreadable, or when ``model`` (its result model) refuses it;
+    RunDirError (exit 2) when a newer latbench wrote it."""
     try:
-        return read_result(p)
+        data = read_result(p)
+        if model is not None:
+            model.model_validate(data)  # what the readers' typed attributes will find there
+        return data
     except RunDirError:
         raise
-    except (OSError, ValueError):
+    except (OSError, ValueError, ValidationError):
         return None
 
 
@@ -152,27 +175,30 @@ def load_rundir(path) -> RunData:
     path = Path(path)
     if not path.is_dir():
         raise RunDirError(f"{path}: not a directory")
-    meta = RunDir(path).meta() if (path / META).exists() else {}  # RunDirError (exit 2) when it is not latbench's
+    raw = RunDir(path).meta() if (path / META).exists() else {}  # RunDirError (exit 2) when it is not latbench's
+    meta = Meta.model_validate(raw)
     try:
         scenario = yaml.safe_load((path / "scenario.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError):
         scenario = {}
     if not isinstance(scenario, dict):
         scenario = {}
-    entries = meta.get("targets") or [
-        {"name": p.name, "dir": p.name} for p in sorted(path.iterdir())
+    entries = meta.targets or [
+        MetaTarget(name=p.name, dir=p.name) for p in sorted(path.iterdir())
         if p.is_dir() and ((p / SUMMARY).exists() or records_exist(p / REQUESTS))]
-    if not meta and not entries:
+    if not raw and not entries:
         raise RunDirError(f"{path}: no meta.json and no target folders: not a latbench RunDir")
-    run = RunData(path, meta, scenario, repeats=_read_json(path / REPEATS))
+    repeats = _read_json(path / REPEATS, Repeats)
+    run = RunData(path, meta, scenario, repeats=repeats,
+                  repeated=None if repeats is None else Repeats.model_validate(repeats))
     for e in entries:
-        tdir = path / str(e.get("dir") or e.get("name"))
-        td = TargetData(str(e.get("name") or tdir.name), tdir, e, _read_json(tdir / SUMMARY))
+        tdir = path / (e.dir or e.name)
+        td = TargetData(e.name or tdir.name, tdir, e, _read_json(tdir / SUMMARY, Summary))
         if td.summary is None and td.has_records:
             td.summary = recompute_summary(td, run)
             td.recomputed = True
         run.targets.append(td)
-    run.cold_start = _cold_start(path, meta)
+    run.cold_start = _cold_start(path, meta, raw)
     return run
 
 
@@ -185,17 +211,17 @@ def _goodput(scenario: dict) -> list[GoodputObjectives] | None:
         return None
 
 
-def _cold_start(path: Path, meta: dict) -> dict | None:
+def _cold_start(path: Path, meta: Meta, raw: dict) -> dict | None:
     """cold_start.json, or, for a study whose run stopped before writing it (or wrote an older form without
     per-start rows), the same computed from the RunDir's files by :func:`loadgen.coldstart.cold_start_summary`."""
-    if not any("start" in t for t in meta.get("targets") or []):  # repeated runs have groups, not starts
+    if not any(t.start is not None for t in meta.targets):  # repeated runs have groups, not starts
         return None
-    cs = _read_json(path / COLD_START)
+    cs = _read_json(path / COLD_START, ColdStart)
     if cs and "schema_version" in cs:  # its groups under "groups"; before schema_version, the file was the groups
-        cs = cs.get("groups")
+        cs = ColdStart.model_validate(cs).groups
     if cs and isinstance(cs, dict) and all(isinstance(g, dict) and "per_start" in g for g in cs.values()):
         return cs
-    return jsonable(cold_start_summary(path, meta))
+    return jsonable(cold_start_summary(path, raw))
 
 
 def _plans_and_slos(scenario: dict):
@@ -217,11 +243,11 @@ def recompute_summary(td: TargetData, run: RunData) -> dict:
         plans, slos = _plans_and_slos(run.scenario)
     except Exception:  # no usable scenario.yaml: one phase spanning the records
         plans, slos = [PhasePlan(0, "run", 0.0, max(_span(table), 1e-3))], []
-    duration = td.meta.get("duration_s") or _span(table)
+    duration = td.meta.duration_s or _span(table)
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
     s = summarize(table, plans, slos, float(duration or 1e-3), target=td.name, scenario=run.name,
                   complete=False, notes=[note], expected_qps=(run.scenario.get("load") or {}).get("expected_qps"),
-                  capacity=run.meta.get("capacity"), goodput=_goodput(run.scenario or {}))
+                  capacity=run.meta.capacity, goodput=_goodput(run.scenario or {}))
     return jsonable(s)
 
 

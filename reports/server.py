@@ -22,7 +22,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from reports.plots import PALETTE, figure, latency_axis, phase_windows, plot_style, shade_phases, shade_windows, to_uri
+from loadgen.records.results import Summary, Timeseries
+from reports.plots import (
+    PALETTE,
+    figure,
+    latency_axis,
+    phase_windows,
+    plot_style,
+    series,
+    shade_phases,
+    shade_windows,
+    to_uri,
+)
 
 PREFIXES = ("refserver_", "vllm_")
 
@@ -210,7 +221,7 @@ def gpu_utilization(df: pd.DataFrame | None) -> dict | None:
             "within": float(np.mean((v >= lo) & (v <= hi))), "above": float(np.mean(v > hi)), "scrapes": int(v.size)}
 
 
-def server_plot(summary: dict, df: pd.DataFrame | None,
+def server_plot(summary: Summary, df: pd.DataFrame | None,
                 records: pd.DataFrame | None = None) -> tuple[str | None, list[str]]:
     """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles).
 
@@ -223,10 +234,10 @@ def server_plot(summary: dict, df: pd.DataFrame | None,
     ttft = ttft_panel(df, records)
     if not panels and ttft is None:
         return None, []
-    ts = summary.get("timeseries") or {}
-    t = np.asarray(ts.get("t") or [], dtype=float)
-    step = float(ts.get("step_s") or 1.0)
-    p99 = np.asarray([np.nan if v is None else v for v in ts.get("latency_p99") or []], dtype=float)
+    ts = summary.timeseries or Timeseries()
+    t = np.asarray(ts.t or [], dtype=float)
+    step = float(ts.step_s or 1.0)
+    p99 = series(ts.latency_p99 or [])
     phases = phase_windows(summary)
     rows = len(panels) + (ttft is not None)
     with plot_style():

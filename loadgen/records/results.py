@@ -72,11 +72,13 @@ class ResultFile(ResultModel):
 # --- summary.json ---------------------------------------------------------------------------------------------
 
 class Percentile(ResultModel):
-    """One percentile of a metric: its value and its confidence interval."""
+    """One percentile of a metric (or a ratio of two): its value and its confidence interval; ``n`` where the
+    percentile is of a sample of its own (a burst's tail)."""
 
     value: Num = None
     ci: list[Num] | None = None
     too_few_samples: bool | None = None
+    n: int | None = None
 
 
 class MetricStats(ResultModel):
@@ -87,6 +89,49 @@ class MetricStats(ResultModel):
     min: Num = None
     max: Num = None
     percentiles: dict[str, Percentile | None] | None = None
+
+
+class Spread(ResultModel):
+    """The least, mean and most of a count (tokens added a request, turns a session)."""
+
+    min: Num = None
+    mean: Num = None
+    max: Num = None
+
+
+class UsageVsCounted(ResultModel):
+    """How often the server's usage agreed with latbench's own token count."""
+
+    n: int | None = None
+    equal: int | None = None
+
+
+class ScopeTokens(ResultModel):
+    """A scope's token counts: what the server added to a request, how its usage agrees with latbench's count."""
+
+    added_tokens: Spread | None = None
+    usage_vs_counted: UsageVsCounted | None = None
+
+
+class Gap(ResultModel):
+    """The client's own gap between an answer and the next request of its user (seconds)."""
+
+    n: int | None = None
+    p50: Num = None
+    p99: Num = None
+
+
+class ClosedLoop(ResultModel):
+    """A closed-loop phase: the concurrency asked and held, and the client's gap between an answer and the next
+    request."""
+
+    asked: Num = None
+    held: Num = None
+    fraction: Num = None
+    limited: bool | None = None
+    requests_in_flight: Num = None
+    sessions_in_progress: Num = None
+    gap: Gap | None = None
 
 
 class Scope(ResultModel):
@@ -104,16 +149,207 @@ class Scope(ResultModel):
     achieved_qps: Num = None
     goodput: Any = None
     metrics: dict[str, MetricStats | None] | None = None
+    recorded: bool | None = None
+    aborted_rate: Num = None
+    input_tokens_per_s: Num = None
+    output_tokens_per_s: Num = None
+    output_tokens_per_s_per_user: MetricStats | None = None
+    goodput_qps: Num = None
+    tokens: ScopeTokens | None = None
+    closed_loop: ClosedLoop | None = None
+
+    @property
+    def is_recorded(self) -> bool:
+        """Whether the phase's requests count (a warm-up's do not); the overall scope always does."""
+        return self.recorded is not False
+
+    def metric(self, name: str) -> MetricStats | None:
+        """Metric ``name``'s statistics over this scope (None when it was not measured)."""
+        return (self.metrics or {}).get(name)
 
 
 class SloResult(ResultModel):
-    """One SLO as judged against the run."""
+    """One SLO as judged against the run: the value measured, its interval, whether it held (``applies``
+    false: the SLO's scope did not run)."""
 
     expr: str | None = None
     metric: str | None = None
     stat: str | None = None
     op: str | None = None
     passed: bool | None = None
+    applies: bool | None = None
+    value: Num = None
+    ci: list[Num] | None = None
+    reason: str | None = None
+
+
+class RecoveryWindows(ResultModel):
+    """The sliding windows of a recovery: each window's start (seconds from the run's start) and its p99."""
+
+    start: list[Num] | None = None
+    p99: list[Num] | None = None
+
+
+class Recovery(ResultModel):
+    """How long the latency took to get back under its objective after a spike (``windows``: the sliding p99s)."""
+
+    phase: str | None = None
+    measured: bool | None = None
+    recovered: bool | None = None
+    threshold: Num = None
+    seconds: Num = None
+    window_s: Num = None
+    step_s: Num = None
+    window_requests: Num = None
+    windows: RecoveryWindows | None = None
+
+
+class BurstTail(ResultModel):
+    """A spike's p99 against its baseline's, and their ratio."""
+
+    spike: Percentile | None = None
+    baseline: Percentile | None = None
+    ratio: Percentile | None = None
+    interval_needs: int | None = None
+
+
+class InFlight(ResultModel):
+    """Requests in flight around a spike: the peak, the baseline's peak, the time to drain back to it."""
+
+    peak: Num = None
+    baseline_peak: Num = None
+    drain_s: Num = None
+
+
+class Burst(ResultModel):
+    """One spike of the run: its phase, the phases before and after it, its tail and its recovery."""
+
+    spike: str | None = None
+    baseline: str | None = None
+    after: str | None = None
+    start: Num = None
+    end: Num = None
+    after_end: Num = None
+    spike_qps: Num = None
+    baseline_qps: Num = None
+    recovery: Recovery | None = None
+    tail: BurstTail | None = None
+    in_flight: InFlight | None = None
+
+
+class HeadroomLevel(ResultModel):
+    """One side of a headroom comparison: its phase, rate (and share of the expected rate), p99."""
+
+    phase: str | None = None
+    qps: Num = None
+    share: Num = None
+    p99: Percentile | None = None
+
+
+class HeadroomObjective(ResultModel):
+    """An SLO scoped to one of the headroom's phases (``slo``: its index in the summary's ``slo``)."""
+
+    expr: str | None = None
+    phase: str | None = None
+    passed: bool | None = None
+    slo: int | None = None
+
+
+class HeadroomCapacity(ResultModel):
+    """Where the high phase sits on a capacity search's curve (``rundir``: the search)."""
+
+    rundir: str | None = None
+    knee_qps: Num = None
+    max_sustainable_qps: Num = None
+    first_failing_qps: Num = None
+    share_of_knee: Num = None
+    share_of_sustainable: Num = None
+
+
+class Headroom(ResultModel):
+    """A load step above the expected rate: p99 at the base and high phases, their ratio, the objectives."""
+
+    base: HeadroomLevel | None = None
+    high: HeadroomLevel | None = None
+    ratio: Percentile | None = None
+    holds: bool | None = None
+    holds_at_base: bool | None = None
+    interval_needs: int | None = None
+    objectives: list[HeadroomObjective] | None = None
+    capacity: HeadroomCapacity | None = None
+
+
+class Turn(ResultModel):
+    """One turn index of a conversation run: its counts, latency and TTFT, and the mean prompt."""
+
+    turn: int | None = None
+    count: int | None = None
+    ok: int | None = None
+    error_rate: Num = None
+    prompt_tokens_mean: Num = None
+    latency: MetricStats | None = None
+    ttft: MetricStats | None = None
+
+
+class Conversations(ResultModel):
+    """A conversation run: its sessions, turns a session, and the statistics of each turn index."""
+
+    sessions: int | None = None
+    ended_by_failure: int | None = None
+    turns_per_session: Spread | None = None
+    by_turn: list[Turn] | None = None
+
+
+class Timeseries(ResultModel):
+    """The run in bins of ``step_s`` seconds from its start (``t``: each bin's start): counts, latency p50/p99
+    of the requests completed in it, requests in flight at its end, and errors by class."""
+
+    t: list[Num] | None = None
+    step_s: Num = None
+    completed: list[Num] | None = None
+    ok: list[Num] | None = None
+    sent: list[Num] | None = None
+    errors: dict[str, list[Num]] | None = None
+    latency_p50: list[Num] | None = None
+    latency_p99: list[Num] | None = None
+    in_flight: list[Num] | None = None
+    target_qps: list[Num] | None = None
+
+
+class HostSummary(ResultModel):
+    """The host during the run: whether it was measured, which process tree is judged, the wait share limit
+    (``phases``: per phase, what each tree waited)."""
+
+    measured: bool | None = None
+    judged: str | None = None
+    labels: dict[str, str] | None = None
+    wait_share_limit: Num = None
+    min_busy: Num = None
+    note: str | None = None
+    phases: dict[str, Any] | None = None
+
+
+class TokenInfo(ResultModel):
+    """How a target's tokens were counted: the tokenizer (``server``: the target's /tokenize; none: 4 characters
+    a token) and the special tokens it adds."""
+
+    tokenizer: str | None = None
+    special_tokens: list[str] | None = None
+
+
+class Trace(ResultModel):
+    """A trace replay: the slice of the trace, the speed, the model length and what was clipped to fit it."""
+
+    file: str | None = None
+    requests: int | None = None
+    trace_requests: int | None = None
+    speed: Num = None
+    max_model_len: int | None = None
+    max_model_len_source: str | None = None
+    clipped: int | None = None
+    too_long: str | None = None
+    shared_blocks: int | None = None
+    distinct_blocks: int | None = None
 
 
 class Generator(ResultModel):
@@ -141,26 +377,31 @@ class Summary(ResultFile):
     generator: Generator | None = None
     generator_limited: bool | None = None
     error_classes: list[str] | None = None
-    tokens: dict[str, Any] | None = None
+    tokens: TokenInfo | None = None
     overall: Scope | None = None
     phases: dict[str, Scope | None] | None = None
-    timeseries: dict[str, Any] | None = None
+    timeseries: Timeseries | None = None
     recovery: list[Any] | None = None
-    conversations: dict[str, Any] | None = None
+    conversations: Conversations | None = None
     slo: list[SloResult] | None = None
     passed: bool | None = None
-    burst: list[Any] | None = None
-    headroom: dict[str, Any] | None = None
+    burst: list[Burst] | None = None
+    headroom: Headroom | None = None
     model: str | None = None
     engine: str | None = None
     lost_workers: list[Any] | None = None
-    host: dict[str, Any] | None = None
+    host: HostSummary | None = None
     run_name: str | None = None
     failures: dict[str, Any] | None = None
     preflight: dict[str, Any] | None = None
-    trace: dict[str, Any] | None = None
+    trace: Trace | None = None
     server_exit: dict[str, Any] | None = None
     mode: str | None = None
+
+    def scopes(self) -> list[tuple[str, str, Scope]]:
+        """(label, its path in the file, scope) of the overall scope and each phase, in run order."""
+        out = [("overall", "overall", self.overall or Scope())]
+        return out + [(name, f"phases/{name}", ph or Scope()) for name, ph in (self.phases or {}).items()]
 
 
 # --- metrics.json ---------------------------------------------------------------------------------------------
@@ -232,6 +473,45 @@ class Meta(ResultFile):
 
 # --- the other result files -----------------------------------------------------------------------------------
 
+class RunStat(ResultModel):
+    """One statistic over a repeated target's runs: each run's value (None: that run did not measure it), their
+    median and their between-run 95% interval."""
+
+    values: list[Num] | None = None
+    n: int | None = None
+    median: Num = None
+    ci: list[Num] | None = None
+
+
+class RepeatSlo(SloResult):
+    """An SLO judged over a repeated target's runs: the value of each run, and the basis of the judgement."""
+
+    basis: str | None = None
+    values: list[Num] | None = None
+
+
+class RepeatRun(ResultModel):
+    """One run of a repeated target: its repetition, its folder, whether it ran and completed."""
+
+    repetition: int | None = None
+    dir: str | None = None
+    ran: bool | None = None
+    complete: bool | None = None
+
+
+class RepeatTarget(ResultModel):
+    """A repeated target: its runs, each statistic over them (by ``latency.p99``-style key), its SLOs."""
+
+    runs: list[RepeatRun] | None = None
+    stats: dict[str, RunStat | None] | None = None
+    slo: list[RepeatSlo] | None = None
+    passed: bool | None = None
+
+    def stat(self, key: str) -> RunStat:
+        """Statistic ``key`` over the runs (an empty one when it was not measured)."""
+        return (self.stats or {}).get(key) or RunStat()
+
+
 class Repeats(ResultFile):
     """repeats.json: between-run statistics of a repeated run, per target group."""
 
@@ -240,7 +520,7 @@ class Repeats(ResultFile):
     confidence: Num = None
     method: str | None = None
     order: list[str] | None = None
-    targets: dict[str, Any] | None = None
+    targets: dict[str, RepeatTarget] | None = None
 
 
 class ColdStart(ResultFile):

@@ -167,7 +167,7 @@ def two_targets(tmp_path_factory):
 
 def test_architectures_headline_is_the_articles_sentence(two_targets):
     run_ = load_rundir(two_targets)
-    a = architectures([(td.name, td.summary, td.meta.get("server") or {}) for td in run_.targets])
+    a = architectures([(td.name, td.summary, td.meta.server.to_json()) for td in run_.targets])
     row = a["rows"][1]
     assert row["label"] == "slow" and row["p99_vs_first"]["lower"] is False
     assert row["p99_vs_first"]["value"] > 1.5  # 90 ms against 30 ms (less on a loaded machine)

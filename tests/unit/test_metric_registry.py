@@ -16,6 +16,7 @@ from loadgen import metric_registry
 from loadgen.analysis.metrics import summarize
 from loadgen.metric_registry import Metric, doc_table, registered
 from loadgen.monitoring.exposition import WatchExporter
+from loadgen.records.results import Summary
 from loadgen.records.rundir import METRICS, RunDir
 from loadgen.records.schema import Outcome, RecordBuffer
 from loadgen.scenario.model import GoodputObjectives
@@ -79,7 +80,7 @@ def test_summarize_metrics_json_and_the_report_carry_a_registered_metric(sent, t
     s = summarize(_records(), [PhasePlan(index=0, name="steady", start=0.0, end=3.0, concurrency=1)], [], 3.0)
     got = s["overall"]["metrics"]["sent"]
     assert got["n"] == 4 and got["max"] == 2.0 and got["percentiles"]["p50"]["value"] == 1.0
-    rows = {r["label"]: r for r in percentile_table(s, "target", "overall")}
+    rows = {r["label"]: r for r in percentile_table(Summary.model_validate(s).overall, "target", "overall")}
     assert list(rows) == ["latency", "service time", "send lag (generator)", "sent (test)"]  # last: registered last
     cells = rows["sent (test)"]["cells"]  # n, mean, p50..p99.9, max, in milliseconds
     assert [c.text for c in cells] == ["4", "1,250", "1,000", "2,000", "2,000", "2,000", "2,000", "2,000"]

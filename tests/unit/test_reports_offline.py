@@ -62,7 +62,7 @@ def test_compare_two_rundirs_computes_the_ratios(tmp_path):
     opt = synthetic_rundir(tmp_path / "opt", 4000, name="arch", targets=(("ref", 0.05),), error_rate=0.0)
     entries = entries_of([f"{naive}:naive", f"{opt}:optimized"])
     assert [e.label for e in entries] == ["naive", "optimized"]
-    cmp = comparison([(e.label, e.target.summary) for e in entries])
+    cmp = comparison([(e.label, e.target.result) for e in entries])
     assert cmp["rows"][0]["ratios"] == ["baseline"]
     ratios = cmp["rows"][1]["ratios"]  # same random draws, latencies scaled by 4 exactly
     # TTFT counts the send lag too, which is not scaled: at p50 it shows (3.94x)

@@ -61,7 +61,7 @@ def test_compare_takes_a_repeated_target_as_one_entry_with_its_runs_as_dots(tmp_
     entries = entries_of([f"{before}:before", f"{after}:after", f"{single}:single"])
     assert [e.label for e in entries] == ["before", "after", "single"]
     assert [len(e.runs or []) for e in entries] == [3, 3, 0] and entries[2].repeat is None
-    assert [e.repeat["name"] for e in entries[:2]] == ["api", "api"]
+    assert [e.group for e in entries[:2]] == ["api", "api"]  # its name in repeats.json
     ctx = compare_context(entries)
     rows = ctx["comparison"]["rows"]
     assert rows[1]["ratios"][:3] == ["2.0x lower mean", "2.0x lower p50", "2.0x lower p99"]
