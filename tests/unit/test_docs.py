@@ -4,6 +4,7 @@ of the nav (mkdocs.yml's ``validation:``) fails the suite, as it would fail the 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,77 @@ def test_the_docs_command_writes_the_pages(tmp_path):
     assert "latbench_latency_seconds" in (tmp_path / "prometheus.md").read_text()
     bad = subprocess.run([sys.executable, "-m", "loadgen.cli", "docs"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "give one of --generate DIR or --serve" in bad.stderr
+
+
+# -- the README: short, its set-up first, every link into the docs alive ----------------------------------------------
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: pages the how-to and explanation part of the docs brings (agreed by file name): while one is absent from this
+#: checkout its link is not checked; once it is here, it is, anchors included
+PENDING = {f"docs/how-to/{n}.md" for n in (
+    "datasets-tokenizers", "shared-prefixes", "conversations", "trace-replay", "repeated-runs", "distributed-locust",
+    "watch-prometheus", "cold-starts", "compare-architectures", "grpc-kserve", "anthropic-responses")} | {
+    f"docs/explanation/{n}.md" for n in ("numbers", "statistics", "validity", "reference-server", "design")}
+
+
+def _prose(text: str) -> list[str]:
+    """The lines outside fenced code blocks."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            out.append(line)
+    return out
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page as MkDocs makes them: an explicit {#id}, else the heading's slug."""
+    out = set()
+    for line in _prose(page.read_text(encoding="utf-8")):
+        m = re.match(r"#+ (.*?)(?: \{#([\w.-]+)\})?$", line)
+        if m:
+            out.add(m.group(2) or re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", m.group(1)).strip().lower()))
+    return out
+
+
+def test_the_readme_is_short_and_its_prose_lines_fit():
+    lines = README.splitlines()
+    assert len(lines) <= 250
+    assert [ln for ln in _prose(README) if len(ln) > 120] == []
+
+
+def test_the_set_up_commands_come_first_and_ci_runs_them():
+    blocks = re.findall(r"```bash\n(.*?)\n```", README, re.S)
+    assert blocks[:2] == ["python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && "
+                          "latbench run scenarios/burst.yaml", "python -m pytest -q"]
+    assert README.index("## Set up and run") < README.index("## A five-minute tour")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pip install -q -e '.[test]'" in ci and ci.rstrip().endswith("python -m pytest -q")
+
+
+def test_every_readme_link_into_the_repo_resolves():
+    links = re.findall(r"\]\(([^)\s]+)\)", README)
+    local = [x for x in links if not re.match(r"\w+://", x)]
+    assert len(local) > 30
+    for link in local:
+        path, _, anchor = link.partition("#")
+        if path in PENDING and not (ROOT / path).exists():
+            continue
+        assert (ROOT / path).exists(), f"README links {link}: no such file"
+        if anchor:
+            assert anchor in _anchors(ROOT / path), f"README links {link}: no such anchor"
+
+
+def test_the_readme_answers_the_first_questions_by_page_and_anchor():
+    for target in ("docs/tutorials/real-vllm.md#point-latbench-at-vllm",
+                   "docs/tutorials/ci-gate.md#fail-on-a-p99-regression", "docs/reference/metrics.md#ttft",
+                   "docs/reference/exit-codes.md#verdict-kinds",
+                   "docs/tutorials/first-run.md#how-long-the-set-up-takes"):
+        assert f"]({target})" in README, target
+
+
+def test_the_anchor_check_can_fail():
+    assert "ttft" in _anchors(ROOT / "docs" / "reference" / "metrics.md")
+    assert "workload-prompts" in _anchors(ROOT / "docs" / "reference" / "scenario.md")
+    assert "no-such-heading" not in _anchors(ROOT / "docs" / "tutorials" / "first-run.md")
