@@ -112,6 +112,8 @@ def _examples(schema: dict) -> dict[tuple[str, str], tuple[Any, str]]:
             refs = _refs(props[key])
             if len(refs) == 1:
                 walk(refs[0], value, where)
+        if name == "Load" and data.get("mode") == "trace":  # load.trace's fields, written under load itself
+            walk("Trace", data, where)
 
     for f in sorted((ROOT / "scenarios").rglob("*.yaml")):
         walk("Scenario", yaml.safe_load(f.read_text(encoding="utf-8")), f.relative_to(ROOT).as_posix())
@@ -179,12 +181,28 @@ def _default(field, prop: dict, duration: bool) -> str:
     return _code(_shown(value))
 
 
-def _example(model: str, key: str, examples: dict, description: str) -> str:
+def _example(model: str, key: str, examples: dict, prop: dict) -> str:
+    """A value for the field: the model's own example, a bundled scenario's, the description's "e.g.", or else one
+    the schema allows (another allowed value than the default, the other boolean)."""
+    if prop.get("examples"):
+        return _code(_shown(prop["examples"][0]))
     if (model, key) in examples:
         value, where = examples[model, key]
         return f"{_code(_shown(value))} ({Path(where).name})"
-    m = re.search(r"e\.g\. ([^;]+)", description)
-    return _cell(m.group(1).rstrip(".")) if m else ""
+    m = re.search(r"e\.g\. ([^;]+)", prop.get("description", ""))
+    if m:
+        return _cell(m.group(1).rstrip("."))
+    enums = [v for p in prop.get("anyOf", [prop]) for v in p.get("enum", [])]
+    if [v for v in enums if v != prop.get("default")]:
+        return _code(_shown(next(v for v in enums if v != prop.get("default"))))
+    if isinstance(prop.get("default"), bool):
+        return _code(_shown(not prop["default"]))
+    return ""
+
+
+def _markdown(doc: str) -> str:
+    """A docstring as one Markdown paragraph: ``code`` and Sphinx roles (:mod:`x`) as `code`."""
+    return re.sub(r":\w+:`([^`]+)`", r"`\1`", " ".join(doc.split()).replace("``", "`"))
 
 
 def _is_duration(field) -> bool:
@@ -201,7 +219,7 @@ def _model_table(name: str, schema: dict, anchors: dict[str, str], examples: dic
         duration = _is_duration(field)
         description = prop.get("description") or prop.get("items", {}).get("description", "")
         yield (f"| `{key}` | {_type(prop, anchors, duration)} | {_default(field, prop, duration)} | "
-               f"{_allowed(prop)} | {_cell(description)} | {_example(name, key, examples, description)} |")
+               f"{_allowed(prop)} | {_cell(description)} | {_example(name, key, examples, prop)} |")
 
 
 def scenario_page() -> str:
@@ -217,10 +235,11 @@ def scenario_page() -> str:
            "as a JSON Schema for editor completion; `latbench validate FILE` checks a file and sends nothing.\n"]
     for name, path in sections:
         title = f"`{path}`" if path else "Top level"
-        doc = inspect.getdoc(getattr(scenario_model, name)) if name != "Scenario" else "The scenario file itself."
+        own = getattr(scenario_model, name).__dict__.get("__doc__")  # not pydantic's BaseModel's, inherited
+        doc = inspect.cleandoc(own or "") if name != "Scenario" else "The scenario file itself."
         out.append(f"## {title} {{#{anchors[name]}}}\n")
-        if doc and not doc.startswith(("Usage docs", "!!!")):
-            out.append(" ".join(doc.split()) + "\n")
+        if doc:
+            out.append(_markdown(doc) + "\n")
         out.append("\n".join(_model_table(name, schema, anchors, examples)) + "\n")
     return "\n".join(out)
 
@@ -324,7 +343,7 @@ def _schema_type(prop: dict) -> str:
 
 def _file_section(name: str, schema: dict) -> str:
     model = RESULT_MODELS[name]
-    doc = " ".join((inspect.getdoc(model) or "").split())
+    doc = _markdown(inspect.getdoc(model) or "")
     lines = [f"## {name}\n", doc + "\n" if doc else "",
              f"JSON Schema: `schemas/{schema['$id']}` (`latbench schema --results`). Keys beyond these may appear "
              "(files change by additions only).\n", "| key | type | description |", "|---|---|---|"]
@@ -393,7 +412,7 @@ def exit_codes_page() -> str:
     out += ["", "## Errors\n", "A run that cannot be started or finished as asked ends with one of these "
             "(`loadgen.errors`; `LatbenchError` is the root a library caller catches).\n",
             "| error | exit | when |", "|---|---|---|"]
-    out += [f"| `{c.__name__}` | {c.exit_code} | {_cell(inspect.getdoc(c) or '')} |" for c in _errors_tree()]
+    out += [f"| `{c.__name__}` | {c.exit_code} | {_cell(_markdown(inspect.getdoc(c) or ''))} |" for c in _errors_tree()]
     return "\n".join(out) + "\n"
 
 

@@ -34,6 +34,15 @@ def test_the_reference_pages_are_the_code_s(tmp_path):
             f"docs/reference/{page.name} is stale: run latbench docs --generate docs/reference")
 
 
+def test_every_scenario_field_has_a_description_and_an_example():
+    """A field added to the scenario models needs a description= (and an example: examples=, a bundled scenario
+    that gives it, or an "e.g." in its description) before its reference row is complete."""
+    rows = [r.split(" | ") for r in reference.scenario_page().splitlines() if r.startswith("| `")]
+    assert len(rows) > 100
+    bare = [r[0] for r in rows if not r[4].strip() or not r[5].strip(" |")]
+    assert bare == [], f"scenario fields without a description or an example: {bare}"
+
+
 def test_a_new_scenario_field_makes_the_page_stale(monkeypatch):
     """The check above can fail: a field added to a model changes the generated scenario page."""
     before = reference.scenario_page()
