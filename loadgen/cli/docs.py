@@ -29,4 +29,7 @@ def docs(out: str | None, serve: bool, addr: str) -> None:
     if importlib.util.find_spec("mkdocs") is None:  # an optional extra: say how to install it
         click.echo("latbench: the docs site needs MkDocs: pip install -e '.[docs]'", err=True)
         sys.exit(EXIT_USAGE)
+    if not (ROOT / "mkdocs.yml").is_file():  # an install from a wheel carries no docs/: they live in the checkout
+        click.echo(f"latbench: no mkdocs.yml beside {ROOT}: serve the docs from a checkout (pip install -e)", err=True)
+        sys.exit(EXIT_USAGE)
     sys.exit(subprocess.call([sys.executable, "-m", "mkdocs", "serve", "-f", str(ROOT / "mkdocs.yml"), "-a", addr]))
