@@ -24,8 +24,8 @@ from loadgen.analysis import verdict
 from loadgen.cli.main import main as cli_main
 from loadgen.monitoring.exposition import WatchExporter
 from loadgen.records import rundir
+from loadgen.records import schema as record_schema
 from loadgen.records.results import RESULT_MODELS, result_schemas
-from loadgen.records.schema import SCHEMA as RECORD_SCHEMA
 from loadgen.scenario import model as scenario_model
 from loadgen.scenario.slo import parse_slo
 
@@ -358,19 +358,69 @@ def _file_section(name: str, schema: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What each file of a RunDir that is not a result model holds (a result model's docstring says it for its file).
+#: :func:`rundir_page` refuses a RunDir file missing here, so a new one is described before the page is current.
+OTHER_FILES = {
+    "scenario.yaml": "the scenario as written (secrets are never written: a `${ENV}` reference stays one)",
+    "report.html": "one self-contained page: the verdict, the objectives with their intervals, percentiles per "
+                   "phase, latency CDFs, latency and rate over time with the phases shaded, errors, the server's "
+                   "own metrics (`latbench report RUNDIR` draws it again)",
+    "summary.md": "the verdict and the tables in Markdown, for a pull-request comment or a CI step summary",
+    "junit.xml": "one test case per objective (and regression check), failed when it failed, for CI test reports",
+    "compare.html": "`latbench compare`'s side-by-side report, when written into the RunDir",
+    rundir.REQUESTS: "one row per request, written incrementally (a killed run keeps its rows; a killed "
+                     "`--processes` run leaves `requests.parquet.part<k>`, read as its records); columns below",
+    rundir.SERVER_METRICS: "the target's Prometheus `/metrics` (`metrics_url`), scraped during the run",
+    rundir.SERVER_LOG: "what a server latbench started printed (stdout and stderr, redacted, 8 MiB at most)",
+    rundir.HOST: "the host sampled every 0.5 s: CPU time and run-queue wait of latbench and of the managed server, "
+                 "steal, load average",
+}
+PER_TARGET = (rundir.REQUESTS, rundir.SUMMARY, rundir.SERVER_METRICS, rundir.SERVER_LOG, rundir.HOST)
+
+
+def _columns() -> dict[str, str]:
+    """Each record column's meaning, from the column table of :mod:`loadgen.records.schema`'s docstring (a row
+    with no column name continues the one above)."""
+    out: dict[str, str] = {}
+    last = ""
+    for m in re.finditer(r"^\| (\w*) *\| [^|]*\| (.*?) *\|$", record_schema.__doc__, re.M):
+        name, text = m.groups()
+        if name == "column":
+            continue
+        last = name or last
+        out[last] = (out.get(last, "") + " " + text).strip()
+    missing = [f.name for f in record_schema.SCHEMA if f.name not in out]
+    if missing:
+        raise KeyError(f"record columns missing from loadgen.records.schema's docstring table: {missing}")
+    names = {n: ", ".join(getattr(record_schema, n)) for n in ("ERROR_CLASSES", "TOKEN_SOURCES", "CHUNK_TOKEN_SOURCES")}
+    return {k: re.sub(r"\b(ERROR_CLASSES|TOKEN_SOURCES|CHUNK_TOKEN_SOURCES)\b", lambda m: names[m.group(1)],
+                      _markdown(v)) for k, v in out.items()}
+
+
+def _about(name: str) -> str:
+    if name in RESULT_MODELS:
+        return _markdown(inspect.getdoc(RESULT_MODELS[name]) or "")
+    if name not in OTHER_FILES:
+        raise KeyError(f"RunDir file {name} has no description: add it to OTHER_FILES")
+    return OTHER_FILES[name]
+
+
 def rundir_page() -> str:
-    files = ", ".join(f"`{f}`" for f in sorted(rundir.RESERVED))
-    per_target = ", ".join(f"`{f}`" for f in (rundir.REQUESTS, rundir.SUMMARY, rundir.SERVER_METRICS,
-                                                rundir.SERVER_LOG, rundir.HOST))
     out = [GENERATED, "# RunDir files\n",
-           "A run writes one folder, `runs/<start time>_<scenario name>/`. At its top: "
-           f"{files}; under each target's folder: {per_target}. The JSON files are typed models "
-           "(`loadgen/records/results.py`), validated when written and read, each with a `schema_version`; "
-           "their keys below come from those models.\n",
+           "A run writes one folder, `runs/<start time>_<scenario name>/` (`--out` chooses the parent), with a "
+           "folder per target (`<target>/`; `<target>-rep<k>` for repeated runs, `<target>-start<k>` for fresh "
+           "starts). The JSON files are typed models (`loadgen/records/results.py`), validated when written and "
+           "read, each with a `schema_version`; their keys below come from those models.\n",
+           "| file | where | what |", "|---|---|---|"]
+    out += [f"| `{f}` | top | {_cell(_about(f))} |" for f in sorted(rundir.RESERVED - set(PER_TARGET))]
+    out += [f"| `{f}` | `<target>/` | {_cell(_about(f))} |" for f in PER_TARGET]
+    out += ["",
            f"## {rundir.REQUESTS}\n",
            "One row per request (Parquet, written incrementally during the run), times in seconds from the run's "
-           "start on one monotonic clock.\n", "| column | type |", "|---|---|"]
-    out += [f"| `{f.name}` | {f.type} |" for f in RECORD_SCHEMA]
+           "start on one monotonic clock; a time that did not happen is NaN.\n",
+           "| column | type | meaning |", "|---|---|---|"]
+    meaning = _columns()
+    out += [f"| `{f.name}` | `{f.type}` | {_cell(meaning[f.name])} |" for f in record_schema.SCHEMA]
     out.append("")
     out += [_file_section(name, schema) for name, schema in result_schemas().items()]
     return "\n".join(out)
