@@ -6,7 +6,7 @@ format), whether an SLO line or a goodput: bound may use it, which scopes of sum
 whether ``latbench watch`` serves it as a histogram. Everything that lists metrics derives the list from
 here: the SLO grammar (:mod:`loadgen.scenario.slo`), goodput validation (:mod:`loadgen.scenario.model`),
 metrics.json (:mod:`loadgen.records.definitions`), the report's percentile table
-(:mod:`reports.report_model`), the watch exposition (:mod:`loadgen.monitoring.exposition`) and the README's
+(:mod:`reports.report_model`), the watch exposition (:mod:`loadgen.monitoring.exposition`) and the docs'
 metric table (:func:`doc_table`). Adding a metric is adding one entry (and the code that computes it).
 
 This module sits below every stage (it imports nothing of the project, nor pandas or numpy) so that each
@@ -131,7 +131,7 @@ def definitions() -> dict[str, dict[str, str]]:
 
 
 def doc_table() -> str:
-    """The documentation's metric table, as Markdown (the README's "What the numbers mean" holds it)."""
+    """The documentation's metric table, as Markdown (docs/reference/metrics.md holds it)."""
     lines = ["| metric | unit | definition | SLO | goodput |", "|---|---|---|---|---|"]
     for m in _REGISTRY.values():
         slo = {"duration": "`.stat`", "fraction": "fraction", "rate": "req/s"}.get(m.slo or "", "")

@@ -29,6 +29,7 @@ COMMANDS = {
     "alerts": "loadgen.cli.monitor:alerts",
     "dashboards": "loadgen.cli.monitor:dashboards",
     "trace": "loadgen.cli.trace:trace",
+    "docs": "loadgen.cli.docs:docs",
 }
 
 

@@ -85,11 +85,11 @@ class ReferenceTarget(Strict):
 
     arch: Literal["naive", "optimized", "batching", "cache"] = Field("optimized", description="architecture preset")
     model: str = Field("tiny", description="model preset (tiny, small, medium, ...)")
-    backend: str = Field("auto", description="auto | numpy | torch | sim:<profile>")
+    backend: str = Field("auto", examples=["sim:h200-8b"], description="auto | numpy | torch | sim:<profile>")
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="any other knob, as `latbench serve` flags without dashes, "
                                                 "e.g. {max_batch_size: 8, error_rate: 0.05}")
-    startup_timeout: PositiveDuration = Field(120.0, description="how long to wait for /health")
+    startup_timeout: PositiveDuration = Field(120.0, examples=["5m"], description="how long to wait for /health")
 
 
 class CommandTarget(Strict):
@@ -98,7 +98,7 @@ class CommandTarget(Strict):
     run: list[str] = Field(description="argv of the command; '{port}' is replaced by a free port")
     url: str = Field(description="base URL of the API, '{port}' replaced")
     ready_url: str = Field(description="polled until it answers 200, '{port}' replaced")
-    startup_timeout: PositiveDuration = 120.0
+    startup_timeout: PositiveDuration = Field(120.0, description="how long to wait for ready_url to answer 200")
 
     @field_validator("url", "ready_url")
     @classmethod
@@ -152,11 +152,13 @@ class HttpRequest(Strict):
     """The request of an ``api: http`` target. ``{seq}`` and ``{prompt}`` in path, body or template are filled per
     request."""
 
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "POST"
-    path: str = ""
-    body: Optional[Any] = Field(None, description="JSON body; strings inside may use {seq} and {prompt}")
-    template: Optional[str] = Field(None, description="a raw body template instead of `body`")
-    content_type: str = "application/json"
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = Field("POST", description="the HTTP method")
+    path: str = Field("", description="joined to the target's url, e.g. /predict?id={seq}")
+    body: Optional[Any] = Field(None, examples=[{"inputs": "{prompt}", "id": "{seq}"}],
+                                description="JSON body; strings inside may use {seq} and {prompt}")
+    template: Optional[str] = Field(None, examples=["text={prompt}"],
+                                    description="a raw body template instead of `body`")
+    content_type: str = Field("application/json", examples=["text/plain"], description="the request's Content-Type")
 
     @field_validator("path", "content_type")
     @classmethod
@@ -168,10 +170,12 @@ class KServeTensors(Strict):
     """Tensor names of a KServe v2 / Triton text model (api: kserve-v2, triton-generate). The defaults are those
     of Triton's vLLM and TensorRT-LLM backends."""
 
-    text_input: str = Field("text_input", description="the prompt (BYTES)")
-    text_output: str = Field("text_output", description="the answer (BYTES)")
-    max_tokens: Optional[str] = Field("max_tokens", description="the output length asked for (INT32); null: not sent")
-    stream: Optional[str] = Field("stream", description="the BOOL input that asks a decoupled model to stream "
+    text_input: str = Field("text_input", examples=["prompt"], description="the prompt (BYTES)")
+    text_output: str = Field("text_output", examples=["answer"], description="the answer (BYTES)")
+    max_tokens: Optional[str] = Field("max_tokens", examples=["max_new_tokens"],
+                                      description="the output length asked for (INT32); null: not sent")
+    stream: Optional[str] = Field("stream", examples=["streaming"],
+                                  description="the BOOL input that asks a decoupled model to stream "
                                                         "(gRPC ModelStreamInfer); null: not sent")
 
 
@@ -202,21 +206,29 @@ class Target(Strict):
     name: Optional[Annotated[str, AfterValidator(_scope_name)]] = Field(
         None, description="label of this target in reports; required in `targets:`")
     url: Optional[str] = Field(None, description="base URL, e.g. http://127.0.0.1:8000/v1; ${ENV} is expanded")
-    reference: Optional[ReferenceTarget] = None
-    command: Optional[CommandTarget] = None
+    reference: Optional[ReferenceTarget] = Field(None, description="the bundled reference server, started by "
+                                                                   "latbench on a free 127.0.0.1 port")
+    command: Optional[CommandTarget] = Field(None, description="a server latbench starts as a command (such as "
+                                                               "vllm serve) and stops at the end")
     api: Literal["openai-chat", "openai-completions", "embeddings", "http", "anthropic-messages", "openai-responses",
                  "rerank", "kserve-v2", "triton-generate"] = Field(
         "openai-chat", description="the API spoken; kserve-v2 over HTTP/JSON (http://) or gRPC (grpc://)")
-    model: Optional[str] = Field(None, description="model name sent in requests; default: the reference model, "
+    model: Optional[str] = Field(None, examples=["Qwen/Qwen2.5-0.5B-Instruct"],
+                                 description="model name sent in requests; default: the reference model, "
                                                    "else the first of /v1/models")
-    stream: bool = True
+    stream: bool = Field(True, description="ask for a streamed answer: TTFT, ITL and TPOT need one")
     continuous_usage_stats: bool = Field(False, description="ask for usage in every stream chunk (vLLM's "
                                          "stream_options.continuous_usage_stats): exact tokens per chunk")
-    headers: dict[Annotated[str, AfterValidator(_header_name)], str] = Field(default_factory=dict,
-                                    description="extra headers; ${ENV} is expanded at run time and never written out")
-    request: Optional[HttpRequest] = None
-    kserve: KServeTensors = Field(default_factory=KServeTensors, description="kserve-v2 / triton-generate tensors")
-    documents: Optional[int] = Field(None, ge=1, le=10_000, description="api: rerank: the prompt is cut into this "
+    headers: dict[Annotated[str, AfterValidator(_header_name)], str] = Field(
+        default_factory=dict, examples=[{"Authorization": "Bearer ${OPENAI_API_KEY}"}],
+        description="extra headers; ${ENV} is expanded at run time and never written out")
+    request: Optional[HttpRequest] = Field(
+        None, examples=[{"method": "POST", "path": "/predict", "body": {"text": "{prompt}"}}],
+        description="api: http: the request to send")
+    kserve: KServeTensors = Field(examples=[{"text_input": "prompt", "text_output": "answer"}],
+                                  default_factory=KServeTensors, description="kserve-v2 / triton-generate tensors")
+    documents: Optional[int] = Field(None, examples=[16],
+                                     ge=1, le=10_000, description="api: rerank: the prompt is cut into this "
                                                                         "many documents (default 8)")
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
@@ -226,7 +238,7 @@ class Target(Strict):
                     f"Fields latbench sets ({', '.join(OWNED_FIELDS)}) are refused")
     timeout: PositiveDuration = Field(60.0, description="per-request timeout")
     verify: bool = Field(True, description="verify TLS certificates; `false` must be explicit")
-    http2: bool = False
+    http2: bool = Field(False, description="speak HTTP/2 (the httpx transport)")
     transport: Literal["auto", "aiohttp", "lean", "httpx", "grpc"] = Field(
         "auto", description="auto: grpc for grpc:// URLs, httpx for http2, lean for http://, aiohttp for https://")
     receive_stamps: Literal["auto", "kernel", "read"] = Field(
@@ -235,10 +247,10 @@ class Target(Strict):
                             "kernel for a streaming target where it can, else read")
     metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
                                        "for a command target, '{port}' is its port")
-    max_header_bytes: int = Field(MAX_HEADER_BYTES, ge=1024, le=1 << 30,
+    max_header_bytes: int = Field(MAX_HEADER_BYTES, examples=[262144], ge=1024, le=1 << 30,
                                   description="cap of a response's header block in bytes; past it the response is "
                                               "recorded as bad_response and its connection closed")
-    max_event_bytes: int = Field(MAX_EVENT_BYTES, ge=1024, le=1 << 30,
+    max_event_bytes: int = Field(MAX_EVENT_BYTES, examples=[4194304], ge=1024, le=1 << 30,
                                  description="cap of one server-sent-event line or event in bytes; past it the "
                                              "stream is recorded as bad_stream and its connection closed")
 
@@ -293,10 +305,11 @@ class Target(Strict):
 class TokenDist(Strict):
     """A length drawn per prompt: Normal(mean, stddev), rounded, clipped to [min, max]; each at most MAX_TOKENS."""
 
-    mean: float = Field(gt=0, le=MAX_TOKENS)
-    stddev: float = Field(0.0, ge=0, le=MAX_TOKENS)
-    min: int = Field(1, ge=1, le=MAX_TOKENS)
-    max: Optional[int] = Field(None, ge=1, le=MAX_TOKENS)
+    mean: float = Field(gt=0, le=MAX_TOKENS, description="the mean length in tokens")
+    stddev: float = Field(0.0, ge=0, le=MAX_TOKENS, description="its standard deviation (0: every length the mean)")
+    min: int = Field(1, examples=[8], ge=1, le=MAX_TOKENS, description="the shortest length drawn")
+    max: Optional[int] = Field(None, examples=[512],
+                               ge=1, le=MAX_TOKENS, description="the longest length drawn (unset: no cap)")
 
 
 def _tokens(v: Any) -> Any:
@@ -307,8 +320,11 @@ Tokens = Annotated[TokenDist, BeforeValidator(_tokens)]
 
 
 class Prompts(Strict):
-    input_tokens: Tokens = Field(default_factory=lambda: TokenDist(mean=128))
-    output_tokens: Tokens = Field(default_factory=lambda: TokenDist(mean=64))
+    input_tokens: Tokens = Field(default_factory=lambda: TokenDist(mean=128),
+                                 description="prompt length in tokens: a number, or {mean, stddev, min, max}")
+    output_tokens: Tokens = Field(default_factory=lambda: TokenDist(mean=64),
+                                  description="output length asked for (max_tokens): a number, or {mean, stddev, "
+                                              "min, max}")
     distinct: int = Field(1000, ge=1, le=MAX_DISTINCT,
                           description="number of distinct prompts (at most 1,000,000); requests cycle through them")
 
@@ -318,9 +334,11 @@ class Cancel(Strict):
     number of tokens. An aborted request is its own class (``aborted``): not an error, not in the latency
     distributions, counted in ``aborted_rate``; its connection is closed, so the server can free its slot."""
 
-    fraction: float = Field(gt=0, le=1, description="share of requests aborted (the same requests every run)")
-    after: Optional[Duration] = Field(None, description="abort this long after the request was sent")
-    after_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS,
+    fraction: float = Field(examples=[0.1],
+                            gt=0, le=1, description="share of requests aborted (the same requests every run)")
+    after: Optional[Duration] = Field(None, examples=["500ms"],
+                                      description="abort this long after the request was sent")
+    after_tokens: Optional[int] = Field(None, examples=[20], ge=1, le=MAX_TOKENS,
                                         description="abort once this many token chunks arrived")
 
     @model_validator(mode="after")
@@ -354,21 +372,22 @@ class Dataset(Strict):
     path: Optional[str] = Field(None, description="a local file, relative to the scenario: JSON lines of "
                                                   "{prompt} / {messages} / {conversations} (ShareGPT), or a "
                                                   "ShareGPT JSON array")
-    hf: Optional[str] = Field(None, description="a Hugging Face dataset: an id in the local cache, or a local "
+    hf: Optional[str] = Field(None, examples=["./data/my_dataset"],
+                              description="a Hugging Face dataset: an id in the local cache, or a local "
                                                 "folder or data file, loaded with `datasets` (never downloaded; "
                                                 "pip install 'latbench[datasets]')")
-    split: str = Field("train", description="hf: the split to read")
+    split: str = Field("train", examples=["test"], description="hf: the split to read")
     columns: dict[str, str] = Field(default_factory=dict,
                                     description="hf: which column holds each field, e.g. {prompt: question, "
                                                 f"reply: answer}}; fields: {', '.join(DATASET_COLUMNS)}")
     sample: Optional[int] = Field(None, ge=1, le=MAX_DISTINCT,
                                   description="use this many entries, drawn with load.seed (default: every entry, "
                                               "in file order)")
-    min_input_tokens: Optional[int] = Field(None, ge=0, le=MAX_TOKENS,
+    min_input_tokens: Optional[int] = Field(None, examples=[4], ge=0, le=MAX_TOKENS,
                                             description="skip prompts shorter than this (in tokens of "
                                                         "workload.tokenizer, else approximated)")
     max_input_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS, description="skip prompts longer than this")
-    min_output_tokens: Optional[int] = Field(None, ge=0, le=MAX_TOKENS,
+    min_output_tokens: Optional[int] = Field(None, examples=[16], ge=0, le=MAX_TOKENS,
                                              description="skip entries asking for fewer output tokens")
     max_output_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS,
                                              description="skip entries asking for more output tokens")
@@ -432,11 +451,13 @@ class Workload(Strict):
         None, description="count tokens as the model does: a tokenizer.json, a model folder, a Hugging Face model "
                           "id in the local cache, or 'server' (the target's /tokenize). Synthetic prompts then have "
                           "exactly input_tokens tokens. Default: approximated, 4 characters a token")
-    prompts: Prompts = Field(default_factory=Prompts)
+    prompts: Prompts = Field(default_factory=Prompts, description="synthetic prompts: their lengths and how many "
+                                                                  "distinct ones")
     dataset: Optional[Union[str, Dataset]] = Field(None, description="prompts from a dataset: a file path "
                                                                      "(relative to the scenario), or an object")
-    ignore_eos: bool = False
-    max_tokens: Optional[int] = Field(None, ge=1, le=MAX_TOKENS,
+    ignore_eos: bool = Field(False, description="send ignore_eos (vLLM, SGLang): the server generates every token "
+                                                "asked for, so answers have the asked length")
+    max_tokens: Optional[int] = Field(None, examples=[128], ge=1, le=MAX_TOKENS,
                                       description="fixed max_tokens; default: output_tokens drawn per request")
     cancel: Optional[Cancel] = Field(None, description="abort a share of requests client-side, e.g. "
                                                        "{fraction: 0.1, after: 500ms} or {fraction: 0.1, "
@@ -480,8 +501,9 @@ class Trace(Strict):
     start: Annotated[Union[Literal["first"], float], BeforeValidator(_trace_start)] = Field(
         0.0, description="trace time at which the replay starts (a duration, e.g. 10m; requests before it are "
                          "skipped), or 'first': the first request's timestamp. Default 0: run time = timestamp")
-    duration: Optional[PositiveDuration] = Field(None, description="replay only this much trace time from start")
-    max_requests: Optional[int] = Field(None, ge=1, le=MAX_REQUESTS,
+    duration: Optional[PositiveDuration] = Field(None, examples=["5m"],
+                                                 description="replay only this much trace time from start")
+    max_requests: Optional[int] = Field(None, examples=[1000], ge=1, le=MAX_REQUESTS,
                                         description="replay at most this many requests (the first ones from start)")
     block_tokens: int = Field(512, ge=1, le=MAX_TOKENS, description="tokens of one hash-id block (Mooncake: 512); "
                                                                   "requests sharing a hash id share that block")
@@ -490,27 +512,30 @@ class Trace(Strict):
                             "output (an output that alone fills the context is cut instead), counted in the "
                             "summary; refuse = an error naming the trace's lines, before anything is sent (exit 2)")
     max_model_len: Optional[int] = Field(
-        None, ge=2, le=100_000_000, description="the target's context in tokens: prompt, plus what the server "
-                                                "adds, plus output must fit in it. Default: the max_model_len the "
-                                                "target reports at /v1/models (vLLM and the reference server do)")
-    max_input_tokens: Optional[int] = Field(None, ge=1, le=100_000_000,
+        None, examples=[4096], ge=2, le=100_000_000,
+        description="the target's context in tokens: prompt, plus what the server adds, plus output must fit in it. "
+                    "Default: the max_model_len the target reports at /v1/models (vLLM and the reference server do)")
+    max_input_tokens: Optional[int] = Field(None, examples=[3072], ge=1, le=100_000_000,
                                             description="the longest prompt the target accepts, in tokens")
 
 
 class Ramp(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    start: Union[float, str] = Field(alias="from")
-    end: Union[float, str] = Field(alias="to")
+    start: Union[float, str] = Field(examples=[10],
+                                     alias="from", description="the rate at the phase's start: a number or 'N%'")
+    end: Union[float, str] = Field(examples=["200%"], alias="to", description="the rate at its end, reached linearly")
 
 
 class Phase(Strict):
-    name: Annotated[str, AfterValidator(_scope_name)]
-    duration: Duration
+    name: Annotated[str, AfterValidator(_scope_name)] = Field(description="the phase's name: in reports and SLO "
+                                                                          "scopes")
+    duration: Duration = Field(description="how long the phase sends")
     qps: Optional[Union[float, str, Ramp]] = Field(None, description="arrival rate: number, 'N%' of expected_qps, "
                                                                      "or {from, to}")
     concurrency: Optional[int] = Field(None, ge=1, le=MAX_CONCURRENCY, description="closed loop: N workers")
     record: bool = Field(True, description="false: traffic is sent and stored but left out of statistics")
-    arrival: Optional[Literal["constant", "poisson", "gamma"]] = None
+    arrival: Optional[Literal["constant", "poisson", "gamma"]] = Field(
+        None, description="this phase's arrival process; unset: load.arrival")
     max_requests: Optional[int] = Field(None, ge=1, le=MAX_REQUESTS,
                                         description="stop the phase after this many requests")
 
@@ -555,7 +580,8 @@ class Sweep(Strict):
 
     qps: Optional[list[Union[float, str]]] = Field(None, max_length=MAX_PHASES,
                                                    description="rates, numbers or percentages of expected_qps")
-    concurrency: Optional[list[int]] = Field(None, max_length=MAX_PHASES)
+    concurrency: Optional[list[int]] = Field(None, examples=[[1, 2, 4, 8, 16]], max_length=MAX_PHASES,
+                                             description="closed-loop steps: one per concurrency")
     duration: Duration = Field(description="length of each step")
     warmup: Duration = Field(0.0, description="an unrecorded warm-up at the first step's load")
 
@@ -576,23 +602,32 @@ class Load(Strict):
     mode: Optional[Literal["open", "closed", "trace"]] = Field(
         None, description="open: every phase gives an arrival rate (qps); closed: every phase a concurrency; "
                           "trace: replay load.trace (no phases); unset: each phase says which")
-    arrival: Literal["constant", "poisson", "gamma"] = "poisson"
-    burstiness: float = Field(1.0, gt=0, le=100, description="gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother")
-    expected_qps: Optional[float] = Field(None, gt=0, le=MAX_QPS)
+    arrival: Literal["constant", "poisson", "gamma"] = Field(
+        "poisson", description="arrival process of open-loop phases: constant gaps, poisson (exponential gaps), gamma "
+                               "(with burstiness)")
+    burstiness: float = Field(1.0, examples=[0.5],
+                              gt=0, le=100, description="gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother")
+    expected_qps: Optional[float] = Field(None, gt=0, le=MAX_QPS, description="the rate the service is planned for: "
+                                          "a phase's 'N%' is of it, and headroom is measured against it")
     phases: list[Phase] = Field(default_factory=list, max_length=MAX_PHASES,
                                 description="consecutive phases (at most 10,000); or give `sweep` instead (none "
                                             "with a trace)")
-    trace: Optional[Trace] = Field(None, description="replay a request trace instead of phases: one phase named "
+    trace: Optional[Trace] = Field(None, examples=[{"file": "data/trace_small.jsonl", "speed": 2.0}],
+                                   description="replay a request trace instead of phases: one phase named "
                                                      "'trace', open loop, at the trace's timestamps / speed")
     sweep: Optional[Sweep] = Field(None, description="a list of rates or concurrencies, expanded into phases")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="seed of arrivals and prompts (numpy needs it non-negative)")
-    max_in_flight: int = Field(10_000, ge=1, le=1_000_000)
-    send_lag_threshold: PositiveDuration = Field(0.005,
+    max_in_flight: int = Field(10_000, examples=[1000],
+                               ge=1, le=1_000_000, description="requests in flight at most; past it a "
+                                                                       "request is recorded as dropped, never delayed")
+    send_lag_threshold: PositiveDuration = Field(0.005, examples=["10ms"],
                                                  description="p99 send lag above this marks the run generator-limited")
-    host_wait_limit: float = Field(1 / 3, gt=0, le=1, description="a managed server (latbench, for an external "
+    host_wait_limit: float = Field(1 / 3, examples=[0.5],
+                                   gt=0, le=1, description="a managed server (latbench, for an external "
                                    "target) that waited for a CPU over this share of the time it had work, in a "
                                    "recorded phase, makes the run invalid: host contended (1: never)")
-    grace: Duration = Field(5.0, description="after the last phase, how long in-flight requests may finish")
+    grace: Duration = Field(5.0, examples=["10s"],
+                            description="after the last phase, how long in-flight requests may finish")
     @model_validator(mode="before")
     @classmethod
     def _fold_trace(cls, data: Any) -> Any:
@@ -648,7 +683,8 @@ class Load(Strict):
 class Repeat(Strict):
     """Run the whole scenario several times, each run from a fresh managed server, interleaved across targets."""
 
-    runs: int = Field(1, ge=1, le=100, description="how many times to run the scenario (3 or 5 for a CI gate); each "
+    runs: int = Field(1, examples=[5],
+                      ge=1, le=100, description="how many times to run the scenario (3 or 5 for a CI gate); each "
                                                    "run's records are kept, and the verdict is on the runs together")
     pause: Duration = Field(0.0, description="wait this long between two runs (e.g. 5s: let the machine settle)")
     judge: Literal["median", "upper"] = Field(
@@ -683,7 +719,8 @@ class _GoodputBase(Strict):
     registry below); one registered after this module loaded (a test's) is accepted too, its bound kept in
     ``later``."""
 
-    scope: Optional[str] = Field(None, description="a phase, a target or target/phase; none: every request")
+    scope: Optional[str] = Field(None, examples=["naive/burst"],
+                                 description="a phase, a target or target/phase; none: every request")
     later: SkipJsonSchema[dict[str, float]] = Field(default_factory=dict, exclude=True, repr=False)
 
     @model_validator(mode="before")
@@ -716,7 +753,7 @@ class _GoodputBase(Strict):
 
 GoodputObjectives = create_model(
     "GoodputObjectives", __base__=_GoodputBase, __module__=__name__, __doc__=_GoodputBase.__doc__,
-    **{m: (Optional[Duration], Field(None, description=metric_registry.metric(m).goodput_doc))
+    **{m: (Optional[Duration], Field(None, examples=["500ms"], description=metric_registry.metric(m).goodput_doc))
        for m in metric_registry.goodput_metrics()})
 
 
@@ -738,17 +775,19 @@ def _scope_problem(tgt: str | None, name: str | None, scope: str | None, targets
 class Scenario(Strict):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
     name: Annotated[str, AfterValidator(_plain_name)] = Field(description="short name; used in the RunDir's name")
-    description: str = ""
-    target: Optional[Target] = None
-    targets: Optional[list[Target]] = None
-    workload: Workload = Field(default_factory=Workload)
-    load: Load
+    description: str = Field("", description="what the scenario answers, in a sentence (reports show it)")
+    target: Optional[Target] = Field(None, description="the target measured (exactly one of target or targets)")
+    targets: Optional[list[Target]] = Field(None, description="several named targets, measured alike and compared "
+                                                              "side by side")
+    workload: Workload = Field(default_factory=Workload, description="what each request asks for")
+    load: Load = Field(description="when requests are sent: phases, a sweep or a trace")
     slo: list[SloLine] = Field(default_factory=list)
     goodput: Annotated[Optional[list[GoodputObjectives]], BeforeValidator(_goodput_list)] = Field(
         None, description="per-request objectives that make a request 'good', e.g. {ttft: 200ms, tpot: 50ms, "
                           "latency: 2s}; or a list of them, each with an optional scope. Without it no goodput "
                           "is computed")
-    repeat: Repeat = Field(default_factory=Repeat, description="repeated runs: between-run intervals and verdicts")
+    repeat: Repeat = Field(examples=[{"runs": 3, "pause": "5s"}],
+                           default_factory=Repeat, description="repeated runs: between-run intervals and verdicts")
 
     @model_validator(mode="after")
     def _one_repetition_model(self):

@@ -1,6 +1,6 @@
 """The metric registry is the one place a metric is declared: a metric added there (a test-only entry) is
 accepted by the SLO grammar and the goodput: block, computed by summarize, listed in metrics.json, given a row
-in the report, served by ``latbench watch`` and listed in the README's table, with no other edit."""
+in the report, served by ``latbench watch`` and listed in the docs' metric table, with no other edit."""
 
 from __future__ import annotations
 
@@ -46,11 +46,11 @@ def _records() -> pa.Table:
     return pa.Table.from_batches([buf.drain()])
 
 
-def test_the_readme_metric_table_is_the_registry_s():
-    text = (ROOT / "README.md").read_text()
+def test_the_docs_metric_table_is_the_registry_s():
+    text = (ROOT / "docs" / "reference" / "metrics.md").read_text()
     m = re.search(r"<!-- the metric table: .*? -->\n(.*?)<!-- end of the metric table -->", text, re.S)
-    assert m, "README.md has no metric table markers"
-    assert m.group(1) == doc_table(), "README.md's metric table is stale: paste loadgen.metric_registry.doc_table()"
+    assert m, "docs/reference/metrics.md has no metric table markers"
+    assert m.group(1) == doc_table(), "docs/reference/metrics.md is stale: run latbench docs --generate docs/reference"
 
 
 def test_an_slo_accepts_a_registered_metric_and_not_an_unregistered_one(sent):
