@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 TEMPLATES = Path(__file__).parent / "templates"
 
 
+@cache  # one environment: its compiled templates are kept between renders
 def environment():
     import jinja2
 

@@ -104,6 +104,8 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_
             display.attach(control)
 
     install_signal_handlers(lambda: current.get("engine"), display.say)
+    if not no_report:  # before the load, not after it: a run stopped early still reports at once
+        reports.preload()
     try:
         result = run_scenario(loaded, out=out, target_url=target_url, on_engine=on_engine, fail_fast=fail_fast,
                               baseline=baseline, max_regression=allowance, opts=opts, capacity=capacity,
