@@ -165,7 +165,8 @@ def cold_start_headline(cs: dict) -> dict:
         if get(cs, f"{o}/model_load_s/n"):
             s += ["; model load ", *_spread(cs, COLD, f"{o}/model_load_s")]
         sentences.append(s + ["."])
-    notes = list(dict.fromkeys(cold_note(cs, group) for group in cs))  # the same words once
+    checks = [cold_note(cs, group) for group in cs]
+    notes = [*dict.fromkeys(m for m, _ in checks if m), *(t for _, t in checks)]  # the method once, then each group
     notes.append("Medians over the starts, range in brackets (with five starts the range is a 94% interval of the "
                  "median). Steady: the median latency of a start's second half of requests (sent one at a time); "
                  "the penalty is the first request's latency minus it. Model load: the server's own gauge.")
@@ -173,8 +174,9 @@ def cold_start_headline(cs: dict) -> dict:
             "sentences": sentences, "notes": notes, "list": True}
 
 
-def cold_note(cs: dict, group: str) -> str:
-    """Which starts of ``group`` were cold, and how latbench knows (from the per-start page-cache checks)."""
+def cold_note(cs: dict, group: str) -> tuple[str | None, str]:
+    """(how latbench knows a start was cold, which starts of ``group`` were), from the per-start page-cache
+    checks: the first is the same for every group (said once), the second names the group."""
     g = cs[group]
     rows = g.get("per_start") or []
     w = g.get("weights") or {}
@@ -184,29 +186,28 @@ def cold_note(cs: dict, group: str) -> str:
     unknown = [r for r in rows if r.get("cold") is None]
     if not w:
         reason = next(((r.get("page_cache") or {}).get("reason") for r in rows if r.get("page_cache")), None)
-        return (f"{group}: whether its starts were cold is unknown: latbench knows no weights file of this target "
-                f"({reason or 'not the bundled reference server'}), so it could not drop one from the page cache.")
+        return None, (f"{group}: whether its starts were cold is unknown: latbench knows no weights file of this "
+                      f"target ({reason or 'not the bundled reference server'}), so it could not drop one from the "
+                      "page cache.")
     limit = (g.get("rules") or {}).get("cold_resident_max", 0.01)
+    method = ("How latbench knows a start was cold: before each start it dropped the weights file from the OS page "
+              "cache (posix_fadvise DONTNEED) and checked with mincore how much of it was still cached (cold: at "
+              f"most {limit:.0%}).")
     cached = [(r.get("page_cache") or {}).get("resident_after") for r in rows]
     cached = [c for c in cached if c is not None]
-    text = ("How latbench knows a start was cold: before each start it dropped the "
-            f"{fmt.mb(w.get('bytes'))} weights file from the OS page cache (posix_fadvise DONTNEED) and checked with "
-            f"mincore how much of it was still cached (cold: at most {limit:.0%}"
-            + (f"; found: {fmt.share(max(cached))} at most" if cached else "") + ").")
-    if len(cold) < len(rows):
-        text = f"{group}: {len(cold)} of {len(rows)} starts were cold. " + text
+    text = (f"{group}: {len(cold)} of {len(rows)} starts were cold ({fmt.mb(w.get('bytes'))} weights file"
+            + (f"; at most {fmt.share(max(cached))} of it still cached" if cached else "") + ").")
     for r in warm:
         res = (r.get("page_cache") or {}).get("resident_after")
-        text += f" {group} start {r['start']} was not cold: {fmt.share(res)} of the file was still cached."
+        text += f" Start {r['start']} was not cold: {fmt.share(res)} of the file was still cached."
     if unknown:
-        text += (f" {group} starts {', '.join(str(r['start']) for r in unknown)}: unknown (the platform could not "
-                 "tell).")
+        text += f" Starts {', '.join(str(r['start']) for r in unknown)}: unknown (the platform could not tell)."
     if prepared.get("generated_s") is not None:
         text += (" The weights were generated once before the first start "
                  f"({fmt.seconds(prepared['generated_s'])}, no part of any start).")
     elif prepared.get("path"):
         text += " The weights file existed before the first start (generation is no part of any start)."
-    return text
+    return method, text
 
 
 # -- burst -----------------------------------------------------------------------------------------

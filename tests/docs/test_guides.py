@@ -181,11 +181,18 @@ def test_quoted_outputs_are_current(workspace):
                                            "latbench check scenarios/steady.yaml --target http://127.0.0.1:9/v1")
 
 
+def _shortened(data: dict) -> dict:
+    """The page's scenario with each phase cut to 2 s: the same requests, a fraction of the suite's time."""
+    for phase in (data.get("load") or {}).get("phases") or []:
+        phase["duration"] = "2s"
+    return data
+
+
 def test_anthropic_and_responses_reasoning(api_server, workspace):
     """The page's scenario against the test server it names: 5 reasoning tokens 10 ms apart put ttfat ~50 ms
     after ttft on both APIs, every request succeeds, and the keys stay references in the RunDir."""
     srv = api_server(ttft=0.08, gap=0.01, tokens=20, thinking=5)
-    data = dict(_scenarios())["anthropic-responses:anthropic"]
+    data = _shortened(dict(_scenarios())["anthropic-responses:anthropic"])
     text = yaml.safe_dump(data, sort_keys=False).replace("PORT", str(srv.port))
     (workspace / "anthropic.yaml").write_text(text, encoding="utf-8")
     out = _latbench("run", "anthropic.yaml", "--quiet", "--no-report", "--out", "runs", cwd=workspace,
@@ -204,7 +211,7 @@ def test_anthropic_and_responses_reasoning(api_server, workspace):
 
 def test_own_dataset_counted_by_the_server(workspace):
     """The datasets page's prompts.jsonl and my-dataset.yaml, as the page runs them."""
-    data = dict(_scenarios())["datasets-tokenizers:my-dataset"]
+    data = _shortened(dict(_scenarios())["datasets-tokenizers:my-dataset"])
     (workspace / "my-dataset.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     out = _latbench("run", "my-dataset.yaml", "--quiet", "--no-report", "--out", "runs", cwd=workspace)
     assert out.returncode in (0, 3), out.stdout + out.stderr
