@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from loadgen.protocols.base import ResponseHandler
+from loadgen.protocols.media import messages_with_images
 from loadgen.protocols.shared import EventStreamHandler, JsonApiProtocol, JsonBodyHandler, as_int, output_from_usage
 from loadgen.records.schema import Outcome
 from loadgen.scenario.prompts import Prompt
@@ -83,6 +84,8 @@ class AnthropicProtocol(JsonApiProtocol):
         body: dict = {"model": self.model} if self.model is not None else {}
         body["max_tokens"] = prompt.max_tokens
         messages = prompt.messages if prompt.messages is not None else [{"role": "user", "content": prompt.text}]
+        if prompt.images:
+            messages = messages_with_images(prompt, self.name)
         system = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"]
         if system:
             body["system"] = "\n".join(str(s) for s in system)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.media import counts_of, messages_with_images
 from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.shared import base_url_of, dumps, path_of, target_headers
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
@@ -334,6 +335,7 @@ class OpenAIProtocol(ApiProtocol):
         # output is counted with the tokenizer when the server sends no usage (not with /tokenize: see tokenizer.py)
         self.counter = tokenizer.count if tokenizer is not None and tokenizer.counts_output else None
         self.keep_answer = workload.conversations is not None  # each turn resends the answers before it
+        self.image_detail = workload.images.detail if workload.images is not None else None
 
     def _body(self, prompt: Prompt) -> dict:
         body = dict(self.fixed)
@@ -360,7 +362,8 @@ class OpenAIProtocol(ApiProtocol):
         raise NotImplementedError
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        counts = PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by)
+        counts = (PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by) if not prompt.images
+                  else counts_of(prompt))
         return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream,
                        counts)
 
@@ -372,8 +375,11 @@ class ChatProtocol(OpenAIProtocol):
     endpoint = "/chat/completions"
 
     def _input(self, body: dict, prompt: Prompt) -> None:
-        body["messages"] = (prompt.messages if prompt.messages is not None
-                            else [{"role": "user", "content": prompt.text}])
+        if prompt.images:
+            body["messages"] = messages_with_images(prompt, self.name, self.image_detail)
+        else:
+            body["messages"] = (prompt.messages if prompt.messages is not None
+                                else [{"role": "user", "content": prompt.text}])
 
     def handler(self) -> ResponseHandler:
         if self.stream:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from loadgen.protocols.base import ResponseHandler
+from loadgen.protocols.media import messages_with_images
 from loadgen.protocols.shared import EventStreamHandler, JsonApiProtocol, JsonBodyHandler, as_int, output_from_usage
 from loadgen.records.schema import Outcome
 from loadgen.scenario.prompts import Prompt
@@ -78,7 +79,10 @@ class ResponsesProtocol(JsonApiProtocol):
 
     def _body(self, prompt: Prompt) -> dict:
         body: dict = {"model": self.model} if self.model is not None else {}
-        body["input"] = prompt.messages if prompt.messages is not None else prompt.text
+        if prompt.images:
+            body["input"] = messages_with_images(prompt, self.name, self.image_detail)
+        else:
+            body["input"] = prompt.messages if prompt.messages is not None else prompt.text
         body["max_output_tokens"] = prompt.max_tokens
         body["stream"] = self.stream
         return body

@@ -23,6 +23,7 @@ import json
 from urllib.parse import urlsplit
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.media import counts_of
 from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome
@@ -75,12 +76,15 @@ class JsonApiProtocol(ApiProtocol):
                                       target)
         self.model = model
         self.target = target
+        self.image_detail = workload.images.detail if workload.images is not None else None
 
     def _body(self, prompt: Prompt) -> dict:
         raise NotImplementedError
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream)
+        counts = counts_of(prompt, counted=False) if prompt.images else None
+        return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream,
+                       counts)
 
 
 # --- handlers ------------------------------------------------------------------------------------

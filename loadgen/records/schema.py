@@ -175,11 +175,15 @@ _STRING_COLUMNS = {"error": _ERROR_NAMES, "prompt_tokens_source": _SOURCE_NAMES,
 
 @dataclass(frozen=True, slots=True)
 class PromptCounts:
-    """A prompt's length as latbench counted it; the same object for every request that sends the prompt."""
+    """A prompt's length as latbench counted it, and the media it carries; the same object for every request that
+    sends the prompt."""
 
     input_tokens: int = -1  # the content, without chat template or special tokens
     added_tokens: int = -1  # what the server adds as latbench's tokenizer counts it; -1 unknown
     source: str = ""  # "tokenizer" or "approximation"
+    images: int = 0  # images the request sends (workload.images)
+    image_pixels: int = 0  # their pixels, width x height summed; -1 unknown (an image given as a URL)
+    image_bytes: int = 0  # their bytes as files (before base64); -1 unknown (a URL)
 
     @property
     def prompt_tokens(self) -> int:

@@ -25,7 +25,9 @@ from pydantic.json_schema import SkipJsonSchema
 
 from loadgen import metric_registry
 from loadgen.redact import has_control
+from loadgen.scenario.media_model import Images
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
+from loadgen.scenario.strict import Strict
 from loadgen.scenario.urls import url_problem
 from loadgen.units import parse_duration, parse_rate
 
@@ -73,11 +75,6 @@ def _scope_name(v: str) -> str:
     if ":" in v:
         raise ValueError("a name may not hold ':' (it separates an SLO's scope from its objective)")
     return _plain_name(v)
-
-
-class Strict(BaseModel):
-    # NaN and infinity are never a meaningful rate, size or time (and NaN slips through every `ge=` bound)
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class ReferenceTarget(Strict):
@@ -410,6 +407,7 @@ def as_dataset(value: "str | Dataset") -> Dataset:
 
 
 CONVERSATION_APIS = ("openai-chat", "openai-completions")
+IMAGE_APIS = ("openai-chat", "anthropic-messages", "openai-responses")  # the APIs that take images
 MAX_TURNS = 1000  # user turns of one session at most (a record's seq leaves room for this many, see records/schema)
 
 
@@ -469,6 +467,9 @@ class Workload(Strict):
     prefix: Optional[Prefix] = Field(None, description="shared system prompts, e.g. {tokens: 512, groups: 8}: "
                                                        "each request opens with one of `groups` prefixes of "
                                                        "`tokens` tokens, then its own prompt")
+    images: Optional[Images] = Field(None, examples=[{"count": 1, "sizes": ["256x256", "512x512"]}],
+                                     description="images sent with each request (openai-chat, anthropic-messages, "
+                                                 "openai-responses): synthetic, a folder, a JSON-lines file or URLs")
 
     @model_validator(mode="after")
     def _prefix_groups_used(self):
@@ -820,6 +821,20 @@ class Scenario(Strict):
                 raise ValueError("targets: every target needs a name")
             if len(set(names)) != len(names):
                 raise ValueError("targets: names must be unique")
+        return self
+
+    @model_validator(mode="after")
+    def _image_apis(self):
+        if self.workload.images is not None:
+            for t in self.target_list():
+                if t.api not in IMAGE_APIS:
+                    raise ValueError(f"workload.images: target {t.name!r} speaks {t.api}; images need one of "
+                                     f"{', '.join(IMAGE_APIS)}")
+            if self.workload.conversations is not None:
+                raise ValueError("workload.images: not with conversations (each turn would resend them; give "
+                                 "images in a dataset's messages instead)")
+            if self.load.trace is not None:
+                raise ValueError("workload.images: not with a trace replay (a trace gives its requests' text only)")
         return self
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..models.tokenizer import encode, render_chat
+from .media import IMAGE_MARK, ImageInput, MediaError, read_image_part, splice
 
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -44,6 +45,13 @@ class ParsedRequest:
     include_usage: bool
     canonical: dict = field(default_factory=dict)
     messages: list[dict] | None = None  # chat: the normalized messages (string contents), for counting
+    images: list = field(default_factory=list)  # chat: the ImageInputs of its image parts, in order
+    image_spans: list = field(default_factory=list)  # each image's (start, length) in prompt_ids
+
+    @property
+    def image_tokens(self) -> int:
+        """Prompt tokens its images take."""
+        return sum(n for _, n in self.image_spans)
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -92,21 +100,32 @@ def parse_json(raw: bytes) -> dict:
     return body
 
 
-def _chat_content(content, i: int) -> str:
+def _chat_content(content, i: int, images: list | None, patch: tuple[int, int]) -> str:
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+        return content.replace(IMAGE_MARK, "\ufffd") if images is not None else content
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, {"type": "image_url", ...}, ...]
         parts = []
-        for part in content:
-            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-                raise _bad(f"messages[{i}].content parts must be text parts", f"messages[{i}].content")
-            parts.append(part["text"])
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"].replace(IMAGE_MARK, "\ufffd") if images is not None else part["text"])
+            elif kind == "image_url" and images is not None:
+                try:
+                    images.append(read_image_part(part, f"messages[{i}].content[{j}]", *patch))
+                except MediaError as exc:
+                    raise _bad(str(exc), exc.param) from None
+                parts.append(IMAGE_MARK)
+            else:
+                what = "text or image_url parts" if images is not None else "text parts"
+                raise _bad(f"messages[{i}].content parts must be {what}", f"messages[{i}].content")
         return "".join(parts)
-    raise _bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+    raise _bad(f"messages[{i}].content must be a string or a list of content parts", f"messages[{i}].content")
 
 
-def parse_messages(body: dict) -> list[dict]:
-    """The ``messages`` of a chat body, each with a role and string content; ApiError naming the bad field."""
+def parse_messages(body: dict, images: list | None = None, patch: tuple[int, int] = (16, 2)) -> list[dict]:
+    """The ``messages`` of a chat body, each with a role and string content; ApiError naming the bad field. With
+    ``images`` (a list), image parts are read into it and marked in the content (:data:`media.IMAGE_MARK`);
+    ``patch`` is (patch size, merge): what an image's tokens are counted by."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list", "messages")
@@ -116,14 +135,19 @@ def parse_messages(body: dict) -> list[dict]:
             raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
         if m.get("role") not in CHAT_ROLES:
             raise _bad(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}", f"messages[{i}].role")
-        normal.append({"role": m["role"], "content": _chat_content(m.get("content"), i)})
+        normal.append({"role": m["role"], "content": _chat_content(m.get("content"), i, images, patch)})
     return normal
 
 
-def _prompt(body: dict, kind: str) -> tuple[list[int], object]:
+def _prompt(body: dict, kind: str, patch: tuple[int, int]) -> tuple[list[int], object, list, list]:
+    """(prompt ids, the canonical prompt, images, each image's (start, length) in the ids)."""
     if kind == "chat":
-        normal = parse_messages(body)
-        return encode(render_chat(normal)), normal
+        images: list[ImageInput] = []
+        normal = parse_messages(body, images, patch)
+        if images:
+            ids, spans = splice(render_chat(normal), images)
+            return ids, normal, images, spans
+        return encode(render_chat(normal)), normal, [], []
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -136,19 +160,20 @@ def _prompt(body: dict, kind: str) -> tuple[list[int], object]:
         raise _bad("'prompt' must be a string, a one-string list, or a list of token ids in [0, 255]", "prompt")
     if not ids:
         raise _bad("'prompt' must not be empty", "prompt")
-    return ids, ids
+    return ids, ids, [], []
 
 
 def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: int,
-                  default_max_tokens: int) -> ParsedRequest:
-    """Validate a chat (``kind="chat"``) or completions body; raise ApiError naming the bad field."""
+                  default_max_tokens: int, image_patch: tuple[int, int] = (16, 2)) -> ParsedRequest:
+    """Validate a chat (``kind="chat"``) or completions body; raise ApiError naming the bad field. An image part
+    of a chat message takes ``patches_of(width, height, *image_patch)`` prompt tokens (patch size, merge)."""
     model = body.get("model")
     if not isinstance(model, str):
         raise _bad("'model' is required and must be a string", "model")
     if model != served_model:
         raise ApiError(404, f"The model `{model}` does not exist; this server serves `{served_model}`",
                        param="model", code="model_not_found")
-    prompt_ids, canonical_prompt = _prompt(body, kind)
+    prompt_ids, canonical_prompt, images, spans = _prompt(body, kind, image_patch)
     max_tokens = _int(body, "max_tokens")
     if kind == "chat" and body.get("max_completion_tokens") is not None:
         max_tokens = _int(body, "max_completion_tokens")
@@ -188,8 +213,11 @@ def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: in
     _int(body, "min_tokens", 0)
     canonical = {"prompt": canonical_prompt, "max_tokens": max_tokens, "temperature": temperature,
                  "top_p": top_p, "seed": seed, "stop": stop}
+    if images:
+        canonical["images"] = [i.sha256 for i in images]
     return ParsedRequest(kind, model, prompt_ids, max_tokens, temperature, top_p, seed, stop,
-                         stream, include_usage, canonical, canonical_prompt if kind == "chat" else None)
+                         stream, include_usage, canonical, canonical_prompt if kind == "chat" else None,
+                         images, spans)
 
 
 # ---- responses -----------------------------------------------------------------------------------

@@ -98,7 +98,8 @@ async def handle_generation(state: ServerState, request: web.Request, kind: str)
     arrival = time.perf_counter()
     cfg = state.config
     req = parse_request(parse_json(await request.read()), kind, served_model=state.served_model,
-                        max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens)
+                        max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens,
+                        image_patch=(cfg.image_patch_size, cfg.image_merge))
     g = await begin(state, req, arrival)
     try:
         if req.stream:

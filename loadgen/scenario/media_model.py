@@ -1,0 +1,146 @@
+"""What a scenario may say about the media and options of a request beyond its text: ``workload.images``.
+
+Validated at the edge like every scenario field (a width of 0 or 10^6 is an error at its line); the files an
+image source names are read and checked before anything is sent (:func:`loadgen.scenario.images.check_images`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from loadgen.scenario.strict import Strict
+
+__all__ = ["MAX_IMAGES", "MAX_IMAGE_SIDE", "ImageCount", "ImageSide", "Images"]
+
+#: Pixels a side at most: an 8192 x 8192 RGB image is 200 MB in memory while it is made (larger than any vision
+#: model's input; servers resize far below it).
+MAX_IMAGE_SIDE = 8192
+MAX_IMAGES = 64  # images one request carries at most
+MAX_DISTINCT_IMAGES = 10_000  # synthetic images made up front at most
+
+
+class ImageSide(Strict):
+    """A side in pixels drawn per image: Normal(mean, stddev), rounded, clipped to [min, max]."""
+
+    mean: float = Field(gt=0, le=MAX_IMAGE_SIDE, description="the mean side in pixels")
+    stddev: float = Field(0.0, ge=0, le=MAX_IMAGE_SIDE, description="its standard deviation (0: every side the mean)")
+    min: int = Field(1, examples=[64], ge=1, le=MAX_IMAGE_SIDE, description="the smallest side drawn")
+    max: Optional[int] = Field(None, examples=[1024], ge=1, le=MAX_IMAGE_SIDE,
+                               description="the largest side drawn (unset: 8192)")
+
+
+class ImageCount(Strict):
+    """Images per request, drawn per prompt: Normal(mean, stddev), rounded, clipped to [min, max]."""
+
+    mean: float = Field(ge=0, le=MAX_IMAGES, description="the mean number of images a request")
+    stddev: float = Field(0.0, ge=0, le=MAX_IMAGES, description="its standard deviation")
+    min: int = Field(0, examples=[1], ge=0, le=MAX_IMAGES, description="the fewest images a request")
+    max: Optional[int] = Field(None, examples=[4], ge=0, le=MAX_IMAGES, description="the most (unset: 64)")
+
+
+def _number(lo: int, hi: int, what: str):
+    """A plain number is the mean of a distribution without spread; one out of [lo, hi] is refused as it is
+    written (not as the ``mean`` it would become)."""
+    def before(v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if not lo <= v <= hi:
+                raise ValueError(f"expected {what} from {lo} to {hi}, got {v!r}")
+            return {"mean": v}
+        return v
+    return before
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+
+
+def _size(v: Any) -> tuple[int, int]:
+    """'512x384' (width x height), or [512, 384]."""
+    if isinstance(v, str) and (m := _SIZE.match(v)):
+        w, h = int(m.group(1)), int(m.group(2))
+    elif (isinstance(v, (list, tuple)) and len(v) == 2
+          and all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+        w, h = v
+    else:
+        raise ValueError(f"expected a size as 'WIDTHxHEIGHT' (e.g. '512x512') or [width, height], got {v!r}")
+    if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
+        raise ValueError(f"expected each side from 1 to {MAX_IMAGE_SIDE} pixels, got {w}x{h}")
+    return w, h
+
+
+ImageSize = Annotated[tuple[int, int], BeforeValidator(_size)]
+
+
+class Images(Strict):
+    """Images sent with each chat request, as OpenAI ``image_url`` content parts after the prompt's text: synthetic
+    ones made with the seed (Pillow), a folder of image files, a JSON-lines file naming a request's images, or
+    plain http(s) URLs passed through as they are (the server fetches them; latbench never does). A file's image
+    goes as a base64 ``data:`` URL. Each record keeps the images, pixels and bytes its request sent."""
+
+    count: Annotated[ImageCount, BeforeValidator(_number(0, MAX_IMAGES, "a number of images"))] = Field(
+        default_factory=lambda: ImageCount(mean=1), examples=[{"mean": 2, "min": 1, "max": 4}],
+        description="images a request: a number, or {mean, stddev, min, max} drawn per prompt (not with file: "
+                    "each of its lines is a request's images)")
+    width: Annotated[ImageSide, BeforeValidator(_number(1, MAX_IMAGE_SIDE, "a width in pixels"))] = Field(
+        default_factory=lambda: ImageSide(mean=512), examples=[{"mean": 512, "stddev": 128, "min": 64}],
+        description="synthetic images: width in pixels, a number or {mean, stddev, min, max} (1 to 8192)")
+    height: Annotated[ImageSide, BeforeValidator(_number(1, MAX_IMAGE_SIDE, "a height in pixels"))] = Field(
+        default_factory=lambda: ImageSide(mean=512), examples=[384],
+        description="synthetic images: height in pixels, a number or {mean, stddev, min, max} (1 to 8192)")
+    sizes: Optional[list[ImageSize]] = Field(
+        None, examples=[["256x256", "512x512"]], min_length=1, max_length=64,
+        description="synthetic images: sizes as 'WIDTHxHEIGHT', each image one of them in turn (image i has "
+                    "size i % len), instead of width and height")
+    format: Literal["jpeg", "png"] = Field("jpeg", description="synthetic images: the file format sent")
+    quality: int = Field(85, ge=1, le=100, description="synthetic JPEG images: the encoder's quality (1-100), "
+                                                       "which sets the bytes an image takes")
+    distinct: int = Field(16, ge=1, le=MAX_DISTINCT_IMAGES,
+                          description="synthetic images: how many different images are made; requests cycle "
+                                      "through them (a repeated image is what an image cache serves)")
+    folder: Optional[str] = Field(None, examples=["images/"],
+                                  description="a folder of image files (relative to the scenario), in name order; "
+                                              "every file must be an image (hidden files are skipped)")
+    file: Optional[str] = Field(None, examples=["images.jsonl"],
+                                description="JSON lines, relative to the scenario, one request's images each: "
+                                            "{\"image\": PATH_OR_URL} or {\"images\": [...]} (paths relative "
+                                            "to the file)")
+    urls: Optional[list[str]] = Field(None, examples=[["https://example.com/cat.jpg"]], min_length=1,
+                                      description="http(s) URLs sent as they are, in turn (never fetched by "
+                                                  "latbench; their size is unknown to it)")
+    detail: Optional[Literal["auto", "low", "high"]] = Field(
+        None, description="OpenAI's image_url.detail (unset: not sent)")
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: list[str] | None) -> list[str] | None:
+        for u in v or []:
+            if not u.startswith(("http://", "https://")) or any(c in u for c in " \r\n\t"):
+                raise ValueError(f"expected http:// or https:// URLs without spaces, got {u!r:.80}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        given = [k for k in ("folder", "file", "urls") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"expected at most one image source (folder, file or urls), got {', '.join(given)}")
+        if self.sizes is not None and {"width", "height"} & self.model_fields_set:
+            raise ValueError("sizes: give either sizes or width and height")
+        if given and {"width", "height", "sizes", "format", "quality", "distinct"} & self.model_fields_set:
+            raise ValueError(f"width, height, sizes, format, quality and distinct describe synthetic images, not "
+                             f"those of {given[0]}")
+        if self.file is not None and "count" in self.model_fields_set:
+            raise ValueError("count: not with file (each of its lines is one request's images)")
+        for name in ("width", "height"):
+            side = getattr(self, name)
+            if side.max is not None and side.max < side.min:
+                raise ValueError(f"{name}: max ({side.max}) is below min ({side.min})")
+        if self.count.max is not None and self.count.max < self.count.min:
+            raise ValueError(f"count: max ({self.count.max}) is below min ({self.count.min})")
+        return self
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether latbench makes the images (no folder, file or urls given)."""
+        return self.folder is None and self.file is None and self.urls is None
