@@ -41,6 +41,9 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | turn            | int16         | the turn's index in its session (0 the first); -1 when not one        |
 | user            | int32         | closed loop: which of the phase's users (workers) sent it, numbered   |
 |                 |               | within the process in ``worker``; -1 open loop (and older files)      |
+| images          | int16         | images the request sent (workload.images); 0 none                     |
+| image_pixels    | int64         | their pixels (width x height, summed); -1 unknown (an image URL)      |
+| image_bytes     | int64         | their bytes as image files (before base64); -1 unknown (an image URL) |
 
 Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
 first minute of a stream), which keeps a 1000-token stream at 4 kB.
@@ -135,6 +138,9 @@ SCHEMA = pa.schema(
         ("session", pa.int64()),
         ("turn", pa.int16()),
         ("user", pa.int32()),
+        ("images", pa.int16()),
+        ("image_pixels", pa.int64()),
+        ("image_bytes", pa.int64()),
     ]
 )
 
@@ -159,6 +165,9 @@ _NUMPY_DTYPES = {
     "session": np.int64,
     "turn": np.int16,
     "user": np.int32,
+    "images": np.int16,
+    "image_pixels": np.int64,
+    "image_bytes": np.int64,
 }
 _ERROR_NAMES = ("",) + ERROR_CLASSES + (ABORTED,)
 _ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
@@ -228,7 +237,7 @@ class Outcome:
     answer: str | None = None  # the answer's text, kept only when asked (conversations resend it)
 
 
-_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 133 bytes a record
+_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 151 bytes a record
 _NO_COUNTS = PromptCounts()
 _OTHER = _ERROR_INDEX["other"]
 _ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer"}) - {"scheduled", "tls"}  # buffered as perf_counter values
@@ -324,7 +333,8 @@ class RecordBuffer:
                          out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
                          prompt, prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens,
                          _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
-                         out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user)
+                         out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user,
+                         counts.images, counts.image_pixels, counts.image_bytes)
         self._tok_offsets[i + 1] = self._tok_n
         self.n = i + 1
 
@@ -557,9 +567,9 @@ def _with_token_sources(table: pa.Table) -> pa.Table:
 
 
 def _with_chunk_columns(table: pa.Table) -> pa.Table:
-    """Records written before first_answer, reasoning_tokens, chunk_tokens, session, turn and user existed, with
-    them filled in (no answer time known, no reasoning seen, one token per chunk, no conversation, no closed-loop
-    user known); a current file as it is."""
+    """Records written before first_answer, reasoning_tokens, chunk_tokens, session, turn, user and the image
+    columns existed, with them filled in (no answer time known, no reasoning seen, one token per chunk, no
+    conversation, no closed-loop user known, no image sent); a current file as it is."""
     if all(name in table.column_names for name in SCHEMA.names):
         return table.select(SCHEMA.names).cast(SCHEMA)
     n = table.num_rows
@@ -575,6 +585,9 @@ def _with_chunk_columns(table: pa.Table) -> pa.Table:
         "session": pa.array(np.full(n, -1, np.int64), type=pa.int64()),
         "turn": pa.array(np.full(n, -1, np.int16), type=pa.int16()),
         "user": pa.array(np.full(n, -1, np.int32), type=pa.int32()),
+        "images": pa.array(np.zeros(n, np.int16), type=pa.int16()),
+        "image_pixels": pa.array(np.zeros(n, np.int64), type=pa.int64()),
+        "image_bytes": pa.array(np.zeros(n, np.int64), type=pa.int64()),
     }
     cols = [table.column(f.name) if f.name in table.column_names else filled[f.name] for f in SCHEMA]
     return pa.Table.from_arrays(cols, schema=SCHEMA)

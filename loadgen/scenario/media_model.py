@@ -25,8 +25,9 @@ MAX_DISTINCT_IMAGES = 10_000  # synthetic images made up front at most
 class ImageSide(Strict):
     """A side in pixels drawn per image: Normal(mean, stddev), rounded, clipped to [min, max]."""
 
-    mean: float = Field(gt=0, le=MAX_IMAGE_SIDE, description="the mean side in pixels")
-    stddev: float = Field(0.0, ge=0, le=MAX_IMAGE_SIDE, description="its standard deviation (0: every side the mean)")
+    mean: float = Field(examples=[512], gt=0, le=MAX_IMAGE_SIDE, description="the mean side in pixels")
+    stddev: float = Field(0.0, examples=[128], ge=0, le=MAX_IMAGE_SIDE,
+                          description="its standard deviation (0: every side the mean)")
     min: int = Field(1, examples=[64], ge=1, le=MAX_IMAGE_SIDE, description="the smallest side drawn")
     max: Optional[int] = Field(None, examples=[1024], ge=1, le=MAX_IMAGE_SIDE,
                                description="the largest side drawn (unset: 8192)")
@@ -35,8 +36,8 @@ class ImageSide(Strict):
 class ImageCount(Strict):
     """Images per request, drawn per prompt: Normal(mean, stddev), rounded, clipped to [min, max]."""
 
-    mean: float = Field(ge=0, le=MAX_IMAGES, description="the mean number of images a request")
-    stddev: float = Field(0.0, ge=0, le=MAX_IMAGES, description="its standard deviation")
+    mean: float = Field(examples=[2], ge=0, le=MAX_IMAGES, description="the mean number of images a request")
+    stddev: float = Field(0.0, examples=[1], ge=0, le=MAX_IMAGES, description="its standard deviation")
     min: int = Field(0, examples=[1], ge=0, le=MAX_IMAGES, description="the fewest images a request")
     max: Optional[int] = Field(None, examples=[4], ge=0, le=MAX_IMAGES, description="the most (unset: 64)")
 
@@ -94,9 +95,9 @@ class Images(Strict):
         description="synthetic images: sizes as 'WIDTHxHEIGHT', each image one of them in turn (image i has "
                     "size i % len), instead of width and height")
     format: Literal["jpeg", "png"] = Field("jpeg", description="synthetic images: the file format sent")
-    quality: int = Field(85, ge=1, le=100, description="synthetic JPEG images: the encoder's quality (1-100), "
+    quality: int = Field(85, examples=[60], ge=1, le=100, description="synthetic JPEG images: the encoder's quality (1-100), "
                                                        "which sets the bytes an image takes")
-    distinct: int = Field(16, ge=1, le=MAX_DISTINCT_IMAGES,
+    distinct: int = Field(16, examples=[64], ge=1, le=MAX_DISTINCT_IMAGES,
                           description="synthetic images: how many different images are made; requests cycle "
                                       "through them (a repeated image is what an image cache serves)")
     folder: Optional[str] = Field(None, examples=["images/"],

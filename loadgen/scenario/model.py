@@ -25,7 +25,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from loadgen import metric_registry
 from loadgen.redact import has_control
-from loadgen.scenario.media_model import Images
+from loadgen.scenario.media_model import ImageCount, Images, ImageSide  # noqa: F401 (the reference pages find models here)
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
 from loadgen.scenario.strict import Strict
 from loadgen.scenario.urls import url_problem
