@@ -95,8 +95,9 @@ class Images(Strict):
         description="synthetic images: sizes as 'WIDTHxHEIGHT', each image one of them in turn (image i has "
                     "size i % len), instead of width and height")
     format: Literal["jpeg", "png"] = Field("jpeg", description="synthetic images: the file format sent")
-    quality: int = Field(85, examples=[60], ge=1, le=100, description="synthetic JPEG images: the encoder's quality (1-100), "
-                                                       "which sets the bytes an image takes")
+    quality: int = Field(85, examples=[60], ge=1, le=100,
+                         description="synthetic JPEG images: the encoder's quality (1-100), which sets the bytes an "
+                                     "image takes")
     distinct: int = Field(16, examples=[64], ge=1, le=MAX_DISTINCT_IMAGES,
                           description="synthetic images: how many different images are made; requests cycle "
                                       "through them (a repeated image is what an image cache serves)")
