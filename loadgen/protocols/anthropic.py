@@ -15,7 +15,14 @@ import json
 
 from loadgen.protocols.base import ResponseHandler
 from loadgen.protocols.media import messages_with_images
-from loadgen.protocols.shared import EventStreamHandler, JsonApiProtocol, JsonBodyHandler, as_int, output_from_usage
+from loadgen.protocols.shared import (
+    EventStreamHandler,
+    JsonApiProtocol,
+    JsonBodyHandler,
+    as_int,
+    output_from_usage,
+    tool_call_token,
+)
 from loadgen.records.schema import Outcome
 from loadgen.scenario.prompts import Prompt
 
@@ -48,8 +55,13 @@ class AnthropicStream(EventStreamHandler):
                 self.token(out, now, True)
             elif dtype == "input_json_delta" and delta.get("partial_json"):
                 self.token(out, now, True)
+                tool_call_token(out, now, obj.get("index", 0), True)
             elif dtype == "thinking_delta" and delta.get("thinking"):
                 self.token(out, now, False)
+        elif kind == "content_block_start":
+            block = obj.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                tool_call_token(out, now, obj.get("index", 0), False)
         elif kind == "message_start":
             usage = (obj.get("message") or {}).get("usage")
             # message_start's output_tokens is a placeholder (message_delta says): its input counts only

@@ -51,10 +51,10 @@ def messages_with_images(prompt: Prompt, style: str, detail: str | None = None) 
     return messages
 
 
-def counts_of(prompt: Prompt, counted: bool = True) -> PromptCounts:
+def counts_of(prompt: Prompt, counted: bool = True, tools: int = 0) -> PromptCounts:
     """The prompt's counts as its request's record keeps them: tokens as latbench counted them (``counted``
-    False: not counted, -1), and the images, pixels and bytes it sends."""
+    False: not counted, -1), the images, pixels and bytes it sends, and the ``tools`` it offers."""
     n, pixels, nbytes = image_stats(prompt.images) if prompt.images else (0, 0, 0)
     if counted:
-        return PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by, n, pixels, nbytes)
-    return PromptCounts(images=n, image_pixels=pixels, image_bytes=nbytes)
+        return PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by, n, pixels, nbytes, tools)
+    return PromptCounts(images=n, image_pixels=pixels, image_bytes=nbytes, tools=tools)

@@ -14,7 +14,14 @@ import json
 
 from loadgen.protocols.base import ResponseHandler
 from loadgen.protocols.media import messages_with_images
-from loadgen.protocols.shared import EventStreamHandler, JsonApiProtocol, JsonBodyHandler, as_int, output_from_usage
+from loadgen.protocols.shared import (
+    EventStreamHandler,
+    JsonApiProtocol,
+    JsonBodyHandler,
+    as_int,
+    output_from_usage,
+    tool_call_token,
+)
 from loadgen.records.schema import Outcome
 from loadgen.scenario.prompts import Prompt
 
@@ -51,6 +58,12 @@ class ResponsesStream(EventStreamHandler):
         if kind in _ANSWER_DELTAS:
             if obj.get("delta"):
                 self.token(out, now, True)
+                if kind == "response.function_call_arguments.delta":
+                    tool_call_token(out, now, obj.get("output_index", 0), True)
+        elif kind == "response.output_item.added":
+            item = obj.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                tool_call_token(out, now, obj.get("output_index", 0), False)
         elif kind in _REASONING_DELTAS:
             if obj.get("delta"):
                 self.token(out, now, False)

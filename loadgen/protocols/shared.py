@@ -26,7 +26,8 @@ from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopRe
 from loadgen.protocols.media import counts_of
 from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
-from loadgen.records.schema import Outcome
+from loadgen.protocols.tools import tool_fields
+from loadgen.records.schema import Outcome, ToolCalls
 from loadgen.scenario.model import Target, Workload, is_client_header
 from loadgen.scenario.prompts import Prompt
 from loadgen.scenario.urls import join_url
@@ -77,14 +78,17 @@ class JsonApiProtocol(ApiProtocol):
         self.model = model
         self.target = target
         self.image_detail = workload.images.detail if workload.images is not None else None
+        self.tool_fields = tool_fields(workload.tools, self.name) if workload.tools is not None else {}
 
     def _body(self, prompt: Prompt) -> dict:
         raise NotImplementedError
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        counts = counts_of(prompt, counted=False) if prompt.images else None
-        return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream,
-                       counts)
+        tools = len(self.tool_fields.get("tools", ()))
+        counts = counts_of(prompt, counted=False, tools=tools) if prompt.images or tools else None
+        body = self._body(prompt)
+        body.update(self.tool_fields)
+        return Request("POST", self.url, self.path, self.headers, dumps(body).encode(), self.stream, counts)
 
 
 # --- handlers ------------------------------------------------------------------------------------
@@ -216,6 +220,19 @@ class JsonBodyHandler(ResponseHandler):
         """Read a body of the API's shape (a value too long to parse is a :class:`~loadgen.protocols.shape.Large`);
         return what else is wrong with it, or None."""
         raise NotImplementedError
+
+
+def tool_call_token(out: Outcome, now: float, index, arguments: bool) -> None:
+    """A stream event of tool call ``index``: its start (``arguments`` False) or a fragment of its arguments (a
+    token). The first sets the tool calls' first time."""
+    tc = out.tool_calls
+    if tc is None:
+        tc = out.tool_calls = ToolCalls(first=now, indices=set())
+    if index not in tc.indices:
+        tc.indices.add(index)
+        tc.count += 1
+    if arguments:
+        tc.tokens += 1
 
 
 def output_from_usage(out: Outcome, tokens: int) -> None:

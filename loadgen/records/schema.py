@@ -44,6 +44,11 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | images          | int16         | images the request sent (workload.images); 0 none                     |
 | image_pixels    | int64         | their pixels (width x height, summed); -1 unknown (an image URL)      |
 | image_bytes     | int64         | their bytes as image files (before base64); -1 unknown (an image URL) |
+| tools           | int16         | tool definitions the request offered (workload.tools); 0 none         |
+| tool_calls      | int16         | tool calls in the answer (streamed: distinct tool-call indices)       |
+| tool_call_tokens| int32         | tokens of the calls' arguments: one per streamed argument chunk, else |
+|                 |               | the arguments' text approximated (4 characters a token)               |
+| first_tool_call | float64       | the first tool-call chunk of a stream (NaN: none, or not streaming)   |
 
 Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
 first minute of a stream), which keeps a 1000-token stream at 4 kB.
@@ -141,6 +146,10 @@ SCHEMA = pa.schema(
         ("images", pa.int16()),
         ("image_pixels", pa.int64()),
         ("image_bytes", pa.int64()),
+        ("tools", pa.int16()),
+        ("tool_calls", pa.int16()),
+        ("tool_call_tokens", pa.int32()),
+        ("first_tool_call", pa.float64()),
     ]
 )
 
@@ -168,6 +177,10 @@ _NUMPY_DTYPES = {
     "images": np.int16,
     "image_pixels": np.int64,
     "image_bytes": np.int64,
+    "tools": np.int16,
+    "tool_calls": np.int16,
+    "tool_call_tokens": np.int32,
+    "first_tool_call": np.float64,
 }
 _ERROR_NAMES = ("",) + ERROR_CLASSES + (ABORTED,)
 _ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
@@ -193,11 +206,31 @@ class PromptCounts:
     images: int = 0  # images the request sends (workload.images)
     image_pixels: int = 0  # their pixels, width x height summed; -1 unknown (an image given as a URL)
     image_bytes: int = 0  # their bytes as files (before base64); -1 unknown (a URL)
+    tools: int = 0  # tool definitions the request offers (workload.tools)
 
     @property
     def prompt_tokens(self) -> int:
         """What the server should count: input plus added tokens (input alone when the added are unknown)."""
         return self.input_tokens + max(self.added_tokens, 0) if self.input_tokens >= 0 else -1
+
+
+@dataclass(slots=True)
+class ToolCalls:
+    """The tool calls of one answer, made by the protocol's handler at the first one (plain text answers have
+    none: no object, no work). ``first`` is absolute ``perf_counter`` like the Outcome's times; ``calls`` keeps
+    each call's (id, name, arguments) only when a conversation answers them."""
+
+    first: float = math.nan  # the first tool-call chunk (streams)
+    count: int = 0  # tool calls (distinct indices of a stream)
+    tokens: int = 0  # argument tokens: streamed argument chunks, else approximated from the arguments' text
+    calls: dict | None = None  # index -> [id, name, arguments], kept when a conversation answers them
+    indices: set | None = None  # the stream's tool-call indices seen so far
+
+    def row(self) -> tuple:
+        return self.count, self.tokens, self.first
+
+
+_NO_TOOL_CALLS = (0, 0, math.nan)
 
 
 @dataclass(slots=True)
@@ -235,12 +268,14 @@ class Outcome:
     turn: int = -1  # and its turn index (0 the first); -1 none
     user: int = -1  # closed loop: the user (worker) of the phase that sent it, within this process; -1 open loop
     answer: str | None = None  # the answer's text, kept only when asked (conversations resend it)
+    tool_calls: ToolCalls | None = None  # the answer's tool calls, when it made any
 
 
-_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 151 bytes a record
+_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 167 bytes a record
 _NO_COUNTS = PromptCounts()
 _OTHER = _ERROR_INDEX["other"]
-_ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer"}) - {"scheduled", "tls"}  # buffered as perf_counter values
+# buffered as perf_counter values
+_ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer", "first_tool_call"}) - {"scheduled", "tls"}
 
 
 def _fill_chunk_tokens(dest: np.ndarray, out: Outcome) -> int:
@@ -334,7 +369,8 @@ class RecordBuffer:
                          prompt, prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens,
                          _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
                          out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user,
-                         counts.images, counts.image_pixels, counts.image_bytes)
+                         counts.images, counts.image_pixels, counts.image_bytes, counts.tools,
+                         *(_NO_TOOL_CALLS if out.tool_calls is None else out.tool_calls.row()))
         self._tok_offsets[i + 1] = self._tok_n
         self.n = i + 1
 
@@ -568,8 +604,8 @@ def _with_token_sources(table: pa.Table) -> pa.Table:
 
 def _with_chunk_columns(table: pa.Table) -> pa.Table:
     """Records written before first_answer, reasoning_tokens, chunk_tokens, session, turn, user and the image
-    columns existed, with them filled in (no answer time known, no reasoning seen, one token per chunk, no
-    conversation, no closed-loop user known, no image sent); a current file as it is."""
+    and tool columns existed, with them filled in (no answer time known, no reasoning seen, one token per chunk,
+    no conversation, no closed-loop user known, no image or tool sent); a current file as it is."""
     if all(name in table.column_names for name in SCHEMA.names):
         return table.select(SCHEMA.names).cast(SCHEMA)
     n = table.num_rows
@@ -588,6 +624,10 @@ def _with_chunk_columns(table: pa.Table) -> pa.Table:
         "images": pa.array(np.zeros(n, np.int16), type=pa.int16()),
         "image_pixels": pa.array(np.zeros(n, np.int64), type=pa.int64()),
         "image_bytes": pa.array(np.zeros(n, np.int64), type=pa.int64()),
+        "tools": pa.array(np.zeros(n, np.int16), type=pa.int16()),
+        "tool_calls": pa.array(np.zeros(n, np.int16), type=pa.int16()),
+        "tool_call_tokens": pa.array(np.zeros(n, np.int32), type=pa.int32()),
+        "first_tool_call": pa.array(np.full(n, np.nan), type=pa.float64()),
     }
     cols = [table.column(f.name) if f.name in table.column_names else filled[f.name] for f in SCHEMA]
     return pa.Table.from_arrays(cols, schema=SCHEMA)

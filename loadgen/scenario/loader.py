@@ -111,7 +111,7 @@ def _path(loc: tuple) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif (part in ("float", "str", "int", "bool", "Ramp", "list[str]") or "[" in str(part)
-              or part.startswith("function")):
+              or part.startswith("function-")):
             continue
         else:  # a key from the file is quoted unless plain: a newline or escape in it must not break the line
             out += ("." if out else "") + (part if _PLAIN_KEY.match(part) else repr(part))

@@ -1,4 +1,4 @@
-"""What a scenario may say about the media and options of a request beyond its text: ``workload.images``.
+"""What a scenario may say about a request beyond its text: ``workload.images`` and ``workload.tools``.
 
 Validated at the edge like every scenario field (a width of 0 or 10^6 is an error at its line); the files an
 image source names are read and checked before anything is sent (:func:`loadgen.scenario.images.check_images`).
@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
+from loadgen.scenario.json_schema import schema_problem
 from loadgen.scenario.strict import Strict
 
-__all__ = ["MAX_IMAGES", "MAX_IMAGE_SIDE", "ImageCount", "ImageSide", "Images"]
+__all__ = ["MAX_IMAGES", "MAX_IMAGE_SIDE", "MAX_TOOLS", "ImageCount", "ImageSide", "Images", "ToolDefinition",
+           "ToolFunction", "ToolGeneration", "Tools", "ToolsField"]
 
 #: Pixels a side at most: an 8192 x 8192 RGB image is 200 MB in memory while it is made (larger than any vision
 #: model's input; servers resize far below it).
@@ -146,3 +148,100 @@ class Images(Strict):
     def synthetic(self) -> bool:
         """Whether latbench makes the images (no folder, file or urls given)."""
         return self.folder is None and self.file is None and self.urls is None
+
+
+MAX_TOOLS = 128  # tool definitions a request carries at most
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _json_schema(v: dict) -> dict:
+    problem = schema_problem(v)
+    if problem:
+        raise ValueError(f"not a JSON Schema: {problem}")
+    if v.get("type", "object") != "object":
+        raise ValueError(f"a tool's parameters are an object schema (type: object), got type {v.get('type')!r}")
+    return v
+
+
+class ToolFunction(Strict):
+    """The function a tool offers, as OpenAI's chat API describes it."""
+
+    name: str = Field(examples=["get_weather"], description="the function's name (letters, digits, _ and -, "
+                                                             "at most 64)")
+    description: str = Field("", examples=["Current weather of a city"], description="what it does, for the model")
+    parameters: Annotated[dict[str, Any], AfterValidator(_json_schema)] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        examples=[{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}],
+        description="its arguments as a JSON Schema of type object")
+    strict: Optional[bool] = Field(None, examples=[True], description="OpenAI's strict mode (unset: not sent)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _TOOL_NAME.match(v):
+            raise ValueError(f"expected 1-64 letters, digits, _ or -, got {v!r:.80}")
+        return v
+
+
+class ToolDefinition(Strict):
+    """One tool definition, as OpenAI's chat API takes it (latbench converts it for Responses and Anthropic)."""
+
+    type: Literal["function"] = Field("function", examples=["function"], description="the kind of tool (function)")
+    function: ToolFunction = Field(examples=[{"name": "get_weather", "parameters": {"type": "object"}}],
+                                   description="the function: name, description, parameters")
+
+
+class ToolGeneration(Strict):
+    """Tool definitions made by latbench (the same every run): ``count`` functions ``tool_0``..., each a JSON
+    definition of about ``tokens`` tokens (its description is what grows), with a string, an integer and an enum
+    parameter."""
+
+    count: int = Field(examples=[8], ge=1, le=MAX_TOOLS, description="how many tools")
+    tokens: int = Field(100, examples=[300], ge=16, le=10_000,
+                        description="each definition's length in tokens, approximately (4 characters a token)")
+
+
+def _tools(v: Any) -> Any:
+    return {"definitions": v} if isinstance(v, list) else v
+
+
+class Tools(Strict):
+    """Tools offered with each request (OpenAI ``tools`` and ``tool_choice``; converted for Responses and
+    Anthropic). Streamed tool-call deltas are parsed: the first one's time (``ttftc``), the calls and their
+    argument tokens are recorded per request. With conversations, a tool call is answered with a tool result
+    (``result`` or ``result_tokens`` of generated text) and the session continues."""
+
+    definitions: Optional[list[ToolDefinition]] = Field(
+        None, max_length=MAX_TOOLS,
+        examples=[[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]],
+        description="the tool definitions (a plain list under workload.tools means these)")
+    generate: Optional[ToolGeneration] = Field(None, examples=[{"count": 8, "tokens": 200}],
+                                               description="or: tool definitions made by latbench")
+    choice: str = Field("auto", examples=["required"],
+                        description="tool_choice: auto, none, required, or the name of one tool (always called)")
+    result: Optional[str] = Field(None, examples=['{"temperature": 21}'],
+                                  description="conversations: the content of every tool result (default: "
+                                              "result_tokens of generated text)")
+    result_tokens: int = Field(32, examples=[256], ge=1, le=100_000,
+                               description="conversations: a generated tool result's length in tokens "
+                                           "(approximately, 4 characters a token)")
+    max_rounds: int = Field(4, ge=0, le=32, examples=[2],
+                            description="conversations: tool calls answered in a row within one user turn at "
+                                        "most; past it the session ends (0: tool calls are not answered)")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.definitions is None) == (self.generate is None):
+            raise ValueError("expected exactly one of definitions (a list of tools) or generate ({count, tokens})")
+        names = [d.function.name for d in self.definitions or []]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tool names must be unique: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        if self.choice not in ("auto", "none", "required"):
+            known = names or [f"tool_{i}" for i in range(self.generate.count)]
+            if self.choice not in known:
+                raise ValueError(f"choice: expected auto, none, required or a tool's name ({', '.join(known)}), "
+                                 f"got {self.choice!r}")
+        return self
+
+
+ToolsField = Annotated[Tools, BeforeValidator(_tools)]

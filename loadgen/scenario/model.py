@@ -25,7 +25,16 @@ from pydantic.json_schema import SkipJsonSchema
 
 from loadgen import metric_registry
 from loadgen.redact import has_control
-from loadgen.scenario.media_model import ImageCount, Images, ImageSide  # noqa: F401 (the reference pages find models here)
+from loadgen.scenario.media_model import (  # noqa: F401 (the reference pages find the models here)
+    ImageCount,
+    Images,
+    ImageSide,
+    ToolDefinition,
+    ToolFunction,
+    ToolGeneration,
+    Tools,
+    ToolsField,
+)
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
 from loadgen.scenario.strict import Strict
 from loadgen.scenario.urls import url_problem
@@ -467,6 +476,10 @@ class Workload(Strict):
     prefix: Optional[Prefix] = Field(None, description="shared system prompts, e.g. {tokens: 512, groups: 8}: "
                                                        "each request opens with one of `groups` prefixes of "
                                                        "`tokens` tokens, then its own prompt")
+    tools: Optional[ToolsField] = Field(
+        None, examples=[{"generate": {"count": 8, "tokens": 200}, "choice": "auto"}],
+        description="tools offered with each request (openai-chat, openai-responses, anthropic-messages): a list of "
+                    "definitions, or {definitions | generate, choice, result_tokens}")
     images: Optional[Images] = Field(None, examples=[{"count": 1, "sizes": ["256x256", "512x512"]}],
                                      description="images sent with each request (openai-chat, anthropic-messages, "
                                                  "openai-responses): synthetic, a folder, a JSON-lines file or URLs")
@@ -835,6 +848,18 @@ class Scenario(Strict):
                                  "images in a dataset's messages instead)")
             if self.load.trace is not None:
                 raise ValueError("workload.images: not with a trace replay (a trace gives its requests' text only)")
+        return self
+
+    @model_validator(mode="after")
+    def _tool_apis(self):
+        if self.workload.tools is not None:
+            for t in self.target_list():
+                if t.api not in IMAGE_APIS:
+                    raise ValueError(f"workload.tools: target {t.name!r} speaks {t.api}; tools need one of "
+                                     f"{', '.join(IMAGE_APIS)}")
+                if "tools" in t.extra_body or "tool_choice" in t.extra_body:
+                    raise ValueError(f"workload.tools: target {t.name!r} also sets tools in extra_body; give them "
+                                     "in one place")
         return self
 
     @model_validator(mode="after")

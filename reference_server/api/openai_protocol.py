@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..models.tokenizer import encode, render_chat
 from .media import IMAGE_MARK, ImageInput, MediaError, read_image_part, splice
+from .tools import ToolCall, ToolsError, parse_tools, plan_tool_call, tools_message
 
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -47,6 +48,7 @@ class ParsedRequest:
     messages: list[dict] | None = None  # chat: the normalized messages (string contents), for counting
     images: list = field(default_factory=list)  # chat: the ImageInputs of its image parts, in order
     image_spans: list = field(default_factory=list)  # each image's (start, length) in prompt_ids
+    tool_call: ToolCall | None = None  # the tool the answer calls (api.tools), None: it answers in text
 
     @property
     def image_tokens(self) -> int:
@@ -135,15 +137,21 @@ def parse_messages(body: dict, images: list | None = None, patch: tuple[int, int
             raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
         if m.get("role") not in CHAT_ROLES:
             raise _bad(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}", f"messages[{i}].role")
-        normal.append({"role": m["role"], "content": _chat_content(m.get("content"), i, images, patch)})
+        content = m.get("content")
+        if content is None and m["role"] == "assistant" and m.get("tool_calls"):  # a tool call, as its JSON
+            content = json.dumps(m["tool_calls"], separators=(",", ":"))
+        normal.append({"role": m["role"], "content": _chat_content(content, i, images, patch)})
     return normal
 
 
-def _prompt(body: dict, kind: str, patch: tuple[int, int]) -> tuple[list[int], object, list, list]:
-    """(prompt ids, the canonical prompt, images, each image's (start, length) in the ids)."""
+def _prompt(body: dict, kind: str, patch: tuple[int, int], tools: list[dict]) -> tuple[list[int], object, list, list]:
+    """(prompt ids, the canonical prompt, images, each image's (start, length) in the ids); ``tools`` (their
+    function definitions) open the rendered prompt."""
     if kind == "chat":
         images: list[ImageInput] = []
         normal = parse_messages(body, images, patch)
+        if tools:
+            normal = [tools_message(tools), *normal]
         if images:
             ids, spans = splice(render_chat(normal), images)
             return ids, normal, images, spans
@@ -173,7 +181,11 @@ def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: in
     if model != served_model:
         raise ApiError(404, f"The model `{model}` does not exist; this server serves `{served_model}`",
                        param="model", code="model_not_found")
-    prompt_ids, canonical_prompt, images, spans = _prompt(body, kind, image_patch)
+    try:
+        tools, tool_choice = parse_tools(body) if kind == "chat" else ([], None)
+    except ToolsError as exc:
+        raise _bad(str(exc), exc.param) from None
+    prompt_ids, canonical_prompt, images, spans = _prompt(body, kind, image_patch, tools)
     max_tokens = _int(body, "max_tokens")
     if kind == "chat" and body.get("max_completion_tokens") is not None:
         max_tokens = _int(body, "max_completion_tokens")
@@ -215,9 +227,12 @@ def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: in
                  "top_p": top_p, "seed": seed, "stop": stop}
     if images:
         canonical["images"] = [i.sha256 for i in images]
+    call = plan_tool_call(tools, tool_choice, canonical_prompt, len(prompt_ids)) if tools else None
+    if call is not None:
+        canonical["tool_call"] = call.name
     return ParsedRequest(kind, model, prompt_ids, max_tokens, temperature, top_p, seed, stop,
                          stream, include_usage, canonical, canonical_prompt if kind == "chat" else None,
-                         images, spans)
+                         images, spans, call)
 
 
 # ---- responses -----------------------------------------------------------------------------------
@@ -234,7 +249,14 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 def full_response(req: ParsedRequest, rid: str, text: str, finish_reason: str, prompt_tokens: int,
                   completion_tokens: int) -> dict:
     """The non-streaming response body."""
-    if req.kind == "chat":
+    if req.kind == "chat" and req.tool_call is not None:
+        call = req.tool_call
+        function = {"name": call.name, "arguments": call.prefix + json.dumps(text)[1:-1] + call.suffix}
+        message = {"role": "assistant", "content": None,
+                   "tool_calls": [{"id": "call_" + rid[-12:], "type": "function", "function": function}]}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}
+        obj = "chat.completion"
+    elif req.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                   "finish_reason": finish_reason}
         obj = "chat.completion"
@@ -263,6 +285,43 @@ def chunk(req: ParsedRequest, rid: str, created: int, text: str | None, *, first
     if req.include_usage:
         out["usage"] = None
     return out
+
+
+def tool_chunk(req: ParsedRequest, rid: str, created: int, arguments: str, *, first: bool = False,
+               finish_reason: str | None = None) -> dict:
+    """One streaming chunk of the answer's tool call: the first names it (with the role), each carries a fragment
+    of its arguments."""
+    call: dict = {"index": 0, "function": {"arguments": arguments}}
+    delta: dict = {"tool_calls": [call]}
+    if first:
+        delta["role"] = "assistant"
+        call.update(id="call_" + rid[-12:], type="function")
+        call["function"] = {"name": req.tool_call.name, "arguments": arguments}
+    out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": req.model,
+           "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+    if req.include_usage:
+        out["usage"] = None
+    return out
+
+
+class ToolChunks:
+    """The tool-call chunks of one stream: each generated token a fragment of the arguments (JSON-escaped), the
+    first one after the arguments' opening, then their closing in a chunk of its own."""
+
+    def __init__(self, req: ParsedRequest, rid: str, created: int):
+        self.req, self.rid, self.created = req, rid, created
+
+    def token(self, text: str, first: bool) -> bytes:
+        piece = json.dumps(text)[1:-1]
+        return sse(tool_chunk(self.req, self.rid, self.created, (self.req.tool_call.prefix if first else "") + piece,
+                              first=first))
+
+    def end(self, first: bool) -> bytes:
+        """The closing of the arguments (with the opening too when no token came), and the finish reason."""
+        call = self.req.tool_call
+        return (sse(tool_chunk(self.req, self.rid, self.created, (call.prefix if first else "") + call.suffix,
+                               first=first))
+                + sse(chunk(self.req, self.rid, self.created, None, finish_reason="tool_calls")))
 
 
 class ChunkTemplate:

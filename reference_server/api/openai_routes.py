@@ -15,6 +15,7 @@ from .openai_protocol import (
     ApiError,
     ChunkTemplate,
     ParsedRequest,
+    ToolChunks,
     chunk,
     full_response,
     new_id,
@@ -130,6 +131,7 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     rid, created = new_id(req.kind), int(time.time())
     template = ChunkTemplate(req, rid, created)
+    tools = ToolChunks(req, rid, created) if req.tool_call is not None else None
     pieces: list[str] = []
     out: list[bytes] = []
     prepared = False
@@ -144,11 +146,21 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
                         if out:
                             await resp.write(b"".join(out))
                         raise _Cut()
-                    out.append(template.encode(event[1]) if pieces
-                               else sse(chunk(req, rid, created, event[1], first=True)))
+                    if tools is not None:
+                        out.append(tools.token(event[1], not pieces))
+                    else:
+                        out.append(template.encode(event[1]) if pieces
+                                   else sse(chunk(req, rid, created, event[1], first=True)))
                     pieces.append(event[1])
                 elif event[0] == "error":
                     out.append(sse(ApiError(500, event[1], "server_error").body()) + SSE_DONE)
+                elif tools is not None:
+                    out.append(tools.end(not pieces))
+                    completion = state.counter.output("".join(pieces), event[2])
+                    if req.include_usage:
+                        out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
+                    out.append(SSE_DONE)
+                    remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
                 else:
                     if not pieces:
                         out.append(sse(chunk(req, rid, created, "", first=True)))
