@@ -50,7 +50,7 @@ def make_workload(target: Target, workload: Workload, model: str | None, url: st
         protocol = make_protocol(target, workload, model, base_url=url, tokenizer=tok)
         if workload.conversations is not None:
             source = make_conversation_source(workload, seed, Path(base_dir), tok, chat=chat)
-            return protocol, Sessions(protocol, source, chat)
+            return protocol, Sessions(protocol, source, chat, workload.tools)
         if trace is not None:  # a trace's prompts share their prefixes by its hash ids (load.trace refuses prefix)
             prompts = trace_prompts(target, trace, workload, tok, model, url, seed, chat)
         else:

@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from PIL import Image
 
+from loadgen.protocols.tools import tool_definitions
 from loadgen.records.schema import read_records
 from loadgen.scenario.images import image_pool
 from loadgen.scenario.loader import load_scenario
@@ -61,8 +62,11 @@ class MediaServer:
                         w, h = img.size
                     images.append({"sha256": hashlib.sha256(data).hexdigest(), "pixels": w * h, "bytes": len(data)})
         tools = [t["function"]["name"] for t in body.get("tools", [])]
+        tool_hashes = [hashlib.sha256(json.dumps(t, sort_keys=True).encode()).hexdigest()
+                       for t in body.get("tools", [])]
         cost = PER_PIXEL * sum(i["pixels"] for i in images) + PER_TOOL * len(tools)
-        entry = {"received": received, "images": images, "tools": tools, "cost": cost}
+        entry = {"received": received, "images": images, "tools": tool_hashes, "cost": cost,
+                 "choice": body.get("tool_choice")}
         self.seen[int(_ID.search(text).group(1))] = entry
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -70,8 +74,14 @@ class MediaServer:
         while (left := received + cost - time.monotonic()) > 0:  # a timer for most of it, then yielding
             await asyncio.sleep(left - 0.0015 if left > 0.0015 else 0)
         entry["first"] = time.monotonic()
-        for _ in range(TOKENS):
-            await resp.write(_chunk({"content": "x"}))
+        for i in range(TOKENS):
+            if tools:  # a call of the first tool, its arguments in TOKENS fragments
+                call = {"index": 0, "function": {"arguments": ['{"q":"', "x", '"}'][i % 3]}}
+                if i == 0:
+                    call.update(id="call_1", type="function", function={"name": tools[0], "arguments": '{"q":"'})
+                await resp.write(_chunk({"tool_calls": [call]}))
+            else:
+                await resp.write(_chunk({"content": "x"}))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -107,14 +117,14 @@ def media_server():
         yield s
 
 
-def _scenario(port: int, requests: int, extra: str = "") -> str:
+def _scenario(port: int, requests: int,
+              extra: str = f"images: {{count: 1, sizes: {list(SIZES)}, distinct: {len(SIZES)}, quality: 80}}") -> str:
     return f"""
         name: media
         target: {{url: "http://127.0.0.1:{port}/v1", stream: true, model: m}}
         workload:
           dataset: prompts.jsonl
           max_tokens: {TOKENS}
-          images: {{count: 1, sizes: {list(SIZES)}, distinct: {len(SIZES)}, format: jpeg, quality: 80}}
           {extra}
         load:
           mode: closed
@@ -160,3 +170,33 @@ def test_ttft_moves_by_the_known_cost_per_image_size(tmp_path, media_server):
     small = min(ttft)
     for px in by_size:  # TTFT moves by the known amount per image size
         assert abs((ttft[px] - ttft[small]) - PER_PIXEL * (px - small)) < 0.001, (ttft, px)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="perf_counter is CLOCK_MONOTONIC on Linux")
+def test_ttft_moves_by_the_known_cost_per_tool_and_ttftc_matches_the_servers_stamps(tmp_path, media_server):
+    requests = 4
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": f"req-{i}"}) + "\n"
+                                                    for i in range(2 * requests)))
+    excess, ttft = {}, {}
+    for tools in (1, 5):
+        media_server.seen.clear()
+        extra = f"tools: {{generate: {{count: {tools}, tokens: 40}}, choice: required}}"
+        result, _, _ = run(tmp_path / str(tools), _scenario(media_server.port, requests, extra).replace(
+            "prompts.jsonl", str(tmp_path / "prompts.jsonl")))
+        t0, rows = _records(result)
+        assert len(rows) == requests and all(r["error"] == "" for r in rows)
+        sc = load_scenario(write_scenario(tmp_path, _scenario(media_server.port, requests, extra), "t.yaml")).scenario
+        asked = [hashlib.sha256(json.dumps(t, sort_keys=True).encode()).hexdigest()
+                 for t in tool_definitions(sc.workload.tools)]
+        stamps = []
+        for r in rows:
+            seen = media_server.seen[r["seq"]]
+            assert seen["tools"] == asked and seen["choice"] == "required"  # exactly the tools asked, in order
+            assert (r["tools"], r["tool_calls"], r["tool_call_tokens"]) == (tools, 1, TOKENS)
+            assert r["first_tool_call"] == r["first_token"]  # the answer's first token is the call's
+            stamps.append(t0 + r["first_tool_call"] - seen["first"])  # after the server wrote it, and soon
+            excess.setdefault(tools, []).append(t0 + r["first_token"] - seen["received"] - seen["cost"])
+        assert min(stamps) > -1e-4 and float(np.median(stamps)) < 0.001, stamps
+        ttft[tools] = float(np.median([r["first_token"] - r["scheduled"] for r in rows]))
+    assert all(0 <= float(np.median(e)) < 0.001 for e in excess.values()), excess
+    assert abs((ttft[5] - ttft[1]) - 4 * PER_TOOL) < 0.001, ttft  # TTFT moves by the known cost per tool
