@@ -31,8 +31,8 @@ import json
 from loadgen.protocols.base import ApiProtocol, Request
 from loadgen.records.schema import Outcome
 from loadgen.scenario.conversations import Conversation, ConversationSource
-from loadgen.scenario.model import MAX_TURNS
 from loadgen.scenario.media_model import Tools
+from loadgen.scenario.model import MAX_TURNS
 from loadgen.scenario.prompts import CHARS_PER_TOKEN, WORDS, Prompt, approx_tokens
 
 __all__ = ["TURN_SEQ_BASE", "Session", "Sessions", "turn_seq"]

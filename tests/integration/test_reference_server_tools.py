@@ -87,7 +87,7 @@ def test_a_conversation_answers_each_tool_call_with_a_tool_result(tmp_path, serv
           conversations: {{turns: 2}}
         load:
           mode: closed
-          phases: [{{name: main, duration: 5s, concurrency: 1, max_requests: 1}}]
+          phases: [{{name: main, duration: 5s, concurrency: 1, max_requests: 4}}]
         """)
     rows = frame.sort_values("turn")
     assert (rows["error"] == "").all() and list(rows["session"]) == [0] * 4
