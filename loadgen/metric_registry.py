@@ -310,6 +310,15 @@ for _m in (
     Metric("tool_call_tokens", "tokens",
            ("tokens of the tool calls' arguments: one per streamed argument chunk, else the arguments' text "
             "approximated (4 characters a token); per scope: total and mean per calling request")),
+    Metric("json_valid_rate", "fraction",
+           ("workload.response_format: successful requests whose answer parsed as JSON / successful requests "
+            "whose answer was checked; absent without a response_format (an invalid answer is a result, not an "
+            "error: an SLO on this rate makes it one)"),
+           slo="fraction"),
+    Metric("schema_valid_rate", "fraction",
+           ("workload.response_format json_schema: successful requests whose answer matched the schema / "
+            "successful requests whose answer was checked against it; absent without a schema"),
+           slo="fraction"),
     Metric("closed_loop.held", "requests",
            ("closed loop: the concurrency held, the time-average of requests in flight (sent -> done; for "
             "conversations, of sessions in progress: first turn sent -> last turn done, think times included) "

@@ -41,7 +41,7 @@ from loadgen.analysis.closedloop import closed_loop_stats
 from loadgen.analysis.conversations import conversation_stats
 from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom
-from loadgen.analysis.media import image_block, tool_call_block
+from loadgen.analysis.features import image_block, structured_block, tool_call_block
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.results import Generator, Summary
@@ -183,9 +183,13 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     done = df["done"].to_numpy()
     n_good_in_window = int(((good == 1) & (done >= start) & (done < end)).sum())
     features = {k: v for k, v in (("images", image_block(df, ok)), ("tool_calls", tool_call_block(df, ok)))
-                if v is not None}  # only where the scope's requests had them (loadgen.analysis.media)
+                if v is not None}  # only where the scope's requests had them (loadgen.analysis.features)
     if "tool_calls" in features:
         features["tool_call_rate"] = features["tool_calls"]["tool_call_rate"]
+    structured = structured_block(ok)
+    if structured is not None:
+        features.update(structured=structured, json_valid_rate=structured["json_valid_rate"],
+                        schema_valid_rate=structured["schema_valid_rate"])
     return {
         "start": start,
         "end": end,

@@ -42,6 +42,7 @@ from loadgen.protocols.media import counts_of, messages_with_images
 from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.shared import base_url_of, dumps, path_of, target_headers
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
+from loadgen.protocols.structured import Checker, answer_checker, format_fields
 from loadgen.protocols.tools import tool_fields
 from loadgen.records.schema import Outcome, PromptCounts, ToolCalls
 from loadgen.scenario.model import Target, Workload
@@ -164,9 +165,10 @@ class StreamHandler(ResponseHandler):
     """Reads an OpenAI server-sent-event stream (chat or completions)."""
 
     __slots__ = ("_sse", "_live", "_done", "_count", "_chat", "_cum", "_answered", "_reasoning", "_reasoning_usage",
-                 "_counter", "_text", "_answer")
+                 "_counter", "_text", "_answer", "_check")
 
-    def __init__(self, chat: bool, counter=None, max_event_bytes: int = MAX_EVENT_BYTES, keep_answer: bool = False):
+    def __init__(self, chat: bool, counter=None, max_event_bytes: int = MAX_EVENT_BYTES, keep_answer: bool = False,
+                 check: Checker | None = None):
         self._sse = SSEParser(max_event_bytes)
         self._live = True  # parsing: a success status and no protocol error yet
         self._done = False
@@ -179,6 +181,7 @@ class StreamHandler(ResponseHandler):
         self._counter = counter  # text -> tokens, when output is counted with a tokenizer
         self._text: list[str] = []
         self._answer: list[str] | None = [] if keep_answer else None  # the answer's text (conversations)
+        self._check = check  # structured output: checks the answer at the end (keep_answer is then True)
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -283,21 +286,24 @@ class StreamHandler(ResponseHandler):
             out.answer = "".join(self._answer)
         if self._live and not self._done:
             self._fail(out, "the stream ended without [DONE]")
+        if self._check is not None and not out.error:
+            out.structured = self._check(out.answer if self._answered else None)
 
 
 class JsonHandler(ResponseHandler):
     """Reads a whole JSON body as it arrives (bounded: :class:`~loadgen.protocols.shape.BodyReader`) and judges it
     as an answer of ``api`` (:func:`~loadgen.protocols.shape.shape_problem`)."""
 
-    __slots__ = ("_reader", "_live", "_api", "_output", "_counter", "_keep")
+    __slots__ = ("_reader", "_live", "_api", "_output", "_counter", "_keep", "_check")
 
-    def __init__(self, api: str, output: bool, counter=None, keep_answer: bool = False):
+    def __init__(self, api: str, output: bool, counter=None, keep_answer: bool = False, check: Checker | None = None):
         self._reader = BodyReader()
         self._live = True
         self._api = api  # openai-chat, openai-completions or embeddings
         self._output = output  # usage has completion_tokens
         self._counter = counter  # text -> tokens: counts the answer when the server sends no usage
         self._keep = keep_answer  # keep the answer's text in out.answer (conversations)
+        self._check = check  # structured output: checks the answer
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -328,6 +334,9 @@ class JsonHandler(ResponseHandler):
             out.output_tokens, out.output_tokens_source = self._counter(_answer_text(choices)), "tokenizer"
         if self._keep:
             out.answer = _answer_text(choices, reasoning=False)
+        if self._check is not None:
+            text = _answer_text(choices, reasoning=False)
+            out.structured = self._check(text if text else None)
         message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
         if isinstance(message, dict) and message.get("tool_calls"):
             tool_calls_whole(message["tool_calls"], out, self._keep)
@@ -380,7 +389,11 @@ class OpenAIProtocol(ApiProtocol):
         self.extra_body = target.extra_body
         # output is counted with the tokenizer when the server sends no usage (not with /tokenize: see tokenizer.py)
         self.counter = tokenizer.count if tokenizer is not None and tokenizer.counts_output else None
-        self.keep_answer = workload.conversations is not None  # each turn resends the answers before it
+        # structured output: its field, and each answer checked (which needs the answer's text)
+        self.check = answer_checker(workload.response_format)
+        self.format_fields = format_fields(workload.response_format, "openai-chat") if self.check else {}
+        # each conversation turn resends the answers before it; a structured answer is checked
+        self.keep_answer = workload.conversations is not None or self.check is not None
         self.image_detail = workload.images.detail if workload.images is not None else None
         # workload.tools: its request fields (the chat API's; completions take none: the scenario refuses them)
         self.tool_fields = tool_fields(workload.tools, "openai-chat") if workload.tools is not None else {}
@@ -405,6 +418,8 @@ class OpenAIProtocol(ApiProtocol):
         neither may set)."""
         if self.tool_fields:
             body.update(self.tool_fields)
+        if self.format_fields:
+            body.update(self.format_fields)
         body.update(self.extra_body)
         if prompt.extra_body:
             body.update(prompt.extra_body)
@@ -435,8 +450,8 @@ class ChatProtocol(OpenAIProtocol):
 
     def handler(self) -> ResponseHandler:
         if self.stream:
-            return StreamHandler(True, self.counter, self.max_event_bytes, self.keep_answer)
-        return JsonHandler(self.name, True, self.counter, self.keep_answer)
+            return StreamHandler(True, self.counter, self.max_event_bytes, self.keep_answer, self.check)
+        return JsonHandler(self.name, True, self.counter, self.keep_answer, self.check)
 
 
 class CompletionsProtocol(OpenAIProtocol):

@@ -26,6 +26,7 @@ from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopRe
 from loadgen.protocols.media import counts_of
 from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
+from loadgen.protocols.structured import format_fields
 from loadgen.protocols.tools import tool_fields
 from loadgen.records.schema import Outcome, ToolCalls
 from loadgen.scenario.model import Target, Workload, is_client_header
@@ -78,16 +79,20 @@ class JsonApiProtocol(ApiProtocol):
         self.model = model
         self.target = target
         self.image_detail = workload.images.detail if workload.images is not None else None
-        self.tool_fields = tool_fields(workload.tools, self.name) if workload.tools is not None else {}
+        # workload.tools and workload.response_format as this API's request fields
+        self.fields = tool_fields(workload.tools, self.name) if workload.tools is not None else {}
+        if workload.response_format is not None:  # structured output (openai-responses: text.format)
+            self.fields = {**self.fields, **format_fields(workload.response_format, self.name)}
+        self.workload = workload
 
     def _body(self, prompt: Prompt) -> dict:
         raise NotImplementedError
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        tools = len(self.tool_fields.get("tools", ()))
+        tools = len(self.fields.get("tools", ()))
         counts = counts_of(prompt, counted=False, tools=tools) if prompt.images or tools else None
         body = self._body(prompt)
-        body.update(self.tool_fields)
+        body.update(self.fields)
         return Request("POST", self.url, self.path, self.headers, dumps(body).encode(), self.stream, counts)
 
 

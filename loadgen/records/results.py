@@ -170,10 +170,25 @@ class ScopeToolCalls(ResultModel):
     requests: int | None = None
     called: int | None = None
     tool_call_rate: Num = None
+    structured: ScopeStructured | None = None
+    json_valid_rate: Num = None
+    schema_valid_rate: Num = None
     calls: int | None = None
     argument_tokens: int | None = None
     argument_tokens_mean: Num = None
     by_tools: list[ToolCountRow] | None = None
+
+
+class ScopeStructured(ResultModel):
+    """A scope's answers checked against workload.response_format: how many, how many parsed as JSON, how many
+    were checked against a schema and matched it, and the two rates."""
+
+    checked: int | None = None
+    json_valid: int | None = None
+    json_valid_rate: Num = None
+    schema_checked: int | None = None
+    schema_valid: int | None = None
+    schema_valid_rate: Num = None
 
 
 class Scope(ResultModel):

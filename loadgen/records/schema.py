@@ -49,6 +49,9 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | tool_call_tokens| int32         | tokens of the calls' arguments: one per streamed argument chunk, else |
 |                 |               | the arguments' text approximated (4 characters a token)               |
 | first_tool_call | float64       | the first tool-call chunk of a stream (NaN: none, or not streaming)   |
+| json_valid      | int8          | workload.response_format: the answer parsed as JSON (1) or not (0);   |
+|                 |               | -1 not checked (no response_format, or no answer)                     |
+| schema_valid    | int8          | and matched its json_schema (1) or not (0); -1 not checked            |
 
 Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
 first minute of a stream), which keeps a 1000-token stream at 4 kB.
@@ -150,6 +153,8 @@ SCHEMA = pa.schema(
         ("tool_calls", pa.int16()),
         ("tool_call_tokens", pa.int32()),
         ("first_tool_call", pa.float64()),
+        ("json_valid", pa.int8()),
+        ("schema_valid", pa.int8()),
     ]
 )
 
@@ -181,6 +186,8 @@ _NUMPY_DTYPES = {
     "tool_calls": np.int16,
     "tool_call_tokens": np.int32,
     "first_tool_call": np.float64,
+    "json_valid": np.int8,
+    "schema_valid": np.int8,
 }
 _ERROR_NAMES = ("",) + ERROR_CLASSES + (ABORTED,)
 _ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
@@ -269,9 +276,10 @@ class Outcome:
     user: int = -1  # closed loop: the user (worker) of the phase that sent it, within this process; -1 open loop
     answer: str | None = None  # the answer's text, kept only when asked (conversations resend it)
     tool_calls: ToolCalls | None = None  # the answer's tool calls, when it made any
+    structured: tuple = (-1, -1)  # workload.response_format: (json_valid, schema_valid), 1 yes, 0 no, -1 unchecked
 
 
-_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 167 bytes a record
+_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 169 bytes a record
 _NO_COUNTS = PromptCounts()
 _OTHER = _ERROR_INDEX["other"]
 # buffered as perf_counter values
@@ -370,7 +378,7 @@ class RecordBuffer:
                          _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
                          out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user,
                          counts.images, counts.image_pixels, counts.image_bytes, counts.tools,
-                         *(_NO_TOOL_CALLS if out.tool_calls is None else out.tool_calls.row()))
+                         *(_NO_TOOL_CALLS if out.tool_calls is None else out.tool_calls.row()), *out.structured)
         self._tok_offsets[i + 1] = self._tok_n
         self.n = i + 1
 
@@ -604,8 +612,9 @@ def _with_token_sources(table: pa.Table) -> pa.Table:
 
 def _with_chunk_columns(table: pa.Table) -> pa.Table:
     """Records written before first_answer, reasoning_tokens, chunk_tokens, session, turn, user and the image
-    and tool columns existed, with them filled in (no answer time known, no reasoning seen, one token per chunk,
-    no conversation, no closed-loop user known, no image or tool sent); a current file as it is."""
+    tool and structured-output columns existed, with them filled in (no answer time known, no reasoning seen, one
+    token per chunk, no conversation, no closed-loop user known, no image or tool sent, no answer checked); a
+    current file as it is."""
     if all(name in table.column_names for name in SCHEMA.names):
         return table.select(SCHEMA.names).cast(SCHEMA)
     n = table.num_rows
@@ -628,6 +637,8 @@ def _with_chunk_columns(table: pa.Table) -> pa.Table:
         "tool_calls": pa.array(np.zeros(n, np.int16), type=pa.int16()),
         "tool_call_tokens": pa.array(np.zeros(n, np.int32), type=pa.int32()),
         "first_tool_call": pa.array(np.full(n, np.nan), type=pa.float64()),
+        "json_valid": pa.array(np.full(n, -1, np.int8), type=pa.int8()),
+        "schema_valid": pa.array(np.full(n, -1, np.int8), type=pa.int8()),
     }
     cols = [table.column(f.name) if f.name in table.column_names else filled[f.name] for f in SCHEMA]
     return pa.Table.from_arrays(cols, schema=SCHEMA)

@@ -20,9 +20,13 @@ TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 _SUBS = ("anyOf", "oneOf", "allOf")
 
 
+def _at(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
 def schema_problem(schema, path: str = "", depth: int = 0) -> str | None:
     """Why ``schema`` is not a JSON Schema (the first problem, naming its path inside the schema), or None."""
-    where = path or "(the schema)"
+    where = path or "(top level)"
     if isinstance(schema, bool):
         return None
     if not isinstance(schema, dict):
@@ -33,18 +37,18 @@ def schema_problem(schema, path: str = "", depth: int = 0) -> str | None:
     names = t if isinstance(t, list) else [t] if t is not None else []
     bad = [n for n in names if n not in TYPES]
     if bad or (t is not None and not names):
-        return f"{where}.type: {bad[0] if bad else t!r} is not a JSON Schema type ({', '.join(TYPES)})"
+        return f"{_at(path, 'type')}: {bad[0] if bad else t!r} is not a JSON Schema type ({', '.join(TYPES)})"
     props = schema.get("properties")
     if props is not None:
         if not isinstance(props, dict):
-            return f"{where}.properties: expected an object of schemas"
+            return f"{_at(path, 'properties')}: expected an object of schemas"
         for k, sub in props.items():
             problem = schema_problem(sub, f"{path}.properties.{k}".lstrip("."), depth + 1)
             if problem:
                 return problem
     req = schema.get("required")
     if req is not None and not (isinstance(req, list) and all(isinstance(r, str) for r in req)):
-        return f"{where}.required: expected a list of property names"
+        return f"{_at(path, 'required')}: expected a list of property names"
     for key in ("items", "additionalProperties", "not"):
         if key in schema:
             sub = schema[key]
@@ -53,13 +57,13 @@ def schema_problem(schema, path: str = "", depth: int = 0) -> str | None:
             else:
                 subs = [sub]
             for i, s in enumerate(subs):
-                problem = schema_problem(s, f"{path}.{key}" + (f"[{i}]" if len(subs) > 1 else ""), depth + 1)
+                problem = schema_problem(s, _at(path, key) + (f"[{i}]" if len(subs) > 1 else ""), depth + 1)
                 if problem:
                     return problem
     for key in _SUBS:
         if key in schema:
             if not isinstance(schema[key], list) or not schema[key]:
-                return f"{where}.{key}: expected a non-empty list of schemas"
+                return f"{_at(path, key)}: expected a non-empty list of schemas"
             for i, s in enumerate(schema[key]):
                 problem = schema_problem(s, f"{path}.{key}[{i}]".lstrip("."), depth + 1)
                 if problem:
@@ -67,23 +71,23 @@ def schema_problem(schema, path: str = "", depth: int = 0) -> str | None:
     for key in ("$defs", "definitions"):
         if key in schema:
             if not isinstance(schema[key], dict):
-                return f"{where}.{key}: expected an object of schemas"
+                return f"{_at(path, key)}: expected an object of schemas"
             for k, s in schema[key].items():
                 problem = schema_problem(s, f"{path}.{key}.{k}".lstrip("."), depth + 1)
                 if problem:
                     return problem
     if "enum" in schema and not isinstance(schema["enum"], list):
-        return f"{where}.enum: expected a list of values"
+        return f"{_at(path, 'enum')}: expected a list of values"
     for key in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"):
         if key in schema and (isinstance(schema[key], bool) or not isinstance(schema[key], (int, float))):
-            return f"{where}.{key}: expected a number"
+            return f"{_at(path, key)}: expected a number"
     if "pattern" in schema:
         try:
             re.compile(schema["pattern"])
         except (re.error, TypeError):
-            return f"{where}.pattern: not a regular expression"
+            return f"{_at(path, 'pattern')}: not a regular expression"
     if "$ref" in schema and not (isinstance(schema["$ref"], str) and schema["$ref"].startswith("#")):
-        return f"{where}.$ref: only local references (#/...) are understood"
+        return f"{_at(path, '$ref')}: only local references (#/...) are understood"
     return None
 
 

@@ -1,4 +1,5 @@
-"""What a scenario may say about a request beyond its text: ``workload.images`` and ``workload.tools``.
+"""What a scenario may say about a request beyond its text: ``workload.images``, ``workload.tools`` and
+``workload.response_format``.
 
 Validated at the edge like every scenario field (a width of 0 or 10^6 is an error at its line); the files an
 image source names are read and checked before anything is sent (:func:`loadgen.scenario.images.check_images`).
@@ -15,7 +16,7 @@ from loadgen.scenario.json_schema import schema_problem
 from loadgen.scenario.strict import Strict
 
 __all__ = ["MAX_IMAGES", "MAX_IMAGE_SIDE", "MAX_TOOLS", "ImageCount", "ImageSide", "Images", "ToolDefinition",
-           "ToolFunction", "ToolGeneration", "Tools", "ToolsField"]
+           "ToolFunction", "ToolGeneration", "Tools", "ToolsField", "ResponseFormat"]
 
 #: Pixels a side at most: an 8192 x 8192 RGB image is 200 MB in memory while it is made (larger than any vision
 #: model's input; servers resize far below it).
@@ -245,3 +246,39 @@ class Tools(Strict):
 
 
 ToolsField = Annotated[Tools, BeforeValidator(_tools)]
+
+
+class ResponseFormat(Strict):
+    """Structured output: OpenAI's ``response_format``, sent as written (Responses: as ``text.format``). Each
+    answer is checked: whether it parsed as JSON (``json_valid``) and matched the schema (``schema_valid``), per
+    request and as rates. An answer that does not is a result, not an error (an SLO on the rates makes it one)."""
+
+    type: Literal["json_object", "json_schema"] = Field(description="json_object: any JSON object; json_schema: "
+                                                                     "one matching json_schema.schema")
+    json_schema: Optional[dict[str, Any]] = Field(
+        None, examples=[{"name": "answer", "schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                      "required": ["city"]}, "strict": True}],
+        description="type json_schema: {name, schema, strict} as OpenAI takes it")
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema(cls, v: dict | None) -> dict | None:
+        if v is None:
+            return v
+        if not isinstance(v.get("name", "answer"), str) or "schema" not in v:
+            raise ValueError("expected {name: ..., schema: {...}, strict: true|false}")
+        problem = schema_problem(v["schema"])
+        if problem:
+            raise ValueError(f"schema: not a JSON Schema: {problem}")
+        return v
+
+    @model_validator(mode="after")
+    def _schema_given(self):
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema: give it with type json_schema (and only then)")
+        return self
+
+    @property
+    def answer_schema(self) -> dict | None:
+        """The schema answers must match (None for json_object)."""
+        return self.json_schema["schema"] if self.json_schema is not None else None

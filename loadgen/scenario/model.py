@@ -29,6 +29,7 @@ from loadgen.scenario.media_model import (  # noqa: F401 (the reference pages fi
     ImageCount,
     Images,
     ImageSide,
+    ResponseFormat,
     ToolDefinition,
     ToolFunction,
     ToolGeneration,
@@ -480,6 +481,10 @@ class Workload(Strict):
         None, examples=[{"generate": {"count": 8, "tokens": 200}, "choice": "auto"}],
         description="tools offered with each request (openai-chat, openai-responses, anthropic-messages): a list of "
                     "definitions, or {definitions | generate, choice, result_tokens}")
+    response_format: Optional[ResponseFormat] = Field(
+        None, examples=[{"type": "json_object"}],
+        description="structured output (openai-chat, openai-responses): OpenAI's response_format; each answer's "
+                    "JSON validity and schema match are recorded")
     images: Optional[Images] = Field(None, examples=[{"count": 1, "sizes": ["256x256", "512x512"]}],
                                      description="images sent with each request (openai-chat, anthropic-messages, "
                                                  "openai-responses): synthetic, a folder, a JSON-lines file or URLs")
@@ -860,6 +865,18 @@ class Scenario(Strict):
                 if "tools" in t.extra_body or "tool_choice" in t.extra_body:
                     raise ValueError(f"workload.tools: target {t.name!r} also sets tools in extra_body; give them "
                                      "in one place")
+        return self
+
+    @model_validator(mode="after")
+    def _response_format_apis(self):
+        if self.workload.response_format is not None:
+            for t in self.target_list():
+                if t.api not in ("openai-chat", "openai-responses"):
+                    raise ValueError(f"workload.response_format: target {t.name!r} speaks {t.api}; structured "
+                                     "output needs openai-chat or openai-responses")
+                if "response_format" in t.extra_body or "text" in t.extra_body:
+                    raise ValueError(f"workload.response_format: target {t.name!r} also sets it in extra_body; "
+                                     "give it in one place")
         return self
 
     @model_validator(mode="after")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..models.tokenizer import encode, render_chat
 from .media import IMAGE_MARK, ImageInput, MediaError, read_image_part, splice
-from .tools import ToolCall, ToolsError, parse_tools, plan_tool_call, tools_message
+from .tools import ToolCall, ToolsError, json_template, parse_tools, plan_tool_call, tools_message
 
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -49,6 +49,7 @@ class ParsedRequest:
     images: list = field(default_factory=list)  # chat: the ImageInputs of its image parts, in order
     image_spans: list = field(default_factory=list)  # each image's (start, length) in prompt_ids
     tool_call: ToolCall | None = None  # the tool the answer calls (api.tools), None: it answers in text
+    json_format: tuple[str, str] | None = None  # response_format: the answer's JSON around the generated text
 
     @property
     def image_tokens(self) -> int:
@@ -171,6 +172,28 @@ def _prompt(body: dict, kind: str, patch: tuple[int, int], tools: list[dict]) ->
     return ids, ids, [], []
 
 
+def _response_format(body: dict) -> tuple[str, str] | None:
+    """(prefix, suffix) of the JSON answer ``response_format`` asks for (None: text); ApiError for a bad one."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json_template({"type": "object"})
+    inner = fmt.get("json_schema") if isinstance(fmt, dict) else None
+    if kind == "json_schema" and isinstance(inner, dict) and isinstance(inner.get("schema"), dict):
+        return json_template(inner["schema"])
+    raise _bad("'response_format' must be {type: text | json_object} or {type: json_schema, json_schema: "
+               "{name, schema}}", "response_format")
+
+
+def escape(text: str) -> str:
+    """``text`` as it stands inside a JSON string."""
+    return json.dumps(text)[1:-1]
+
+
 def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: int,
                   default_max_tokens: int, image_patch: tuple[int, int] = (16, 2)) -> ParsedRequest:
     """Validate a chat (``kind="chat"``) or completions body; raise ApiError naming the bad field. An image part
@@ -230,9 +253,12 @@ def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: in
     call = plan_tool_call(tools, tool_choice, canonical_prompt, len(prompt_ids)) if tools else None
     if call is not None:
         canonical["tool_call"] = call.name
+    json_format = _response_format(body) if kind == "chat" and call is None else None
+    if json_format is not None:
+        canonical["response_format"] = json_format
     return ParsedRequest(kind, model, prompt_ids, max_tokens, temperature, top_p, seed, stop,
                          stream, include_usage, canonical, canonical_prompt if kind == "chat" else None,
-                         images, spans, call)
+                         images, spans, call, json_format)
 
 
 # ---- responses -----------------------------------------------------------------------------------
@@ -257,6 +283,8 @@ def full_response(req: ParsedRequest, rid: str, text: str, finish_reason: str, p
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}
         obj = "chat.completion"
     elif req.kind == "chat":
+        if req.json_format is not None:
+            text = req.json_format[0] + escape(text) + req.json_format[1]
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                   "finish_reason": finish_reason}
         obj = "chat.completion"

@@ -17,6 +17,7 @@ from .openai_protocol import (
     ParsedRequest,
     ToolChunks,
     chunk,
+    escape,
     full_response,
     new_id,
     parse_json,
@@ -132,6 +133,7 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
     rid, created = new_id(req.kind), int(time.time())
     template = ChunkTemplate(req, rid, created)
     tools = ToolChunks(req, rid, created) if req.tool_call is not None else None
+    fmt = req.json_format
     pieces: list[str] = []
     out: list[bytes] = []
     prepared = False
@@ -148,6 +150,10 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
                         raise _Cut()
                     if tools is not None:
                         out.append(tools.token(event[1], not pieces))
+                    elif fmt is not None:  # a JSON answer: the text escaped into it, its opening first
+                        piece = escape(event[1])
+                        out.append(template.encode(piece) if pieces
+                                   else sse(chunk(req, rid, created, fmt[0] + piece, first=True)))
                     else:
                         out.append(template.encode(event[1]) if pieces
                                    else sse(chunk(req, rid, created, event[1], first=True)))
@@ -162,7 +168,10 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
                     out.append(SSE_DONE)
                     remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
                 else:
-                    if not pieces:
+                    if fmt is not None:  # the JSON answer's closing (its opening too when no token came)
+                        out.append(template.encode(fmt[1]) if pieces
+                                   else sse(chunk(req, rid, created, fmt[0] + fmt[1], first=True)))
+                    elif not pieces:
                         out.append(sse(chunk(req, rid, created, "", first=True)))
                     out.append(sse(chunk(req, rid, created, None, finish_reason=event[1])))
                     completion = state.counter.output("".join(pieces), event[2])

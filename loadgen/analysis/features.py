@@ -3,7 +3,8 @@
 Each block is in a scope of summary.json only when its requests had it (a run without images has no ``images``
 block): ``images`` (requests that sent images, their count, pixels and bytes, and TTFT per image size),
 ``tool_calls`` (requests offered tools, how many called one: ``tool_call_rate``, calls and argument tokens, and
-TTFT and ``ttftc`` per number of tools offered). The size of a request's images is its ``image_pixels``; a
+TTFT and ``ttftc`` per number of tools offered), ``structured`` (answers checked against the response format:
+``json_valid_rate``, ``schema_valid_rate``). The size of a request's images is its ``image_pixels``; a
 breakdown row is one distinct value of it (a scenario's ``sizes`` give a few), at most :data:`MAX_ROWS` of them
 (the most frequent), so a run of random sizes gets a table of its commonest, not thousands of rows.
 """
@@ -15,7 +16,7 @@ import pandas as pd
 
 from loadgen.analysis.stats import describe
 
-__all__ = ["MAX_ROWS", "image_block", "tool_call_block"]
+__all__ = ["MAX_ROWS", "image_block", "structured_block", "tool_call_block"]
 
 MAX_ROWS = 12  # rows of a breakdown at most
 BREAKDOWN_PERCENTILES = (50, 90, 99)
@@ -68,3 +69,18 @@ def tool_call_block(df: pd.DataFrame, ok: pd.DataFrame) -> dict | None:
             "calls": int(called["tool_calls"].sum()), "argument_tokens": int(called["tool_call_tokens"].sum()),
             "argument_tokens_mean": _mean(called["tool_call_tokens"]),
             "by_tools": _rows(offered, "tools", ("ttft", "ttftc"))}
+
+
+def structured_block(ok: pd.DataFrame) -> dict | None:
+    """A scope's structured answers (None when none was checked): ``checked`` successful requests whose answer
+    was checked, ``json_valid`` of them parsed as JSON (``json_valid_rate``), ``schema_checked`` of them against a
+    schema and ``schema_valid`` matched it (``schema_valid_rate``). Failed requests are not judged: an error is
+    counted as one, not as an invalid answer."""
+    if "json_valid" not in ok or not (ok["json_valid"] >= 0).any():
+        return None
+    checked = ok[ok["json_valid"] >= 0]
+    schema = checked[checked["schema_valid"] >= 0]
+    n, m = len(checked), len(schema)
+    valid, matched = int((checked["json_valid"] == 1).sum()), int((schema["schema_valid"] == 1).sum())
+    return {"checked": n, "json_valid": valid, "json_valid_rate": valid / n if n else None,
+            "schema_checked": m, "schema_valid": matched, "schema_valid_rate": matched / m if m else None}
