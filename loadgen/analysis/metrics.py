@@ -39,9 +39,9 @@ import pyarrow as pa
 from loadgen import metric_registry
 from loadgen.analysis.closedloop import closed_loop_stats
 from loadgen.analysis.conversations import conversation_stats
+from loadgen.analysis.features import image_block, structured_block, tool_call_block
 from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom
-from loadgen.analysis.features import image_block, structured_block, tool_call_block
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.results import Generator, Summary
