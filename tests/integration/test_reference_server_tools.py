@@ -97,3 +97,15 @@ def test_a_conversation_answers_each_tool_call_with_a_tool_result(tmp_path, serv
     assert rows["ttftc"].notna().tolist() == [True, False, True, False]
     _, _, metrics = http("GET", server.url + "/metrics")
     assert b"refserver:requests" in metrics
+
+
+def test_a_response_format_is_answered_with_json_valid_for_its_schema(server):
+    user = [{"role": "user", "content": "a city?"}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "w", "schema": SCHEMA}}
+    _, _, body = _chat(server.url, user, response_format=fmt)
+    assert mismatch(json.loads(json.loads(body)["choices"][0]["message"]["content"]), SCHEMA) is None
+    _, _, raw = _chat(server.url, user, stream=True, response_format={"type": "json_object"})
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in _events(raw) if e.get("choices"))
+    assert isinstance(json.loads(text), dict)
+    status, _, body = _chat(server.url, user, response_format={"type": "json_schema"})
+    assert status == 400 and json.loads(body)["error"]["param"] == "response_format"
