@@ -170,9 +170,6 @@ class ScopeToolCalls(ResultModel):
     requests: int | None = None
     called: int | None = None
     tool_call_rate: Num = None
-    structured: ScopeStructured | None = None
-    json_valid_rate: Num = None
-    schema_valid_rate: Num = None
     calls: int | None = None
     argument_tokens: int | None = None
     argument_tokens_mean: Num = None
@@ -217,6 +214,9 @@ class Scope(ResultModel):
     images: ScopeImages | None = None
     tool_calls: ScopeToolCalls | None = None
     tool_call_rate: Num = None
+    structured: ScopeStructured | None = None
+    json_valid_rate: Num = None
+    schema_valid_rate: Num = None
 
     @property
     def is_recorded(self) -> bool:
