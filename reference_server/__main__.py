@@ -65,6 +65,8 @@ def build_parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
                    help="merge x merge image patches become one prompt token (default 2)")
     k.add_argument("--image-encoder-layers", type=int, default=None,
                    help="MLP blocks of the vision encoder: its work per patch (default 4)")
+    k.add_argument("--audio-tokens-per-s", type=int, default=None,
+                   help="prompt tokens a second of input audio: the audio encoder's frames (default 25)")
     k.add_argument("--image-cache-size", type=int, default=None,
                    help="images whose encoder output is kept by content hash, LRU; 0 = off (256 in optimized)")
     k.add_argument("--precision", choices=PRECISIONS, default=None)

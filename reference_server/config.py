@@ -39,7 +39,8 @@ class ServerConfig:
     image_patch_size: int = 16  # pixels of a side of one image patch (the vision encoder's unit of work)
     image_merge: int = 2  # merge x merge patches become one prompt token (Qwen2-VL's spatial merge)
     image_encoder_layers: int = 4  # MLP blocks of the vision encoder (its work per patch)
-    image_cache_size: int = 0  # images whose encoder tokens are kept, by content hash (LRU); 0 = off
+    image_cache_size: int = 0  # images (and audio clips) whose encoder tokens are kept, by content hash; 0 = off
+    audio_tokens_per_s: int = 25  # prompt tokens a second of audio (an audio clip's encoder frames)
     precision: str = "fp32"
     threads: int = 1  # torch's CPU intra-op threads (BLAS itself always runs one thread)
     step_threads: int = 1  # numpy backend: threads that split each forward pass by sequence
@@ -97,7 +98,7 @@ class ServerConfig:
         if not (self.backend in ("auto", "numpy", "torch") or self.backend.startswith("sim:")):
             raise ValueError(f"backend: {self.backend!r} is not auto, numpy, torch or sim:<profile>")
         for name in ("max_batch_size", "max_queue_size", "default_max_tokens", "max_body_bytes", "threads",
-                     "max_step_tokens", "step_threads", "image_patch_size", "image_merge"):
+                     "max_step_tokens", "step_threads", "image_patch_size", "image_merge", "audio_tokens_per_s"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         for name in ("max_queue_delay_s", "request_timeout_s", "slow_s", "stall_s", "stall_every_s"):

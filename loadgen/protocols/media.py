@@ -1,4 +1,4 @@
-"""A prompt's images as each API's content parts, and the counts of what a request sends (for its record).
+"""A prompt's images and audio as each API's content parts, and the counts of what a request sends (its record's).
 
 The images go after the text of the prompt's last user message (a text prompt is one user message): OpenAI chat
 ``{"type": "image_url", "image_url": {"url", "detail"}}``, Responses ``{"type": "input_image", "image_url"}``
@@ -35,8 +35,9 @@ def _part(url: str, style: str, detail: str | None) -> dict:
 
 
 def messages_with_images(prompt: Prompt, style: str, detail: str | None = None) -> list:
-    """The prompt's messages (a text prompt: one user message) with its images after the last user message's
-    text, as content parts of ``style`` (one of :data:`STYLES`)."""
+    """The prompt's messages (a text prompt: one user message) with its images (and audio clips: openai-chat's
+    ``input_audio`` parts) after the last user message's text, as content parts of ``style`` (one of
+    :data:`STYLES`)."""
     messages = list(prompt.messages) if prompt.messages is not None else [{"role": "user", "content": prompt.text}]
     last = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=None)
     if last is None:
@@ -47,14 +48,19 @@ def messages_with_images(prompt: Prompt, style: str, detail: str | None = None) 
     parts = list(content) if isinstance(content, list) else (
         [{"type": _TEXT[style], "text": content}] if isinstance(content, str) and content else [])
     parts += [_part(i.url, style, detail) for i in prompt.images]
+    parts += [{"type": "input_audio", "input_audio": {"data": a.data, "format": "wav"}} for a in prompt.audio]
     messages[last] = {**m, "content": parts}
     return messages
 
 
 def counts_of(prompt: Prompt, counted: bool = True, tools: int = 0) -> PromptCounts:
     """The prompt's counts as its request's record keeps them: tokens as latbench counted them (``counted``
-    False: not counted, -1), the images, pixels and bytes it sends, and the ``tools`` it offers."""
+    False: not counted, -1), the images (pixels, bytes) and audio (seconds) it sends, and the ``tools`` it
+    offers."""
     n, pixels, nbytes = image_stats(prompt.images) if prompt.images else (0, 0, 0)
+    audio, seconds = len(prompt.audio), sum(a.seconds for a in prompt.audio)
     if counted:
-        return PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by, n, pixels, nbytes, tools)
-    return PromptCounts(images=n, image_pixels=pixels, image_bytes=nbytes, tools=tools)
+        return PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by, n, pixels, nbytes, tools,
+                            audio, seconds)
+    return PromptCounts(images=n, image_pixels=pixels, image_bytes=nbytes, tools=tools, audio=audio,
+                        audio_seconds=seconds)

@@ -430,7 +430,7 @@ class OpenAIProtocol(ApiProtocol):
 
     def build(self, seq: int, prompt: Prompt) -> Request:
         counts = (PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by)
-                  if not (prompt.images or self.tools) else counts_of(prompt, tools=self.tools))
+                  if not (prompt.images or prompt.audio or self.tools) else counts_of(prompt, tools=self.tools))
         return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream,
                        counts)
 
@@ -442,7 +442,7 @@ class ChatProtocol(OpenAIProtocol):
     endpoint = "/chat/completions"
 
     def _input(self, body: dict, prompt: Prompt) -> None:
-        if prompt.images:
+        if prompt.images or prompt.audio:
             body["messages"] = messages_with_images(prompt, self.name, self.image_detail)
         else:
             body["messages"] = (prompt.messages if prompt.messages is not None

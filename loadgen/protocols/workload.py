@@ -16,6 +16,7 @@ from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.conversation import Sessions
 from loadgen.protocols.registry import make_protocol
 from loadgen.protocols.trace_workload import trace_prompts
+from loadgen.scenario.audio import with_audio
 from loadgen.scenario.conversations import make_conversation_source
 from loadgen.scenario.datasets import DatasetError
 from loadgen.scenario.images import ImageError, with_images
@@ -57,6 +58,8 @@ def make_workload(target: Target, workload: Workload, model: str | None, url: st
             prompts = with_prefix(make_prompt_source(workload, seed, Path(base_dir), tok, chat=chat), workload,
                                   seed, tok, chat)
             prompts = with_images(prompts, workload.images, seed, Path(base_dir))
+            prompts = with_audio(prompts, workload.audio, seed, Path(base_dir),
+                                 one=target.api == "openai-transcriptions")
     except (TokenizerError, DatasetError, TraceError, ImageError) as exc:
         raise UsageError(f"workload: {exc}") from None
     finally:

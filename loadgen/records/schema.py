@@ -49,6 +49,8 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | tool_call_tokens| int32         | tokens of the calls' arguments: one per streamed argument chunk, else |
 |                 |               | the arguments' text approximated (4 characters a token)               |
 | first_tool_call | float64       | the first tool-call chunk of a stream (NaN: none, or not streaming)   |
+| audio           | int16         | audio clips the request sent (workload.audio); 0 none                 |
+| audio_seconds   | float64       | their duration in seconds, summed                                     |
 | json_valid      | int8          | workload.response_format: the answer parsed as JSON (1) or not (0);   |
 |                 |               | -1 not checked (no response_format, or no answer)                     |
 | schema_valid    | int8          | and matched its json_schema (1) or not (0); -1 not checked            |
@@ -153,6 +155,8 @@ SCHEMA = pa.schema(
         ("tool_calls", pa.int16()),
         ("tool_call_tokens", pa.int32()),
         ("first_tool_call", pa.float64()),
+        ("audio", pa.int16()),
+        ("audio_seconds", pa.float64()),
         ("json_valid", pa.int8()),
         ("schema_valid", pa.int8()),
     ]
@@ -186,6 +190,8 @@ _NUMPY_DTYPES = {
     "tool_calls": np.int16,
     "tool_call_tokens": np.int32,
     "first_tool_call": np.float64,
+    "audio": np.int16,
+    "audio_seconds": np.float64,
     "json_valid": np.int8,
     "schema_valid": np.int8,
 }
@@ -214,6 +220,8 @@ class PromptCounts:
     image_pixels: int = 0  # their pixels, width x height summed; -1 unknown (an image given as a URL)
     image_bytes: int = 0  # their bytes as files (before base64); -1 unknown (a URL)
     tools: int = 0  # tool definitions the request offers (workload.tools)
+    audio: int = 0  # audio clips the request sends (workload.audio)
+    audio_seconds: float = 0.0  # their duration in seconds, summed
 
     @property
     def prompt_tokens(self) -> int:
@@ -279,7 +287,7 @@ class Outcome:
     structured: tuple = (-1, -1)  # workload.response_format: (json_valid, schema_valid), 1 yes, 0 no, -1 unchecked
 
 
-_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 169 bytes a record
+_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 179 bytes a record
 _NO_COUNTS = PromptCounts()
 _OTHER = _ERROR_INDEX["other"]
 # buffered as perf_counter values
@@ -378,7 +386,8 @@ class RecordBuffer:
                          _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
                          out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user,
                          counts.images, counts.image_pixels, counts.image_bytes, counts.tools,
-                         *(_NO_TOOL_CALLS if out.tool_calls is None else out.tool_calls.row()), *out.structured)
+                         *(_NO_TOOL_CALLS if out.tool_calls is None else out.tool_calls.row()),
+                         counts.audio, counts.audio_seconds, *out.structured)
         self._tok_offsets[i + 1] = self._tok_n
         self.n = i + 1
 
@@ -613,7 +622,7 @@ def _with_token_sources(table: pa.Table) -> pa.Table:
 def _with_chunk_columns(table: pa.Table) -> pa.Table:
     """Records written before first_answer, reasoning_tokens, chunk_tokens, session, turn, user and the image
     tool and structured-output columns existed, with them filled in (no answer time known, no reasoning seen, one
-    token per chunk, no conversation, no closed-loop user known, no image or tool sent, no answer checked); a
+    token per chunk, no conversation, no closed-loop user known, no image, audio or tool sent, no answer checked); a
     current file as it is."""
     if all(name in table.column_names for name in SCHEMA.names):
         return table.select(SCHEMA.names).cast(SCHEMA)
@@ -637,6 +646,8 @@ def _with_chunk_columns(table: pa.Table) -> pa.Table:
         "tool_calls": pa.array(np.zeros(n, np.int16), type=pa.int16()),
         "tool_call_tokens": pa.array(np.zeros(n, np.int32), type=pa.int32()),
         "first_tool_call": pa.array(np.full(n, np.nan), type=pa.float64()),
+        "audio": pa.array(np.zeros(n, np.int16), type=pa.int16()),
+        "audio_seconds": pa.array(np.zeros(n), type=pa.float64()),
         "json_valid": pa.array(np.full(n, -1, np.int8), type=pa.int8()),
         "schema_valid": pa.array(np.full(n, -1, np.int8), type=pa.int8()),
     }

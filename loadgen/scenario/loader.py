@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
 from loadgen.redact import ENV_REF, PLACEMENTS, Placement, Redactor
+from loadgen.scenario.audio import check_audio
 from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.files import MAX_SCENARIO_BYTES, UnreadableFile, read_capped
 from loadgen.scenario.images import check_images
@@ -352,6 +353,9 @@ def _check_workload(scenario: Scenario, path: Path, root: yaml.Node, fname: str)
         loc = ("workload", "images") + ((key,) if key else ())
         where = f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}"
         errors += [f"{where}: {msg}" for msg in check_images(images, base)]
+    if wl.audio is not None and wl.audio.folder is not None:
+        loc = ("workload", "audio", "folder")
+        errors += [f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {msg}" for msg in check_audio(wl.audio, base)]
     return errors
 
 

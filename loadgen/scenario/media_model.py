@@ -1,5 +1,5 @@
-"""What a scenario may say about a request beyond its text: ``workload.images``, ``workload.tools`` and
-``workload.response_format``.
+"""What a scenario may say about a request beyond its text: ``workload.images``, ``workload.audio``,
+``workload.tools`` and ``workload.response_format``.
 
 Validated at the edge like every scenario field (a width of 0 or 10^6 is an error at its line); the files an
 image source names are read and checked before anything is sent (:func:`loadgen.scenario.images.check_images`).
@@ -14,15 +14,17 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 
 from loadgen.scenario.json_schema import schema_problem
 from loadgen.scenario.strict import Strict
+from loadgen.units import parse_duration
 
 __all__ = ["MAX_IMAGES", "MAX_IMAGE_SIDE", "MAX_TOOLS", "ImageCount", "ImageSide", "Images", "ToolDefinition",
-           "ToolFunction", "ToolGeneration", "Tools", "ToolsField", "ResponseFormat"]
+           "ToolFunction", "ToolGeneration", "Tools", "ToolsField", "ResponseFormat", "Audio", "AudioSeconds"]
 
 #: Pixels a side at most: an 8192 x 8192 RGB image is 200 MB in memory while it is made (larger than any vision
 #: model's input; servers resize far below it).
 MAX_IMAGE_SIDE = 8192
 MAX_IMAGES = 64  # images one request carries at most
 MAX_DISTINCT_IMAGES = 10_000  # synthetic images made up front at most
+MAX_AUDIO_SECONDS = 3600.0  # one audio clip at most (an hour)
 
 
 class ImageSide(Strict):
@@ -55,6 +57,16 @@ def _number(lo: int, hi: int, what: str):
             return {"mean": v}
         return v
     return before
+
+
+def _seconds(v: Any) -> Any:
+    """A duration ('5s', '500ms', 5) is a constant clip length, refused when out of (0, 1 h]."""
+    if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+        seconds = parse_duration(v)
+        if not 0 < seconds <= MAX_AUDIO_SECONDS:
+            raise ValueError(f"expected a duration above 0 and at most 1h, got {v!r}")
+        return {"mean": seconds, "min": min(seconds, 0.1)}
+    return v
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
@@ -282,3 +294,45 @@ class ResponseFormat(Strict):
     def answer_schema(self) -> dict | None:
         """The schema answers must match (None for json_object)."""
         return self.json_schema["schema"] if self.json_schema is not None else None
+
+
+
+class AudioSeconds(Strict):
+    """A clip's duration in seconds drawn per clip: Normal(mean, stddev), clipped to [min, max]."""
+
+    mean: float = Field(examples=[5.0], gt=0, le=MAX_AUDIO_SECONDS, description="the mean duration in seconds")
+    stddev: float = Field(0.0, examples=[2.0], ge=0, le=MAX_AUDIO_SECONDS, description="its standard deviation")
+    min: float = Field(0.1, examples=[1.0], gt=0, le=MAX_AUDIO_SECONDS, description="the shortest clip")
+    max: float = Field(MAX_AUDIO_SECONDS, examples=[30.0], gt=0, le=MAX_AUDIO_SECONDS, description="the longest clip")
+
+
+class Audio(Strict):
+    """Audio sent with each request: WAV clips made with the seed (a tone sweep with noise, 16-bit mono) or a
+    folder of WAV files. openai-chat sends them as ``input_audio`` content parts after the text;
+    ``api: openai-transcriptions`` uploads one clip a request to ``/audio/transcriptions``. Each record keeps
+    the clips and seconds of audio its request sent."""
+
+    count: Annotated[ImageCount, BeforeValidator(_number(0, MAX_IMAGES, "a number of clips"))] = Field(
+        default_factory=lambda: ImageCount(mean=1), examples=[1],
+        description="clips a request (openai-chat): a number or {mean, stddev, min, max}; transcriptions: 1")
+    duration: Annotated[AudioSeconds, BeforeValidator(_seconds)] = Field(
+        default_factory=lambda: AudioSeconds(mean=5.0), examples=["10s", {"mean": 8, "stddev": 3, "min": 1}],
+        description="synthetic clips: duration, a duration (5s) or {mean, stddev, min, max} in seconds")
+    sample_rate: int = Field(16_000, ge=8_000, le=48_000, examples=[24_000], description="synthetic clips: samples "
+                                                                                          "a second")
+    distinct: int = Field(8, ge=1, le=1_000, examples=[16], description="synthetic clips: how many are made; "
+                                                                        "requests cycle through them")
+    folder: Optional[str] = Field(None, examples=["audio/"], description="a folder of WAV files (relative to the "
+                                                                          "scenario), in name order")
+
+    @model_validator(mode="after")
+    def _source(self):
+        if self.folder is not None and {"duration", "sample_rate", "distinct"} & self.model_fields_set:
+            raise ValueError("duration, sample_rate and distinct describe synthetic clips, not a folder's")
+        if self.duration.max < self.duration.min:
+            raise ValueError(f"duration: max ({self.duration.max}) is below min ({self.duration.min})")
+        return self
+
+    @property
+    def synthetic(self) -> bool:
+        return self.folder is None

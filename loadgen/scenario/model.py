@@ -26,6 +26,8 @@ from pydantic.json_schema import SkipJsonSchema
 from loadgen import metric_registry
 from loadgen.redact import has_control
 from loadgen.scenario.media_model import (  # noqa: F401 (the reference pages find the models here)
+    Audio,
+    AudioSeconds,
     ImageCount,
     Images,
     ImageSide,
@@ -218,7 +220,7 @@ class Target(Strict):
     command: Optional[CommandTarget] = Field(None, description="a server latbench starts as a command (such as "
                                                                "vllm serve) and stops at the end")
     api: Literal["openai-chat", "openai-completions", "embeddings", "http", "anthropic-messages", "openai-responses",
-                 "rerank", "kserve-v2", "triton-generate"] = Field(
+                 "rerank", "kserve-v2", "triton-generate", "openai-transcriptions"] = Field(
         "openai-chat", description="the API spoken; kserve-v2 over HTTP/JSON (http://) or gRPC (grpc://)")
     model: Optional[str] = Field(None, examples=["Qwen/Qwen2.5-0.5B-Instruct"],
                                  description="model name sent in requests; default: the reference model, "
@@ -485,6 +487,9 @@ class Workload(Strict):
         None, examples=[{"type": "json_object"}],
         description="structured output (openai-chat, openai-responses): OpenAI's response_format; each answer's "
                     "JSON validity and schema match are recorded")
+    audio: Optional[Audio] = Field(None, examples=[{"count": 1, "duration": "5s"}],
+                                   description="audio sent with each request: input_audio parts (openai-chat), or "
+                                               "the file uploaded to api: openai-transcriptions")
     images: Optional[Images] = Field(None, examples=[{"count": 1, "sizes": ["256x256", "512x512"]}],
                                      description="images sent with each request (openai-chat, anthropic-messages, "
                                                  "openai-responses): synthetic, a folder, a JSON-lines file or URLs")
@@ -853,6 +858,20 @@ class Scenario(Strict):
                                  "images in a dataset's messages instead)")
             if self.load.trace is not None:
                 raise ValueError("workload.images: not with a trace replay (a trace gives its requests' text only)")
+        return self
+
+    @model_validator(mode="after")
+    def _audio_apis(self):
+        audio = self.workload.audio
+        for t in self.target_list():
+            if audio is not None and t.api not in ("openai-chat", "openai-transcriptions"):
+                raise ValueError(f"workload.audio: target {t.name!r} speaks {t.api}; audio needs openai-chat or "
+                                 "openai-transcriptions")
+            if t.api == "openai-transcriptions" and audio is None:
+                raise ValueError(f"target {t.name!r}: api openai-transcriptions needs workload.audio (the clips "
+                                 "it uploads)")
+        if audio is not None and (self.workload.conversations is not None or self.load.trace is not None):
+            raise ValueError("workload.audio: not with conversations or a trace replay")
         return self
 
     @model_validator(mode="after")

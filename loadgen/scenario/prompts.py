@@ -81,6 +81,7 @@ class Prompt:
     counted_by: str = "approximation"  # how input_tokens was counted: "tokenizer" or "approximation"
     extra_body: dict | None = None  # a dataset entry's own request options
     images: tuple = ()  # workload.images: the ImageItems sent after the text (loadgen.scenario.images)
+    audio: tuple = ()  # workload.audio: the AudioItems sent after the text (loadgen.scenario.audio)
 
 
 class PromptSource:

@@ -1,4 +1,6 @@
-"""Images in chat requests: OpenAI ``image_url`` content parts read, checked and turned into prompt tokens.
+"""Images and audio in chat requests: OpenAI ``image_url`` and ``input_audio`` content parts read, checked and
+turned into prompt tokens (an ``input_audio`` clip, a WAV file, takes ``ceil(seconds x audio_tokens_per_s)``
+tokens, encoded by :mod:`reference_server.models.audio`; it is marked and spliced as an image is).
 
 An image part's URL must be a base64 ``data:image/...`` URL (this server fetches nothing: an http(s) URL is
 refused with a 400 naming the part). Its bytes are hashed (SHA-256: the image cache's key, and what a test
@@ -15,7 +17,9 @@ import binascii
 import hashlib
 import io
 from dataclasses import dataclass
+from typing import ClassVar
 
+from ..models.audio import audio_tokens, wav_seconds
 from ..models.tokenizer import encode
 from ..models.vision import patches_of
 
@@ -32,6 +36,19 @@ class ImageInput:
     width: int
     height: int
     tokens: int
+    kind: ClassVar[str] = "image"  # what the engine encodes it with
+
+
+@dataclass(frozen=True)
+class AudioInput:
+    """One audio clip of a request: the SHA-256 of its bytes, the bytes (a WAV file), its seconds, and the prompt
+    tokens it takes."""
+
+    sha256: str
+    data: bytes
+    seconds: float
+    tokens: int
+    kind: ClassVar[str] = "audio"
 
 
 class MediaError(ValueError):
@@ -70,9 +87,35 @@ def read_image_part(part: dict, param: str, patch: int, merge: int = 1) -> Image
     return ImageInput(hashlib.sha256(data).hexdigest(), data, width, height, patches_of(width, height, patch, merge))
 
 
-def splice(text: str, images: list[ImageInput]) -> tuple[list[int], list[tuple[int, int]]]:
-    """The prompt ids of a rendered prompt whose images are marked with :data:`IMAGE_MARK`: each mark replaced
-    by the image's tokens (placeholders, filled in by the engine's encoder), and each image's (start, length)."""
+def read_audio(data: bytes, param: str, tokens_per_s: int) -> AudioInput:
+    """An audio clip from its WAV bytes; MediaError naming ``param`` when it is not a WAV file."""
+    try:
+        seconds = wav_seconds(data)
+    except ValueError as exc:
+        raise MediaError(f"{param}: {exc}", param) from None
+    if not 0 < seconds <= 3600:
+        raise MediaError(f"{param}: {seconds:.3f} s of audio; a clip lasts above 0 and at most an hour", param)
+    return AudioInput(hashlib.sha256(data).hexdigest(), data, seconds, audio_tokens(seconds, tokens_per_s))
+
+
+def read_audio_part(part: dict, param: str, tokens_per_s: int) -> AudioInput:
+    """The clip of an ``input_audio`` content part (``{"data": base64, "format": "wav"}``)."""
+    inner = part.get("input_audio")
+    if not isinstance(inner, dict) or not isinstance(inner.get("data"), str):
+        raise MediaError(f"{param}.input_audio must be {{\"data\": base64, \"format\": \"wav\"}}", param)
+    if inner.get("format", "wav") != "wav":
+        raise MediaError(f"{param}: only wav audio is read by this server", param)
+    try:
+        data = base64.b64decode(inner["data"], validate=True)
+    except (binascii.Error, ValueError):
+        raise MediaError(f"{param}: input_audio.data is not valid base64", param) from None
+    return read_audio(data, param, tokens_per_s)
+
+
+def splice(text: str, images: list) -> tuple[list[int], list[tuple[int, int]]]:
+    """The prompt ids of a rendered prompt whose images (and audio clips) are marked with :data:`IMAGE_MARK`: each
+    mark replaced by its tokens (placeholders, filled in by the engine's encoders), and each one's (start,
+    length)."""
     pieces = text.split(IMAGE_MARK)
     ids: list[int] = encode(pieces[0])
     spans = []

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..models.tokenizer import encode, render_chat
-from .media import IMAGE_MARK, ImageInput, MediaError, read_image_part, splice
+from .media import IMAGE_MARK, ImageInput, MediaError, read_audio_part, read_image_part, splice
 from .tools import ToolCall, ToolsError, json_template, parse_tools, plan_tool_call, tools_message
 
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -103,7 +103,7 @@ def parse_json(raw: bytes) -> dict:
     return body
 
 
-def _chat_content(content, i: int, images: list | None, patch: tuple[int, int]) -> str:
+def _chat_content(content, i: int, images: list | None, patch: tuple[int, int, int]) -> str:
     if isinstance(content, str):
         return content.replace(IMAGE_MARK, "\ufffd") if images is not None else content
     if isinstance(content, list):  # [{"type": "text", "text": ...}, {"type": "image_url", ...}, ...]
@@ -112,23 +112,25 @@ def _chat_content(content, i: int, images: list | None, patch: tuple[int, int]) 
             kind = part.get("type") if isinstance(part, dict) else None
             if kind == "text" and isinstance(part.get("text"), str):
                 parts.append(part["text"].replace(IMAGE_MARK, "\ufffd") if images is not None else part["text"])
-            elif kind == "image_url" and images is not None:
+            elif kind in ("image_url", "input_audio") and images is not None:
+                param = f"messages[{i}].content[{j}]"
                 try:
-                    images.append(read_image_part(part, f"messages[{i}].content[{j}]", *patch))
+                    images.append(read_image_part(part, param, *patch[:2]) if kind == "image_url"
+                                  else read_audio_part(part, param, patch[2]))
                 except MediaError as exc:
                     raise _bad(str(exc), exc.param) from None
                 parts.append(IMAGE_MARK)
             else:
-                what = "text or image_url parts" if images is not None else "text parts"
+                what = "text, image_url or input_audio parts" if images is not None else "text parts"
                 raise _bad(f"messages[{i}].content parts must be {what}", f"messages[{i}].content")
         return "".join(parts)
     raise _bad(f"messages[{i}].content must be a string or a list of content parts", f"messages[{i}].content")
 
 
-def parse_messages(body: dict, images: list | None = None, patch: tuple[int, int] = (16, 2)) -> list[dict]:
+def parse_messages(body: dict, images: list | None = None, patch: tuple[int, int, int] = (16, 2, 25)) -> list[dict]:
     """The ``messages`` of a chat body, each with a role and string content; ApiError naming the bad field. With
     ``images`` (a list), image parts are read into it and marked in the content (:data:`media.IMAGE_MARK`);
-    ``patch`` is (patch size, merge): what an image's tokens are counted by."""
+    ``patch`` is (patch size, merge, audio tokens a second): what an image's and a clip's tokens are counted by."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list", "messages")
@@ -145,7 +147,8 @@ def parse_messages(body: dict, images: list | None = None, patch: tuple[int, int
     return normal
 
 
-def _prompt(body: dict, kind: str, patch: tuple[int, int], tools: list[dict]) -> tuple[list[int], object, list, list]:
+def _prompt(body: dict, kind: str, patch: tuple[int, int, int], tools: list[dict]) -> tuple[list[int], object, list,
+                                                                                           list]:
     """(prompt ids, the canonical prompt, images, each image's (start, length) in the ids); ``tools`` (their
     function definitions) open the rendered prompt."""
     if kind == "chat":
@@ -195,9 +198,10 @@ def escape(text: str) -> str:
 
 
 def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: int,
-                  default_max_tokens: int, image_patch: tuple[int, int] = (16, 2)) -> ParsedRequest:
+                  default_max_tokens: int, image_patch: tuple[int, int, int] = (16, 2, 25)) -> ParsedRequest:
     """Validate a chat (``kind="chat"``) or completions body; raise ApiError naming the bad field. An image part
-    of a chat message takes ``patches_of(width, height, *image_patch)`` prompt tokens (patch size, merge)."""
+    of a chat message takes ``patches_of(width, height, patch size, merge)`` prompt tokens, an audio clip
+    ``ceil(seconds x audio tokens a second)`` (``image_patch``: those three)."""
     model = body.get("model")
     if not isinstance(model, str):
         raise _bad("'model' is required and must be a string", "model")

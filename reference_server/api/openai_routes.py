@@ -1,5 +1,6 @@
 """The OpenAI-compatible routes: ``/v1/chat/completions`` and ``/v1/completions`` (a JSON answer, or server-sent
-events with usage), ``/v1/models``, and vLLM's ``/tokenize`` and ``/detokenize``."""
+events with usage), ``/v1/audio/transcriptions`` (:mod:`.transcriptions`), ``/v1/models``, and vLLM's
+``/tokenize`` and ``/detokenize``."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from .openai_protocol import (
     sse,
     usage_chunk,
 )
+from .transcriptions import transcription
 
 
 class OpenAIRoutes:
@@ -39,6 +41,7 @@ class OpenAIRoutes:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
 
@@ -47,6 +50,9 @@ class OpenAIRoutes:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await handle_generation(self.state, request, "completion")
+
+    async def transcriptions(self, request: web.Request) -> web.StreamResponse:
+        return await transcription(self.state, request)
 
     async def models(self, request: web.Request) -> web.Response:
         state = self.state
@@ -101,7 +107,7 @@ async def handle_generation(state: ServerState, request: web.Request, kind: str)
     cfg = state.config
     req = parse_request(parse_json(await request.read()), kind, served_model=state.served_model,
                         max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens,
-                        image_patch=(cfg.image_patch_size, cfg.image_merge))
+                        image_patch=(cfg.image_patch_size, cfg.image_merge, cfg.audio_tokens_per_s))
     g = await begin(state, req, arrival)
     try:
         if req.stream:

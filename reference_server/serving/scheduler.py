@@ -36,6 +36,7 @@ from collections import deque
 import numpy as np
 
 from ..config import ServerConfig
+from ..models.audio import AudioEncoder
 from ..models.backends import ResolvedBackend, load_model
 from ..models.sampling import StopMatcher, sample
 from ..models.tokenizer import decode_token
@@ -57,6 +58,7 @@ class ServingEngine:
         self.prefix: PrefixCache | None = None  # made with the model, when config.prefix_cache
         self.vision: VisionEncoder | None = None  # made at the first image
         self.image_cache: ImageCache | None = None  # with it, when config.image_cache_size
+        self.audio: AudioEncoder | None = None  # made at the first audio clip
         self.error: str | None = None
         self._cv = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
@@ -275,7 +277,13 @@ class ServingEngine:
                 self.metrics.image_cache_hits.inc()
             else:
                 try:
-                    tokens = self.vision.tokens(self.vision.pixels(image.data))
+                    if image.kind == "audio":  # api.media's AudioInput (ImageInput's kind is "image")
+                        if self.audio is None:
+                            self.audio = AudioEncoder(cfg.audio_tokens_per_s, self.vision.d, cfg.image_encoder_layers,
+                                                      cfg.weights_seed)
+                        tokens = self.audio.tokens(image.data)[:n]
+                    else:
+                        tokens = self.vision.tokens(self.vision.pixels(image.data))
                 except Exception as exc:  # a header that read but data that does not decode
                     self._finish(req, None, error=f"an image could not be decoded: {type(exc).__name__}")
                     return False
