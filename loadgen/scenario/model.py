@@ -220,7 +220,7 @@ class Target(Strict):
     command: Optional[CommandTarget] = Field(None, description="a server latbench starts as a command (such as "
                                                                "vllm serve) and stops at the end")
     api: Literal["openai-chat", "openai-completions", "embeddings", "http", "anthropic-messages", "openai-responses",
-                 "rerank", "kserve-v2", "triton-generate", "openai-transcriptions"] = Field(
+                 "openai-transcriptions", "rerank", "kserve-v2", "triton-generate"] = Field(
         "openai-chat", description="the API spoken; kserve-v2 over HTTP/JSON (http://) or gRPC (grpc://)")
     model: Optional[str] = Field(None, examples=["Qwen/Qwen2.5-0.5B-Instruct"],
                                  description="model name sent in requests; default: the reference model, "
