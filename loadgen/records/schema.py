@@ -72,6 +72,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import struct
 import threading
 from array import array
 from dataclasses import dataclass, field
@@ -171,6 +172,11 @@ _SOURCE_NAMES = ("",) + TOKEN_SOURCES
 _SOURCE_INDEX = {name: i for i, name in enumerate(_SOURCE_NAMES)}
 _STRING_COLUMNS = {"error": _ERROR_NAMES, "prompt_tokens_source": _SOURCE_NAMES,
                    "output_tokens_source": _SOURCE_NAMES, "chunk_tokens_source": _CHUNK_SOURCE_NAMES}
+_STRING_VALUES = {name: pa.array(names, type=pa.string()) for name, names in _STRING_COLUMNS.items()}
+#: How every records file is written. Dictionary pages for the string columns only: a time or a count is rarely
+#: repeated, so a dictionary of them is built, found too large and dropped, at each row group (twice the
+#: writer's CPU, and a larger file).
+PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": list(_STRING_COLUMNS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +231,14 @@ class Outcome:
 
 
 _ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 133 bytes a record
+#: One record's bytes as :data:`_ROW` lays them out (native order, no padding): ``pack_into`` writes a row in a
+#: fifth of the time a structured-array row assignment takes (each of its fields is a numpy scalar conversion).
+_STRUCT_CODES = {("i", 8): "q", ("i", 4): "i", ("i", 2): "h", ("i", 1): "b", ("b", 1): "?", ("f", 8): "d"}
+_ROW_STRUCT = struct.Struct("=" + "".join(_STRUCT_CODES[np.dtype(dt).kind, np.dtype(dt).itemsize]
+                                          for dt in _NUMPY_DTYPES.values()))
+assert _ROW_STRUCT.size == _ROW.itemsize
+_PACK = _ROW_STRUCT.pack_into
+_ROW_BYTES = _ROW.itemsize
 _NO_COUNTS = PromptCounts()
 _OTHER = _ERROR_INDEX["other"]
 _ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer"}) - {"scheduled", "tls"}  # buffered as perf_counter values
@@ -256,14 +270,16 @@ def _fill_chunk_tokens(dest: np.ndarray, out: Outcome) -> int:
 class RecordBuffer:
     """Preallocated row storage for records (one packed numpy row each), grown by doubling, drained in batches.
 
-    One structured-array row per record: :meth:`append` is one tuple and one row assignment (about half
-    the cost of one assignment per column); :meth:`drain` turns the rows into Arrow columns.
+    One structured-array row per record: :meth:`append` packs it in place (:data:`_PACK`; a value the packing
+    refuses, say a float where an int goes, takes numpy's row assignment and its conversions);
+    :meth:`drain` turns the rows into Arrow columns.
     """
 
     def __init__(self, capacity: int = 16384):
         self._cap = capacity
         self.n = 0  # rows buffered; public, read per record on the hot path (cheaper than len())
         self._rows = np.empty(capacity, dtype=_ROW)
+        self._bytes = self._rows.view(np.uint8)  # the rows' memory, for _PACK
         self._tok = np.empty(capacity * 4, dtype=np.float32)
         self._ctok = np.empty(capacity * 4, dtype=np.int16)  # chunk_tokens: parallel to _tok, the same offsets
         self._tok_n = 0
@@ -280,6 +296,7 @@ class RecordBuffer:
         rows = np.empty(self._cap, dtype=_ROW)
         rows[: self.n] = self._rows[: self.n]
         self._rows = rows
+        self._bytes = rows.view(np.uint8)
         offs = np.zeros(self._cap + 1, dtype=np.int32)
         offs[: self.n + 1] = self._tok_offsets[: self.n + 1]
         self._tok_offsets = offs
@@ -316,11 +333,15 @@ class RecordBuffer:
             self._tok[self._tok_n : need] = np.asarray(times, dtype=np.float64) - out.first_token
             source = _fill_chunk_tokens(self._ctok[self._tok_n : need], out)
             self._tok_n = need
-        self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
-                         out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
-                         prompt, prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens,
-                         _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
-                         out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user)
+        row = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
+               out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
+               prompt, prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens,
+               _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
+               out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user)
+        try:
+            _PACK(self._bytes, i * _ROW_BYTES, *row)
+        except struct.error:
+            self._rows[i] = row
         self._tok_offsets[i + 1] = self._tok_n
         self.n = i + 1
 
@@ -345,9 +366,8 @@ class RecordBuffer:
                 offsets = pa.array(self._tok_offsets[: n + 1].copy(), type=pa.int32())
                 values = pa.array(self._ctok[: self._tok_n].copy(), type=pa.int16())
                 arrays.append(pa.ListArray.from_arrays(offsets, values))
-            elif name in _STRING_COLUMNS:
-                names = np.asarray(_STRING_COLUMNS[name], dtype=object)
-                arrays.append(pa.array(names[rows[name]], type=pa.string()))
+            elif name in _STRING_COLUMNS:  # by code, in Arrow (a Python str per row costs 30 ns)
+                arrays.append(_STRING_VALUES[name].take(pa.array(np.ascontiguousarray(rows[name]))))
             elif name in _ABSOLUTE:
                 arrays.append(pa.array(rows[name] - self._t0, type=pa.float64()))
             else:
@@ -436,7 +456,7 @@ class RecordWriter:
         self._held_rows = 0
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            self._pq = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+            self._pq = pq.ParquetWriter(self.path, SCHEMA, **PARQUET_OPTIONS)
             self._sink = pa.OSFile(self.partial_path, "wb")
             self._stream = pa.ipc.new_stream(self._sink, SCHEMA)
         except OSError as exc:
