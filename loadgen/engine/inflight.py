@@ -66,6 +66,8 @@ class InFlight:
         self._timed_out: set[int] = set()
         # The callback path: calls in send order (so in deadline order); finished ones are skipped.
         self._submit = transport.submit
+        self._done = self._on_done  # one bound method, not one per request
+        self._cancel = self.s.cancel
         self._calls: deque = deque()
         self._idle: asyncio.Future | None = None  # set when the last call in flight ends, once stopping
         self._aborting: set[int] = set()  # Task path: requests being aborted on purpose (workload.cancel)
@@ -121,15 +123,21 @@ class InFlight:
         the transport (counted in flight by the caller); ``_on_done`` records it."""
         out = Outcome(user=user)
         try:
-            req = self._request(seq, session, out)
+            if session is None:  # _request's common case, inline
+                req = self._requests.get(seq)
+                out.counts = req.counts
+            else:
+                req = self._request(seq, session, out)
             self.live.sent += 1
             handler = self.protocol.handler()
-            cancel = self.s.cancel if chosen(seq, self.s.cancel, self.s.seed) else None
+            cancel = self._cancel
+            if cancel is not None and not chosen(seq, cancel, self.s.seed):
+                cancel = None
             if cancel is not None and cancel.after_tokens:
                 ref: list = []
                 handler = AbortAfterTokens(handler, cancel.after_tokens,
                                            lambda: self._loop.call_soon(lambda: self._abort_call(ref[0])))
-            call = self._submit(req, handler, out, self._on_done, (seq, plan, sched, closed, session, user))
+            call = self._submit(req, handler, out, self._done, (seq, plan, sched, closed, session, user))
             if cancel is not None:
                 if cancel.after_tokens:
                     ref.append(call)
@@ -274,7 +282,9 @@ class InFlight:
             handler = self.protocol.handler()
             self.live.sent += 1
             task = asyncio.current_task()
-            cancel = self.s.cancel if chosen(seq, self.s.cancel, self.s.seed) else None
+            cancel = self._cancel
+            if cancel is not None and not chosen(seq, cancel, self.s.seed):
+                cancel = None
             if cancel is not None:
                 if cancel.after_tokens:
                     handler = AbortAfterTokens(handler, cancel.after_tokens,

@@ -83,9 +83,8 @@ class ResponseHandler:
 
     def on_status(self, status: int, out: Outcome) -> None:
         out.status = status
-        err = status_error(status)
-        if err:
-            out.error = err
+        if status >= 300:  # a success is the common case: no call for it
+            out.error = status_error(status)
 
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
