@@ -121,7 +121,8 @@ class InFlight:
                user: int = -1) -> None:
         """Hand request ``seq`` (a turn of ``session``, with conversations; sent by closed-loop ``user``, -1 none) to
         the transport (counted in flight by the caller); ``_on_done`` records it."""
-        out = Outcome(user=user)
+        out = Outcome()
+        out.user = user  # not Outcome(user=user): a keyword among 24 parameters costs more than the object
         try:
             if session is None:  # _request's common case, inline
                 req = self._requests.get(seq)
@@ -255,7 +256,8 @@ class InFlight:
             self._check_idle()
             return
         now = clock() - self.t0
-        if now >= state.plan.end:
+        plan = state.plan
+        if now >= plan.end:
             self._check_idle()
             return
         state.budget -= 1
@@ -263,7 +265,8 @@ class InFlight:
         state.n += 1
         self.count += 1
         self.live.in_flight += 1
-        self._start(seq, state.plan, now, state, self.sessions.start(seq) if self.sessions is not None else None, user)
+        sessions = self.sessions
+        self._start(seq, plan, now, state, None if sessions is None else sessions.start(seq), user)
 
     def _check_idle(self) -> None:
         if self._idle is not None and self.live.in_flight == 0 and not self._idle.done():

@@ -342,15 +342,20 @@ class RecordBuffer:
             self._tok[self._tok_n : need] = np.asarray(times, dtype=np.float64) - out.first_token
             source = _fill_chunk_tokens(self._ctok[self._tok_n : need], out)
             self._tok_n = need
-        row = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
-               out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
-               prompt, prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens,
-               _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
-               out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user, self._tok_n)
-        try:
-            _PACK(self._bytes, i * _ROW_BYTES, *row)
-        except struct.error:
-            self._rows[i] = row
+        error = _ERROR_INDEX.get(out.error, _OTHER)
+        output_source = _SOURCE_INDEX.get(out.output_tokens_source, 0)
+        try:  # the values as arguments, not a tuple unpacked (200 ns less), in _ROW's order
+            _PACK(self._bytes, i * _ROW_BYTES, seq, phase, recorded, scheduled, out.sent, out.connect_start,
+                  out.connected, out.tls, out.first_byte, out.first_token, out.done, out.status, error, prompt,
+                  prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens, output_source,
+                  out.bytes_in, worker, out.first_answer, out.reasoning_tokens, source, out.session, out.turn,
+                  out.user, self._tok_n)
+        except struct.error:  # a value the packing refuses (a float where an int goes): numpy's conversions
+            self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
+                             out.first_byte, out.first_token, out.done, out.status, error, prompt, prompt_source,
+                             counts.input_tokens, counts.added_tokens, out.output_tokens, output_source,
+                             out.bytes_in, worker, out.first_answer, out.reasoning_tokens, source, out.session,
+                             out.turn, out.user, self._tok_n)
         self.n = i + 1
 
     def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:

@@ -101,7 +101,7 @@ class Site:
 class Conn(asyncio.Protocol):
     """One TCP connection; at most one request on it at a time (no pipelining)."""
 
-    __slots__ = ("transport", "parser", "site", "owner", "call", "closed", "reused", "ended",
+    __slots__ = ("transport", "parser", "site", "owner", "call", "closed", "reused", "ended", "_result",
                  "_now", "_got", "_headers_done", "_framed", "_keep", "_interim", "_head", "_raw", "_cap")
 
     def __init__(self, site: Site, owner):
@@ -110,7 +110,8 @@ class Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = HttpResponseParser(self)
         self.call: Call | None = None
-        self.ended: tuple | None = None  # (call, result) of a request that ended inside the parser
+        self.ended: Call | None = None  # a request that ended inside the parser, and how (``_result``)
+        self._result = None
         self.closed = False
         self.reused = False
 
@@ -242,7 +243,7 @@ class Conn(asyncio.Protocol):
             self._keep = False
         call.out.done = self._now  # the read that completed it (its arrival, with kernel stamps)
         self.call = None
-        self.ended = (call, result)
+        self.ended, self._result = call, result
 
     def _end(self, result) -> None:
         """The request on this connection is over: None (complete), ``(class, detail)`` or ``RETRY``."""
@@ -253,11 +254,11 @@ class Conn(asyncio.Protocol):
         self.call = None
         if result is not None:
             self._keep = False
-        self.ended = (call, result)
+        self.ended, self._result = call, result
 
     def _settle(self) -> None:
         """Once the parser has returned: hand the connection on (or drop it), then tell the call's owner."""
-        call, result = self.ended
+        call, result = self.ended, self._result
         self.ended = None
         if self._keep and not self.closed:
             self.reused = True
