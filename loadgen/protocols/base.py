@@ -99,6 +99,8 @@ class ApiProtocol:
     """Builds requests for one API. ``build`` must be cheap and deterministic for a given ``seq``."""
 
     name = "base"
+    #: whether the API answers in a stream of token events when the target asks for one (``target.stream``)
+    streams_tokens = False
 
     def build(self, seq: int, prompt: "Prompt") -> Request:  # noqa: F821 (Prompt from loadgen.scenario.prompts)
         raise NotImplementedError

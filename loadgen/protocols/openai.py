@@ -313,6 +313,7 @@ class OpenAIProtocol(ApiProtocol):
 
     endpoint = ""
     per_request = False  # a request depends on its prompt alone: built once per prompt (loadgen.protocols.reqcache)
+    streams_tokens = True
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
                  tokenizer: Tokenizer | None = None):

@@ -136,6 +136,7 @@ class KServeGrpcProtocol(ApiProtocol):
 
     name = "kserve-v2"
     per_request = False
+    streams_tokens = True  # ModelStreamInfer
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
         url = (base_url or target.url or "").rstrip("/")
