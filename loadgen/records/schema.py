@@ -171,7 +171,6 @@ _SOURCE_NAMES = ("",) + TOKEN_SOURCES
 _SOURCE_INDEX = {name: i for i, name in enumerate(_SOURCE_NAMES)}
 _STRING_COLUMNS = {"error": _ERROR_NAMES, "prompt_tokens_source": _SOURCE_NAMES,
                    "output_tokens_source": _SOURCE_NAMES, "chunk_tokens_source": _CHUNK_SOURCE_NAMES}
-_STRING_VALUES = {name: pa.array(names, type=pa.string()) for name, names in _STRING_COLUMNS.items()}
 #: How every records file is written. Dictionary pages for the string columns only: a time or a count is rarely
 #: repeated, so a dictionary of them is built, found too large and dropped, at each row group (twice the
 #: writer's CPU, and a larger file).
@@ -295,8 +294,9 @@ class RecordBuffer:
         self._ctok = np.empty(capacity * 4, dtype=np.int16)  # chunk_tokens: parallel to _tok, the same offsets
         self._tok_n = 0
         self._t0 = 0.0
-        # pyarrow imports pandas at its first conversion (0.2-1.5 s): not at the first flush
-        pa.array(np.zeros(0, np.int32))
+        # each string column's values, which drain takes by code; and pyarrow imports pandas at its first conversion
+        # (0.2-1.5 s): here, not at import nor at the first flush
+        self._strings = {name: pa.array(names, type=pa.string()) for name, names in _STRING_COLUMNS.items()}
 
     def __len__(self) -> int:
         return self.n
@@ -379,7 +379,7 @@ class RecordBuffer:
                 values = pa.array(self._ctok[: self._tok_n].copy(), type=pa.int16())
                 arrays.append(pa.ListArray.from_arrays(offsets, values))
             elif name in _STRING_COLUMNS:  # by code, in Arrow (a Python str per row costs 30 ns)
-                arrays.append(_STRING_VALUES[name].take(pa.array(np.ascontiguousarray(rows[name]))))
+                arrays.append(self._strings[name].take(pa.array(np.ascontiguousarray(rows[name]))))
             elif name in _ABSOLUTE:
                 arrays.append(pa.array(rows[name] - self._t0, type=pa.float64()))
             else:
