@@ -289,7 +289,7 @@ class RecordBuffer:
         self._cap = capacity
         self.n = 0  # rows buffered; public, read per record on the hot path (cheaper than len())
         self._rows = np.empty(capacity, dtype=_ROW)
-        self._bytes = self._rows.view(np.uint8)  # the rows' memory, for _PACK
+        self._bytes = memoryview(self._rows.view(np.uint8))  # the rows' memory, for _PACK (a view: cheaper to lend)
         self._tok = np.empty(capacity * 4, dtype=np.float32)
         self._ctok = np.empty(capacity * 4, dtype=np.int16)  # chunk_tokens: parallel to _tok, the same offsets
         self._tok_n = 0
@@ -306,7 +306,7 @@ class RecordBuffer:
         rows = np.empty(self._cap, dtype=_ROW)
         rows[: self.n] = self._rows[: self.n]
         self._rows = rows
-        self._bytes = rows.view(np.uint8)
+        self._bytes = memoryview(rows.view(np.uint8))
 
     def append(self, seq: int, phase: int, recorded: bool, scheduled: float, out: Outcome, t0: float,
                worker: int = 0) -> None:
