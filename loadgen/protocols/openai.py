@@ -187,7 +187,7 @@ class StreamHandler(ResponseHandler):
                 kind = self._token_kind(choices) if choices else 0
             if kind:
                 if self._count == 0:
-                    out.first_token = now
+                    out.start_tokens(now)
                 self._count += 1
                 out.token_times.append(now)
                 if self._counter is not None:
@@ -313,6 +313,7 @@ class OpenAIProtocol(ApiProtocol):
 
     endpoint = ""
     per_request = False  # a request depends on its prompt alone: built once per prompt (loadgen.protocols.reqcache)
+    streams_tokens = True
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
                  tokenizer: Tokenizer | None = None):

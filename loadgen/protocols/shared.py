@@ -150,7 +150,7 @@ class EventStreamHandler(ResponseHandler):
         """A chunk that carried tokens arrived: an answer (content, tool call) or reasoning; ``n`` the tokens it
         carried when the server said (else unknown: see RecordBuffer's chunk_tokens)."""
         if self._count == 0:
-            out.first_token = now
+            out.start_tokens(now)
         self._count += 1
         out.token_times.append(now)
         if n is not None:
