@@ -230,6 +230,10 @@ def bad_response(out: Outcome, detail: str) -> None:
     out.error_detail = detail[:DETAIL]
 
 
+COUNT_MAX = 2**31 - 1  # a token count's column is int32 (loadgen.records.schema)
+
+
 def as_int(v) -> int | None:
-    """``v`` when it is an int (not a bool), else None."""
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """A count the server gave: ``v`` when it is an int (not a bool) from 0 to ``COUNT_MAX``, else None (not a
+    count: the request is counted as if the server had given none, never lost to a value its record cannot hold)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT_MAX else None
