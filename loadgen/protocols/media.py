@@ -59,8 +59,9 @@ def counts_of(prompt: Prompt, counted: bool = True, tools: int = 0) -> PromptCou
     offers."""
     n, pixels, nbytes = image_stats(prompt.images) if prompt.images else (0, 0, 0)
     audio, seconds = len(prompt.audio), sum(a.seconds for a in prompt.audio)
+    media = bool(n or tools or audio)
     if counted:
         return PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by, n, pixels, nbytes, tools,
-                            audio, seconds)
+                            audio, seconds, media)
     return PromptCounts(images=n, image_pixels=pixels, image_bytes=nbytes, tools=tools, audio=audio,
-                        audio_seconds=seconds)
+                        audio_seconds=seconds, media=media)

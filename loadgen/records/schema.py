@@ -183,6 +183,10 @@ _NUMPY_DTYPES = {
     "session": np.int64,
     "turn": np.int16,
     "user": np.int32,
+}
+#: The columns of what a request sent or got beyond text (images, tools, audio, structured output), with their
+#: value for a request that had none: written only for requests that had some (:meth:`RecordBuffer.append`).
+_FEATURE_DTYPES = {
     "images": np.int16,
     "image_pixels": np.int64,
     "image_bytes": np.int64,
@@ -195,6 +199,8 @@ _NUMPY_DTYPES = {
     "json_valid": np.int8,
     "schema_valid": np.int8,
 }
+_FEATURE_DEFAULTS = (0, 0, 0, 0, 0, 0, math.nan, 0, 0.0, -1, -1)
+_NUMPY_DTYPES = {**_NUMPY_DTYPES, **_FEATURE_DTYPES}
 _ERROR_NAMES = ("",) + ERROR_CLASSES + (ABORTED,)
 _ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
 #: The code of ``aborted`` in ``RecordBuffer.column("error")`` (0 is success).
@@ -226,6 +232,7 @@ class PromptCounts:
     tools: int = 0  # tool definitions the request offers (workload.tools)
     audio: int = 0  # audio clips the request sends (workload.audio)
     audio_seconds: float = 0.0  # their duration in seconds, summed
+    media: bool = False  # any of images, tools or audio: the record's feature columns are written
 
     @property
     def prompt_tokens(self) -> int:
@@ -293,23 +300,44 @@ class Outcome:
         self.chunk_tokens = []
 
 
-#: A buffered record: the columns, then where its token chunks end in the buffer's token arrays (the list
-#: columns' offsets; packed: 183 bytes a record).
-_BUFFERED = {**_NUMPY_DTYPES, "tok_end": np.int32}
+#: A buffered record: the columns, where its token chunks end in the buffer's token arrays (the list columns'
+#: offsets), then the feature columns (packed: 183 bytes a record).
+_BASE = {k: v for k, v in _NUMPY_DTYPES.items() if k not in _FEATURE_DTYPES}
+_BUFFERED = {**_BASE, "tok_end": np.int32, **_FEATURE_DTYPES}
 _ROW = np.dtype([(name, dt) for name, dt in _BUFFERED.items()])
 #: One record's bytes as :data:`_ROW` lays them out (native order, no padding): ``pack_into`` writes a row in a
 #: fifth of the time a structured-array row assignment takes (each of its fields is a numpy scalar conversion).
+#: The base columns and ``tok_end`` go in one call; the feature columns, only for a request that had a feature,
+#: in a second (a plain text request pays nothing for them: a new buffer holds their defaults).
 _STRUCT_CODES = {("i", 8): "q", ("i", 4): "i", ("i", 2): "h", ("i", 1): "b", ("b", 1): "?", ("f", 8): "d"}
-_ROW_STRUCT = struct.Struct("=" + "".join(_STRUCT_CODES[np.dtype(dt).kind, np.dtype(dt).itemsize]
-                                          for dt in _BUFFERED.values()))
-if _ROW_STRUCT.size != _ROW.itemsize:
-    raise AssertionError("the record struct does not lay a row out as the numpy row does")
+
+
+def _struct(dtypes) -> struct.Struct:
+    return struct.Struct("=" + "".join(_STRUCT_CODES[np.dtype(dt).kind, np.dtype(dt).itemsize]
+                                       for dt in dtypes))
+
+
+_ROW_STRUCT = _struct([*_BASE.values(), np.int32])
+_FEATURE_STRUCT = _struct(_FEATURE_DTYPES.values())
+if _ROW_STRUCT.size + _FEATURE_STRUCT.size != _ROW.itemsize:
+    raise AssertionError("the record structs do not lay a row out as the numpy row does")
 _PACK = _ROW_STRUCT.pack_into
+_PACK_FEATURES = _FEATURE_STRUCT.pack_into
 _ROW_BYTES = _ROW.itemsize
+_FEATURES_AT = _ROW_STRUCT.size  # the feature columns' offset in a row
+_BASE_FIELDS = [*_BASE, "tok_end"]
 _NO_COUNTS = PromptCounts()
+_UNCHECKED = Outcome.__dataclass_fields__["structured"].default  # an answer no response_format checked
 _OTHER = _ERROR_INDEX["other"]
 # buffered as perf_counter values
 _ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer", "first_tool_call"}) - {"scheduled", "tls"}
+
+
+def _feature_defaults(rows: np.ndarray) -> np.ndarray:
+    """``rows`` with every feature column holding its value for a request without the feature."""
+    for name, value in zip(_FEATURE_DTYPES, _FEATURE_DEFAULTS):
+        rows[name] = value
+    return rows
 
 
 def _fill_chunk_tokens(dest: np.ndarray, out: Outcome) -> int:
@@ -346,7 +374,7 @@ class RecordBuffer:
     def __init__(self, capacity: int = 16384):
         self._cap = capacity
         self.n = 0  # rows buffered; public, read per record on the hot path (cheaper than len())
-        self._rows = np.empty(capacity, dtype=_ROW)
+        self._rows = _feature_defaults(np.empty(capacity, dtype=_ROW))
         self._bytes = memoryview(self._rows.view(np.uint8))  # the rows' memory, for _PACK (a view: cheaper to lend)
         self._tok = np.empty(capacity * 4, dtype=np.float32)
         self._ctok = np.empty(capacity * 4, dtype=np.int16)  # chunk_tokens: parallel to _tok, the same offsets
@@ -361,7 +389,7 @@ class RecordBuffer:
 
     def _grow(self) -> None:
         self._cap *= 2
-        rows = np.empty(self._cap, dtype=_ROW)
+        rows = _feature_defaults(np.empty(self._cap, dtype=_ROW))
         rows[: self.n] = self._rows[: self.n]
         self._rows = rows
         self._bytes = memoryview(rows.view(np.uint8))
@@ -402,25 +430,34 @@ class RecordBuffer:
             self._tok_n = need
         error = _ERROR_INDEX.get(out.error, _OTHER)
         output_source = _SOURCE_INDEX.get(out.output_tokens_source, 0)
-        tc = out.tool_calls  # None unless the answer called a tool
-        calls, call_tokens, first_call = (0, 0, math.nan) if tc is None else (tc.count, tc.tokens, tc.first)
-        checked = out.structured
         try:  # the values as arguments, not a tuple unpacked (200 ns less), in _ROW's order
             _PACK(self._bytes, i * _ROW_BYTES, seq, phase, recorded, scheduled, out.sent, out.connect_start,
                   out.connected, out.tls, out.first_byte, out.first_token, out.done, out.status, error, prompt,
                   prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens, output_source,
                   out.bytes_in, worker, out.first_answer, out.reasoning_tokens, source, out.session, out.turn,
-                  out.user, counts.images, counts.image_pixels, counts.image_bytes, counts.tools, calls, call_tokens,
-                  first_call, counts.audio, counts.audio_seconds, checked[0], checked[1], self._tok_n)
+                  out.user, self._tok_n)
         except struct.error:  # a value the packing refuses (a float where an int goes): numpy's conversions
-            self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
-                             out.first_byte, out.first_token, out.done, out.status, error, prompt, prompt_source,
-                             counts.input_tokens, counts.added_tokens, out.output_tokens, output_source,
-                             out.bytes_in, worker, out.first_answer, out.reasoning_tokens, source, out.session,
-                             out.turn, out.user, counts.images, counts.image_pixels, counts.image_bytes, counts.tools,
-                             calls, call_tokens, first_call, counts.audio, counts.audio_seconds, checked[0],
-                             checked[1], self._tok_n)
+            self._rows[_BASE_FIELDS][i] = (
+                seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls, out.first_byte,
+                out.first_token, out.done, out.status, error, prompt, prompt_source, counts.input_tokens,
+                counts.added_tokens, out.output_tokens, output_source, out.bytes_in, worker, out.first_answer,
+                out.reasoning_tokens, source, out.session, out.turn, out.user, self._tok_n)
+        if counts.media or out.tool_calls is not None or out.structured is not _UNCHECKED:
+            self._features(i, counts, out)
         self.n = i + 1
+
+    def _features(self, i: int, counts: PromptCounts, out: Outcome) -> None:
+        """Row ``i``'s feature columns: the images, tools and audio its request sent, its tool calls and the checks
+        of its structured answer."""
+        tc = out.tool_calls
+        calls, call_tokens, first_call = (0, 0, math.nan) if tc is None else (tc.count, tc.tokens, tc.first)
+        checked = out.structured
+        values = (counts.images, counts.image_pixels, counts.image_bytes, counts.tools, calls, call_tokens, first_call,
+                  counts.audio, counts.audio_seconds, checked[0], checked[1])
+        try:
+            _PACK_FEATURES(self._bytes, i * _ROW_BYTES + _FEATURES_AT, *values)
+        except struct.error:  # a count past its column's range: numpy's conversions
+            self._rows[list(_FEATURE_DTYPES)][i] = values
 
     def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """One buffered column, rows ``start:stop``, times relative to t0 as :meth:`drain` gives them."""
@@ -448,6 +485,7 @@ class RecordBuffer:
                 arrays.append(pa.array(rows[name] - self._t0, type=pa.float64()))
             else:
                 arrays.append(pa.array(np.ascontiguousarray(rows[name]), type=SCHEMA.field(name).type))
+        _feature_defaults(rows)  # the rows are written again: a plain request's feature columns are not written
         self.n = 0
         self._tok_n = 0
         return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
