@@ -140,6 +140,48 @@ def doc_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How a request ended: one of four, each request exactly one (``summary.json``'s ``ok`` + the counts of
+    ``errors`` + ``aborted`` = ``count``). ``key``: where a scope of summary.json counts it (``errors``: one count
+    per error class, ``cancelled`` among them); ``label``: the word every output uses for it."""
+
+    name: str
+    label: str
+    key: str
+    definition: str
+
+
+#: The outcome vocabulary of every output (terminal, summary.md, report.html, summary.json): defined once here.
+OUTCOMES = (
+    Outcome("ok", "ok", "ok", "answered in full: the only requests in the latency distributions"),
+    Outcome("error", "errors", "errors",
+            "failed, counted by class (timeout, connect, reset, http_5xx, bad_stream, dropped, ...); in error_rate"),
+    Outcome("cancelled", "cancelled", "errors/cancelled",
+            "an error class: still in flight when latbench stopped waiting (at the end of the grace after the last "
+            "phase, or when the run stopped early) and cancelled by latbench; in error_rate"),
+    Outcome("aborted", "aborted", "aborted",
+            "ended on purpose by the workload's cancellation rule (workload.cancel), as a user closes a tab: not an "
+            "error, in no latency distribution; in aborted_rate"),
+)
+
+
+def outcomes() -> tuple[Outcome, ...]:
+    """The four ways a request ends, in display order: ok, errors (by class), cancelled (one of them), aborted."""
+    return OUTCOMES
+
+
+def outcome(name: str) -> Outcome:
+    return next(o for o in OUTCOMES if o.name == name)
+
+
+def outcome_doc() -> str:
+    """The documentation's outcome table, as Markdown (docs/reference/metrics.md holds it)."""
+    lines = ["| outcome | counted in summary.json | definition |", "|---|---|---|"]
+    lines += [f"| {o.label} | `{o.key}` | {o.definition} |" for o in OUTCOMES]
+    return "\n".join(lines) + "\n"
+
+
 for _m in (
     Metric("latency", "s",
            "done - scheduled: from the intended send time to the last byte (coordinated omission corrected)",
@@ -233,14 +275,15 @@ for _m in (
            of_all=True,
            doc="`sent - scheduled`: the generator's own lateness"),
     Metric("error_rate", "fraction",
-           "failed requests (any error class, dropped included) / all requests",
+           "failed requests (any error class, dropped and cancelled included) / all requests",
            slo="fraction"),
     Metric("aborted_rate", "fraction",
-           ("requests the client aborted on purpose (workload.cancel; not an error, left out of every latency "
-            "distribution) / all requests"),
+           ("requests aborted by the workload's cancellation rule (workload.cancel; not an error, left out of every "
+            "latency distribution) / all requests"),
            slo="fraction",
-           doc=("requests the client aborted on purpose (`workload.cancel`) / all requests: not an error, not in any "
-                "latency distribution; apart from `cancelled` (an error: still in flight when the run stopped)")),
+           doc=("requests aborted by the workload's cancellation rule (`workload.cancel`) / all requests: not an "
+                "error, not in any latency distribution; apart from `cancelled` (an error: still in flight when "
+                "latbench stopped waiting)")),
     Metric("goodput", "fraction",
            ("good requests / requests judged: a request is good when it succeeded and met every per-request bound"
             " of the scenario's goodput: block that applies to it (latency, ttft, ttfat, tpot, service_time); "
@@ -252,7 +295,8 @@ for _m in (
            slo="rate",
            doc="good requests completed inside the window / its duration"),
     Metric("achieved_qps", "1/s",
-           "successful responses completed inside the phase window / phase duration",
+           ("successful responses completed inside the phase's window / the phase's duration (a request that "
+            "completes after its phase ends counts in its phase's ok, not in this rate)"),
            slo="rate"),
     Metric("sent_qps", "1/s",
            "requests sent (not dropped) scheduled in the phase / phase duration"),

@@ -97,8 +97,24 @@ def num(v) -> str:
     return DASH if x is None else f"{x:.3g}"
 
 
+def setting(v) -> str:
+    """A server setting as configured: on/off for a switch, 'unset' for none, a number or a name as it is."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if v is None:
+        return "unset"
+    if isinstance(v, (int, float)):
+        return f"{v:g}"
+    return str(v)
+
+
+def as_float(v) -> float | None:
+    """A summary.json number as a float (None, NaN -> None; 'inf' -> infinity)."""
+    return _float(v)
+
+
 FORMATS = {"ms": ms, "pct": pct, "rate": rate, "count": count, "count0": count0, "s": seconds, "x": times,
-           "share": share, "mb": mb, "num": num}
+           "share": share, "mb": mb, "num": num, "setting": setting}
 
 
 def fmt(v, kind: str) -> str:

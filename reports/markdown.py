@@ -147,8 +147,10 @@ def render_markdown(run: RunData) -> str:
         lines += ["**Host:**", *host, ""]
     cmp = run_comparison(run)
     if cmp:
+        words = [c[3] for c in report_model.COMPARE]
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(
-            f"{esc(r['label'])}: {', '.join(r['ratios'])}" for r in cmp["rows"][1:]), ""]
+            f"{esc(r['label'])}: " + ", ".join(f"{words[j]} {esc(c.note)}" for j, c in enumerate(r["cells"]) if c.note)
+            for r in cmp["rows"][1:]), ""]
     lines.append(f"<sub>latbench {esc(run.meta.latbench_version or '')} · RunDir `{esc(run.path.name)}` · "
                  "full report in report.html</sub>")
     return "\n".join(lines) + "\n"

@@ -194,7 +194,8 @@ def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expe
 def architectures(entries: list[tuple[str, dict, dict]]) -> dict | None:
     """The article's comparison of ``(label, summary, server config)`` entries: mean and p99 latency of
     each over the overall scope; ``p99_vs_first``: how many times lower (``lower``) or higher each one's p99
-    is than the first's, as a factor of at least 1 with its interval; and the knobs that differ."""
+    is than the first's, as a factor of at least 1 with its interval; the knobs that differ; and
+    ``interval_needs``: the fewest requests whose p99 has an interval (a ratio without one says so)."""
     entries = [(label, s, cfg or {}) for label, s, cfg in entries if s]
     if len(entries) < 2:
         return None
@@ -215,4 +216,4 @@ def architectures(entries: list[tuple[str, dict, dict]]) -> dict | None:
         values = [cfg.get(k) for _, _, cfg in entries]
         if any(k in cfg for _, _, cfg in entries) and len({repr(v) for v in values}) > 1:
             knobs[k] = values
-    return {"rows": rows, "base": entries[0][0], "knobs": knobs}
+    return {"rows": rows, "base": entries[0][0], "knobs": knobs, "interval_needs": samples_for_interval(99.0)}

@@ -144,6 +144,7 @@ class Scope(ResultModel):
     ok: int | None = None
     errors: dict[str, int] | None = None
     error_rate: Num = None
+    aborted: int | None = None
     target_qps: Num = None
     sent_qps: Num = None
     achieved_qps: Num = None
