@@ -150,19 +150,23 @@ class Outcome:
     label: str
     key: str
     definition: str
+    short: str  # the definition in a few words, for a line of the terminal
 
 
 #: The outcome vocabulary of every output (terminal, summary.md, report.html, summary.json): defined once here.
 OUTCOMES = (
-    Outcome("ok", "ok", "ok", "answered in full: the only requests in the latency distributions"),
+    Outcome("ok", "ok", "ok", "answered in full: the only requests in the latency distributions", "answered in full"),
     Outcome("error", "errors", "errors",
-            "failed, counted by class (timeout, connect, reset, http_5xx, bad_stream, dropped, ...); in error_rate"),
+            "failed, counted by class (timeout, connect, reset, http_5xx, bad_stream, dropped, ...); in error_rate",
+            "failed, by class"),
     Outcome("cancelled", "cancelled", "errors/cancelled",
             "an error class: still in flight when latbench stopped waiting (at the end of the grace after the last "
-            "phase, or when the run stopped early) and cancelled by latbench; in error_rate"),
+            "phase, or when the run stopped early) and cancelled by latbench; in error_rate",
+            "an error: still in flight when latbench stopped waiting"),
     Outcome("aborted", "aborted", "aborted",
             "ended on purpose by the workload's cancellation rule (workload.cancel), as a user closes a tab: not an "
-            "error, in no latency distribution; in aborted_rate"),
+            "error, in no latency distribution; in aborted_rate",
+            "ended by the workload's cancellation rule, not an error"),
 )
 
 
@@ -173,6 +177,17 @@ def outcomes() -> tuple[Outcome, ...]:
 
 def outcome(name: str) -> Outcome:
     return next(o for o in OUTCOMES if o.name == name)
+
+
+def outcome_counts(count: int, ok: int, errors: dict[str, int] | None, aborted: int | None) -> str:
+    """A scope's requests by outcome, in these words, for a line of text: '27 = 24 ok + 3 errors (reset 3) + 0
+    aborted' (error classes by name, ``cancelled`` last), then what cancelled and aborted mean where there are any."""
+    errs = sorted((errors or {}).items(), key=lambda kv: (kv[0] == "cancelled", kv[0]))
+    by = f" ({', '.join(f'{k} {v}' for k, v in errs)})" if errs else ""
+    line = (f"{count} = {ok} {outcome('ok').label} + {sum(v for _, v in errs)} {outcome('error').label}{by} + "
+            f"{aborted or 0} {outcome('aborted').label}")
+    said = [k for k in ("cancelled", "aborted") if (errors or {}).get(k) or (k == "aborted" and aborted)]
+    return line + (f" ({'; '.join(f'{k}: {outcome(k).short}' for k in said)})" if said else "")
 
 
 def outcome_doc() -> str:

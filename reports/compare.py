@@ -77,7 +77,8 @@ def caveats(e: Entry, state: str, warnings: list[str]) -> list[str]:
     not valid (and why), or most of its requests failed, so its latencies describe the few that succeeded."""
     out = []
     if state == "invalid":
-        out.append(f"{e.label} is INVALID: " + ("; ".join(warnings) or "see its own report") + ". Its numbers do not "
+        why = [w for w in warnings if not w.startswith("INCOMPLETE RUN")] or warnings  # the cause, not the banner
+        out.append(f"{e.label} is INVALID: " + ("; ".join(why) or "see its own report") + ". Its numbers do not "
                    "describe the service; compare them with care.")
     ov = e.target.result.overall if e.target.result else None
     if ov is not None and ov.count and ov.error_rate is not None and ov.error_rate > MOSTLY:

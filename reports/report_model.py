@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from loadgen import metric_registry
 from loadgen.analysis.repeated import group_outcomes
-from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
+from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge, unmeasured
 from loadgen.records.results import (
     ClosedLoop,
     Gap,
@@ -266,7 +266,8 @@ def slo_rows(targets: list[TargetData]) -> list[dict]:
                 "target": target_label(td), "expr": r.expr or "", "passed": bool(r.passed),
                 "value": num(r.value, f"slo/{i}/value", kind, td.name),
                 "ci": Cell(fmt.ci(r.ci, kind), f"slo/{i}/ci", "ci", td.name) if r.ci else Cell(fmt.DASH),
-                "reason": r.reason or "", "runs": "",
+                "reason": r.reason or (unmeasured(r.to_json(), td.summary or {}) if r.value is None else ""),
+                "runs": "",
             })
     return rows
 
@@ -411,9 +412,9 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
         warnings.insert(0, "INCOMPLETE RUN: the run was interrupted or crashed; the report shows the requests "
                            "recorded before it stopped")
     if failed:
-        headline = f"{len(failed)} of {total} objectives missed"
+        headline = f"{len(failed)} of {total} objectives missed" if total > 1 else "its one objective missed"
     elif total:
-        headline = f"all {total} objectives met"
+        headline = f"all {total} objectives met" if total > 1 else "its one objective met"
     else:
         headline = "no objectives defined"
     if state == "invalid":

@@ -90,6 +90,22 @@ def in_flight_events(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return t[order], np.cumsum(step[order])
 
 
+def in_flight_peaks(df: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
+    """Per bin ``[edges[i], edges[i+1])``: the most requests in flight at any moment of it, exact from send and
+    completion times (:func:`in_flight_events`); the chart of requests in flight draws these, so its peaks are the
+    peaks a headline quotes (:func:`_peak` over a phase is the largest of its bins')."""
+    nb = len(edges) - 1
+    t, n = in_flight_events(df)
+    if not t.size:
+        return np.zeros(nb, dtype=np.int64)
+    before = np.searchsorted(t, edges[:-1], "right") - 1  # the level each bin starts at
+    peaks = np.where(before >= 0, n[np.maximum(before, 0)], 0).astype(np.int64)
+    inside = (t >= edges[0]) & (t < edges[-1])
+    bins = np.searchsorted(edges, t[inside], "right") - 1
+    np.maximum.at(peaks, bins, n[inside].astype(np.int64))
+    return peaks
+
+
 def _peak(t: np.ndarray, n: np.ndarray, start: float, end: float) -> int:
     before = np.searchsorted(t, start, "right") - 1
     inside = n[(t >= start) & (t < end)]
