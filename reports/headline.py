@@ -175,9 +175,13 @@ def cold_start_headline(cs: dict) -> dict:
         sentences.append(s + ["."])
     checks = [cold_note(cs, group) for group in cs]
     notes = [*dict.fromkeys(m for m, _ in checks if m), *(t for _, t in checks)]  # the method once, then each group
-    notes.append("Medians over the starts, range in brackets (with five starts the range is a 94% interval of the "
-                 "median). Steady: the median latency of a start's second half of requests (sent one at a time); "
-                 "the penalty is the first request's latency minus it. Model load: the server's own gauge.")
+    starts = {get(cs, f"{group}/starts") for group in cs}
+    n = starts.pop() if len(starts) == 1 else None
+    level = (f" (with {n} starts the range is a {1 - 2 * 0.5 ** n:.0%} interval of the median)"
+             if isinstance(n, int) and n > 1 else "")
+    notes.append(f"Medians over the starts, range in brackets{level}. Steady: the median latency of a start's "
+                 "second half of requests (sent one at a time); the penalty is the first request's latency minus "
+                 "it. Model load: the server's own gauge.")
     return {"kind": "cold_start", "title": "Cold start: what the first request after a deploy costs",
             "sentences": sentences, "notes": notes, "list": True}
 
@@ -442,7 +446,7 @@ def conversation_headline(td: TargetData) -> dict:
     sent: list = [num(c.sessions, "conversations/sessions", "count", name), " sessions, ",
                   num(c.turns_per_session.mean, "conversations/turns_per_session/mean", "num", name),
                   " recorded turns each on average. "]
-    first, final = Cell("turn 1"), Cell(f"turn {turns[last].turn + 1}")  # names of turns, not measurements
+    first, final = (Cell(f"turn {k}", css="turn") for k in (1, turns[last].turn + 1))  # names, not measurements
     if last == 0:
         sent.append("Only the first turn has successful requests, so there is no growth to show. ")
     for metric, label in (("ttft", "TTFT"), ("latency", "latency")) if last else ():

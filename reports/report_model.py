@@ -153,8 +153,15 @@ def rate_rows(summary: Summary, target: str, table: tuple = RATES) -> tuple[list
             key, read, kind, _ = table[i]
             value = read(sc) if key != "target_qps" or _open_scope(summary, sc) else None
             cells.append(num(value, f"{prefix}/{key}", kind, target) if value is not None else Cell(""))
-        rows.append({"label": label, "recorded": sc.is_recorded, "cells": cells})
+        rows.append({"label": scope_label(summary, label, sc), "recorded": sc.is_recorded, "cells": cells})
     return [table[i][-1] for i in cols], rows
+
+
+def scope_label(summary: Summary, label: str, sc: Scope) -> str:
+    """A scope's row label: a phase with no request says so (and why, when the run stopped before it)."""
+    if sc.count or sc is summary.overall:
+        return label
+    return f"{label} (not run: the run stopped before it)" if summary.complete is False else f"{label} (no requests)"
 
 
 def outcome_rows(summary: Summary, target: str) -> tuple[list[str], list[dict]]:
@@ -175,7 +182,7 @@ def outcome_rows(summary: Summary, target: str) -> tuple[list[str], list[dict]]:
         cells += [num(sc.aborted, f"{prefix}/aborted", "count0", target)] if aborted else []
         cells.append(num(sc.error_rate, f"{prefix}/error_rate", "pct", target))
         cells += [num(sc.aborted_rate, f"{prefix}/aborted_rate", "pct", target)] if aborted else []
-        rows.append({"label": label, "recorded": sc.is_recorded, "cells": cells})
+        rows.append({"label": scope_label(summary, label, sc), "recorded": sc.is_recorded, "cells": cells})
     return cols, rows
 
 

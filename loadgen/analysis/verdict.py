@@ -173,8 +173,9 @@ def unmeasured(slo: dict, s: dict) -> str:
     phases = s.get("phases") or {}
     if name in phases:
         if not (phases[name] or {}).get("count"):
-            stopped = " (the run stopped before it)" if s.get("complete") is False else ""
-            return f"not measured: no request was recorded in {name}{stopped}"
+            if s.get("complete") is False:
+                return f"not measured: the run stopped before {name}, so no request was recorded in it"
+            return f"not measured: no request was recorded in {name}"
         return f"not measured: no request of {name} succeeded"
     if not (s.get("overall") or {}).get("count"):
         return "not measured: no request was recorded"
