@@ -140,7 +140,8 @@ def test_headroom_headline_compares_120_with_100_and_places_it_on_the_capacity_c
     assert "The headroom holds: at_120: latency.p99 < 500ms measured" in words
     assert "needs at least 368" in words and "80%" in words
     md = (step_run / "summary.md").read_text()
-    assert f"**{fmt.ms(hr['high']['p99']['value'])}** ms, **{fmt.times(hr['ratio']['value'])}**" in md
+    assert (f"**{fmt.ms(hr['high']['p99']['value'])}** ms against **{fmt.ms(hr['base']['p99']['value'])}** ms at "
+            in md and f": **{fmt.times(hr['ratio']['value'])}**, with no interval: too few requests" in md)
 
 
 # -- architectures ------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_compare_two_rundirs_computes_the_ratios(tmp_path):
     # a mean has no interval: said so; each percentile's ratio has one (4,000 requests); TTFT counts the send lag
     # too, which is not scaled: at p50 it shows (3.94x)
     assert notes[0] == "4.0x lower (no interval: a mean has none here)"
-    for note, factor in zip(notes[1:5], ("4.0x", "4.0x", "4.0x", "3.9x")):
+    for note, factor in zip(notes[1:5], ("4.0x", "4.0x", "3.9x", "4.0x")):
         assert note.startswith(f"{factor} lower (interval [") and note.endswith("x])"), note
     assert notes[5:] == ["", ""]  # a rate and an error rate: shown, no ratio claimed
     g = click.Group()
