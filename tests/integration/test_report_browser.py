@@ -76,8 +76,9 @@ def _cold_start(d):
 
 
 def _conversation(d):
-    d["workload"]["conversations"].update(turns=3, think_time={"mean": "0.2s", "distribution": "exponential"})
-    d["load"]["phases"] = _phases(("sessions", "2s", 1))
+    d["workload"]["prompts"]["distinct"] = 20  # tokenizer: server counts every distinct prompt with a request
+    d["workload"]["conversations"].update(turns=3, think_time={"mean": "0.1s", "distribution": "exponential"})
+    d["load"].update(grace="1s", phases=_phases(("sessions", "1.5s", 1)))
 
 
 def _dataset(d):
@@ -86,14 +87,15 @@ def _dataset(d):
 
 
 def _json_vs_protobuf(d):
-    d["workload"]["prompts"]["output_tokens"] = 16
-    d["load"].update(expected_qps=5, phases=[{"name": "warmup", "duration": "1s", "concurrency": 4, "record": False},
-                                             {"name": "measure", "duration": "1.5s", "qps": "100%"}])
+    d["workload"]["prompts"].update(output_tokens=8, distinct=4)
+    d["load"].update(expected_qps=5, phases=[{"name": "warmup", "duration": "0.5s", "concurrency": 4, "record": False},
+                                             {"name": "measure", "duration": "1s", "qps": "100%"}])
 
 
 def _prefix(d):
-    d["workload"]["prefix"]["tokens"] = 256
-    d["load"]["phases"] = _phases(("measure", "2s", 2))
+    d["workload"]["prefix"]["tokens"] = 128
+    d["workload"]["prompts"]["distinct"] = 20  # tokenizer: server counts every distinct prompt with a request
+    d["load"]["phases"] = _phases(("measure", "1.5s", 2))
 
 
 def _request_options(d):
