@@ -457,7 +457,7 @@ def target_info(td: TargetData) -> list[tuple[str, str]]:
     m, s = td.meta, td.result or Summary()
     count = m.requests if m.requests is not None else (s.overall.count if s.overall else None)
     rows = [("url", _given(m, "url")), ("model", str(s.model or m.model or fmt.DASH)),
-            ("requests", fmt.count(count)), ("duration", fmt.seconds(s.duration_s))]
+            ("requests (all phases)", fmt.count(count)), ("duration", fmt.seconds(s.duration_s))]
     server = m.server
     for k in ("arch", "backend", "model", "device") if server else ():
         if k in server.model_fields_set:
