@@ -73,7 +73,8 @@ def _ratio_parts(target: str, r: tuple[Percentile | None, str], needs: tuple[int
         return [value, " (interval ", _ci_cell(p.ci, f"{src}/ci", "x", target), ")"]
     out = [value, ", with no interval: too few requests ("]
     for j, (name, q, path) in enumerate(ns):
-        out += [", " if j else "", num((q or Percentile()).n, f"{path}/n", "count", target), f" in {name}" if name else ""]
+        n = num((q or Percentile()).n, f"{path}/n", "count", target)
+        out += [", " if j else "", n, f" in {name}" if name else ""]
     out.append(")")
     if needs[0]:
         out += ["; a p99's 95% interval needs at least ", num(needs[0], needs[1], "count", target)]
