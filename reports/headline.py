@@ -51,7 +51,7 @@ def _pct_parts(p: Percentile | None, src: str, target: str, kind: str = "ms", un
     percentile of a summary (``src``: its path)."""
     p = p or Percentile()
     parts: list = [num(p.value, f"{src}/value", kind, target), unit]
-    if p.ci:
+    if p.ci and not p.too_few_samples:  # the ends of too few samples are no interval
         ci = Cell(fmt.ci(p.ci, kind), f"{src}/ci", "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")
         parts += [" (interval " if kind == "x" else " (95% CI ", ci, ")"]
     elif few and p.value is not None:
@@ -481,7 +481,28 @@ def steady_headline(td: TargetData) -> dict:
     else:
         sent = ["No request succeeded, so there is no latency to report"]
     sent += _asked_parts(s, name) + ["; "] + outcome_parts(ov, "overall", name) + ["."]
-    return {"kind": "steady", "title": "Result", "sentences": [sent], "notes": []}
+    return {"kind": "steady", "title": "Result", "sentences": [sent] + _by_phase(s, name), "notes": []}
+
+
+def _by_phase(s: Summary, name: str) -> list:
+    """With several recorded phases (a sweep's steps), one more sentence: each phase's p99 at the rate it achieved
+    against the rate (or concurrency) it asked."""
+    recorded = [(n, ph) for n, ph in (s.phases or {}).items() if ph and ph.is_recorded]
+    if len(recorded) < 2:
+        return []
+    out: list = ["By phase, latency p99: "]
+    for j, (n, ph) in enumerate(recorded):
+        src = f"phases/{n}"
+        p99 = pct(ph.metric("latency"), "p99")
+        out += ["; " if j else "", f"{n} "]
+        out += ([num(p99.value, f"{src}/metrics/latency/percentiles/p99/value", "ms", name), " ms"]
+                if p99.value is not None else ["not measured (no request succeeded)"])
+        out += [" at ", num(ph.achieved_qps, f"{src}/achieved_qps", "rate", name), " req/s"]
+        if ph.closed_loop:
+            out += [" (concurrency ", num(ph.closed_loop.asked, f"{src}/closed_loop/asked", "count", name), ")"]
+        elif ph.target_qps is not None:
+            out += [" (target ", num(ph.target_qps, f"{src}/target_qps", "rate", name), ")"]
+    return [out + ["."]]
 
 
 def _asked_parts(s: Summary, name: str) -> list:
