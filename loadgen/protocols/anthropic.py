@@ -22,6 +22,7 @@ from loadgen.protocols.shared import (
     as_int,
     output_from_usage,
     tool_call_token,
+    whole_tool_calls,
 )
 from loadgen.records.schema import Outcome
 from loadgen.scenario.prompts import Prompt
@@ -82,6 +83,8 @@ class AnthropicJson(JsonBodyHandler):
 
     def read(self, obj: dict, out: Outcome) -> str | None:
         _anthropic_usage(out, obj.get("usage"))
+        content = obj.get("content") if isinstance(obj.get("content"), list) else []
+        whole_tool_calls(out, [b.get("input") for b in content if isinstance(b, dict) and b.get("type") == "tool_use"])
         return None
 
 

@@ -21,6 +21,7 @@ from loadgen.protocols.shared import (
     as_int,
     output_from_usage,
     tool_call_token,
+    whole_tool_calls,
 )
 from loadgen.protocols.structured import Checker, answer_checker
 from loadgen.records.schema import Outcome
@@ -98,6 +99,9 @@ class ResponsesJson(JsonBodyHandler):
 
     def read(self, obj: dict, out: Outcome) -> str | None:
         _responses_usage(None, out, obj.get("usage"))
+        items = obj.get("output") if isinstance(obj.get("output"), list) else []
+        whole_tool_calls(out, [i.get("arguments") for i in items
+                               if isinstance(i, dict) and i.get("type") == "function_call"])
         if self._check is not None:
             texts = [c.get("text") for item in obj.get("output") or [] if isinstance(item, dict)
                      for c in item.get("content") or [] if isinstance(c, dict) and c.get("type") == "output_text"]

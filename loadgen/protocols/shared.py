@@ -240,6 +240,14 @@ def tool_call_token(out: Outcome, now: float, index, arguments: bool) -> None:
         tc.tokens += 1
 
 
+def whole_tool_calls(out: Outcome, arguments: list) -> None:
+    """A whole (not streamed) answer's tool calls, given as each call's arguments (a string or a JSON value):
+    counted, their tokens approximated from their text (4 characters a token)."""
+    if arguments:
+        texts = [a if isinstance(a, str) else json.dumps(a) for a in arguments]
+        out.tool_calls = ToolCalls(count=len(texts), tokens=sum(-(-len(t) // 4) for t in texts if t))
+
+
 def output_from_usage(out: Outcome, tokens: int) -> None:
     """The server counted the answer: ``tokens`` output tokens, from its usage (the one place that says so)."""
     out.output_tokens = tokens
