@@ -6,7 +6,7 @@ from pathlib import Path
 
 from loadgen.analysis.closedloop import HELD_MIN
 from loadgen.records.rundir import write_text
-from reports import repeated, report_model
+from reports import breakdowns, repeated, report_model
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
 from reports.html import render
@@ -20,7 +20,8 @@ def target_section(td, i: int) -> dict:
            "complete": bool(s and s.complete is not False) and not td.recomputed}
     if s is None:
         return sec | {"scopes": [], "outcomes": None, "rates": None, "tokens": None, "figures": [], "turns": [],
-                      "turns_note": "", "closed": []}
+                      "turns_note": "", "closed": [], "image_sizes": [], "tools": [], "tools_note": "",
+                      "structured_note": ""}
     sec["scopes"] = [{"label": label, "recorded": sc.is_recorded,
                       "rows": report_model.percentile_table(sc, td.name, prefix)}
                      for label, prefix, sc in s.scopes()]
@@ -32,6 +33,8 @@ def target_section(td, i: int) -> dict:
     sec["tokens"] = {"cols": cols, "rows": rows}
     sec["closed"] = report_model.closed_loop_rows(s, td.name)
     sec["turns"], sec["turns_note"] = report_model.turn_rows(s, td.name), report_model.conversation_note(s)
+    sec["image_sizes"], sec["tools"] = breakdowns.image_rows(s, td.name), breakdowns.tool_rows(s, td.name)
+    sec["tools_note"], sec["structured_note"] = breakdowns.tool_note(s), breakdowns.structured_note(s)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)
@@ -93,6 +96,7 @@ def run_context(run: RunData) -> dict:
         "groups": groups_context(run, sections),
         "pcts": report_model.PCTS,
         "turn_cols": [c[-1] for c in report_model.TURN_COLUMNS],
+        "image_cols": breakdowns.IMAGE_COLUMNS, "tool_cols": breakdowns.TOOL_COLUMNS,
         "closed_cols": [c[-1] for c in report_model.CLOSED_COLUMNS],
         "held_min": f"{HELD_MIN:.0%}",
     }
