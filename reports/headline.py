@@ -23,10 +23,20 @@ One idea at several stages, a report's headline, so one file name: :mod:`loadgen
 from __future__ import annotations
 
 from loadgen.analysis.headline import architectures
-from loadgen.records.results import InFlight, MetricStats, Percentile, Scope, Summary
+from loadgen.records.results import (
+    ColdRules,
+    InFlight,
+    MetricStats,
+    Percentile,
+    Scope,
+    StartGroup,
+    Summary,
+    WeightsFile,
+    WeightsPrepared,
+)
 from reports import fmt
 from reports.repeated import repeated_headline
-from reports.report_model import COLD, Cell, get, num, pct
+from reports.report_model import COLD, Cell, Headline, get, num, pct
 from reports.rundir_loader import RunData, TargetData
 
 ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
@@ -104,7 +114,7 @@ def choose(run: RunData) -> str:
     summaries = [td.result for td in run.targets if td.result]
     if run.cold_start:
         return "cold_start"
-    if run.repeats:  # a run's own burst or headroom is one run's; over runs the medians speak
+    if run.repeated:  # a run's own burst or headroom is one run's; over runs the medians speak
         return "repeated"
     if any(s.burst for s in summaries):
         return "burst"
@@ -117,8 +127,8 @@ def choose(run: RunData) -> str:
     return "steady" if summaries else "none"
 
 
-def headline(run: RunData) -> dict | None:
-    """{'kind', 'title', 'sentences': [[part, ...], ...], 'notes': [str]} for the top of a report."""
+def headline(run: RunData) -> Headline | None:
+    """The :class:`~reports.report_model.Headline` for the top of a report (None: the run measured nothing)."""
     kind = choose(run)
     if kind == "cold_start":
         return cold_start_headline(run.cold_start)
@@ -139,80 +149,87 @@ def headline(run: RunData) -> dict | None:
 
 # -- cold start ------------------------------------------------------------------------------------
 
-def cold_start_headline(cs: dict) -> dict:
+def _start_spread(g: StartGroup, group: str, figure: str, kind: str = "ms", unit: str = " ms") -> list:
+    """'425 ms (345–463)': the median over starts and its range (cold_start.json's ``over_starts``)."""
+    sp, path = g.spread(figure), f"{group}/over_starts/{figure}"
+    lo, hi = num(sp.min, f"{path}/min", kind, COLD, "rng"), num(sp.max, f"{path}/max", kind, COLD, "rng")
+    return [num(sp.median, f"{path}/median", kind, COLD), unit, " (", lo, "–", hi, ")"]  # the range quieter
+
+
+def cold_start_headline(cs: dict[str, StartGroup]) -> Headline:
     """One line per architecture: time to ready, first request and its penalty over steady state, TTFT,
     when latency is warm, the server's model load; then which starts were cold and how latbench knows."""
     sentences = []
-    for group in cs:
-        o = f"{group}/over_starts"
-        s = [Cell(group), " (", _cell(cs, COLD, f"{group}/starts", "count"), " fresh starts"]
-        if get(cs, f"{group}/cold_unknown") == get(cs, f"{group}/starts"):
+    for group, g in cs.items():
+        s = [Cell(group), " (", num(g.starts, f"{group}/starts", "count", COLD), " fresh starts"]
+        if g.cold_unknown == g.starts:
             s.append(", cold or not unknown")
         else:
-            s += [", ", _cell(cs, COLD, f"{group}/cold_starts", "count"), " cold"]
-        s += ["): ready after ", *_spread(cs, COLD, f"{o}/ready_s"),
-             "; first request ", *_spread(cs, COLD, f"{o}/first_latency_s")]
-        if get(cs, f"{o}/penalty_s/n"):
-            s += [", ", *_spread(cs, COLD, f"{o}/penalty_s"), " over its steady ",
-                  _cell(cs, COLD, f"{o}/steady_latency_s/median", "ms"), " ms"]
+            s += [", ", num(g.cold_starts, f"{group}/cold_starts", "count", COLD), " cold"]
+        s += ["): ready after ", *_start_spread(g, group, "ready_s"),
+              "; first request ", *_start_spread(g, group, "first_latency_s")]
+        if g.spread("penalty_s").n:
+            s += [", ", *_start_spread(g, group, "penalty_s"), " over its steady ",
+                  num(g.spread("steady_latency_s").median, f"{group}/over_starts/steady_latency_s/median", "ms",
+                      COLD), " ms"]
         else:
             s.append(" (no later request to measure a steady latency against)")
-        if get(cs, f"{o}/first_ttft_s/n"):
-            s += ["; first TTFT ", *_spread(cs, COLD, f"{o}/first_ttft_s")]
-        if get(cs, f"{o}/first_steady_request/n"):
-            s += [f"; within {get(cs, f'{group}/rules/steady_within') * 100:.0f}% of steady from request ",
-                  _cell(cs, COLD, f"{o}/first_steady_request/median", "num")]
-        if get(cs, f"{o}/model_load_s/n"):
-            s += ["; model load ", *_spread(cs, COLD, f"{o}/model_load_s")]
+        if g.spread("first_ttft_s").n:
+            s += ["; first TTFT ", *_start_spread(g, group, "first_ttft_s")]
+        if g.spread("first_steady_request").n:
+            s += [f"; within {(g.rules or ColdRules()).steady_within * 100:.0f}% of steady from request ",
+                  num(g.spread("first_steady_request").median, f"{group}/over_starts/first_steady_request/median",
+                      "num", COLD)]
+        if g.spread("model_load_s").n:
+            s += ["; model load ", *_start_spread(g, group, "model_load_s")]
         sentences.append(s + ["."])
-    checks = [cold_note(cs, group) for group in cs]
+    checks = [cold_note(g, group) for group, g in cs.items()]
     notes = [*dict.fromkeys(m for m, _ in checks if m), *(t for _, t in checks)]  # the method once, then each group
     notes.append("Medians over the starts, range in brackets (with five starts the range is a 94% interval of the "
                  "median). Steady: the median latency of a start's second half of requests (sent one at a time); "
                  "the penalty is the first request's latency minus it. Model load: the server's own gauge.")
-    return {"kind": "cold_start", "title": "Cold start: what the first request after a deploy costs",
-            "sentences": sentences, "notes": notes, "list": True}
+    return Headline("cold_start", "Cold start: what the first request after a deploy costs", sentences, notes,
+                    as_list=True)
 
 
-def cold_note(cs: dict, group: str) -> tuple[str | None, str]:
+def cold_note(g: StartGroup, group: str) -> tuple[str | None, str]:
     """(how latbench knows a start was cold, which starts of ``group`` were), from the per-start page-cache
     checks: the first is the same for every group (said once), the second names the group."""
-    g = cs[group]
-    rows = g.get("per_start") or []
-    w = g.get("weights") or {}
-    prepared = g.get("weights_prepared") or {}
-    cold = [r["start"] for r in rows if r.get("cold") is True]
-    warm = [r for r in rows if r.get("cold") is False]
-    unknown = [r for r in rows if r.get("cold") is None]
-    if not w:
-        reason = next(((r.get("page_cache") or {}).get("reason") for r in rows if r.get("page_cache")), None)
+    rows = g.per_start or []
+    w = g.weights or WeightsFile()
+    prepared = g.weights_prepared or WeightsPrepared()
+    cold = [r.start for r in rows if r.cold is True]
+    warm = [r for r in rows if r.cold is False]
+    unknown = [r for r in rows if r.cold is None]
+    if not g.weights:
+        reason = next((r.page_cache.reason for r in rows if r.page_cache), None)
         return None, (f"{group}: whether its starts were cold is unknown: latbench knows no weights file of this "
                       f"target ({reason or 'not the bundled reference server'}), so it could not drop one from the "
                       "page cache.")
-    limit = (g.get("rules") or {}).get("cold_resident_max", 0.01)
+    rules = g.rules or ColdRules()
+    limit = rules.cold_resident_max if "cold_resident_max" in rules.model_fields_set else 0.01
     method = ("How latbench knows a start was cold: before each start it dropped the weights file from the OS page "
               "cache (posix_fadvise DONTNEED) and checked with mincore how much of it was still cached (cold: at "
               f"most {limit:.0%}).")
-    cached = [(r.get("page_cache") or {}).get("resident_after") for r in rows]
-    cached = [c for c in cached if c is not None]
-    text = (f"{group}: {len(cold)} of {len(rows)} starts were cold ({fmt.mb(w.get('bytes'))} weights file"
+    cached = [r.page_cache.resident_after for r in rows if r.page_cache and r.page_cache.resident_after is not None]
+    text = (f"{group}: {len(cold)} of {len(rows)} starts were cold ({fmt.mb(w.bytes)} weights file"
             + (f"; at most {fmt.share(max(cached))} of it still cached" if cached else "") + ").")
     for r in warm:
-        res = (r.get("page_cache") or {}).get("resident_after")
-        text += f" Start {r['start']} was not cold: {fmt.share(res)} of the file was still cached."
+        res = r.page_cache.resident_after if r.page_cache else None
+        text += f" Start {r.start} was not cold: {fmt.share(res)} of the file was still cached."
     if unknown:
-        text += f" Starts {', '.join(str(r['start']) for r in unknown)}: unknown (the platform could not tell)."
-    if prepared.get("generated_s") is not None:
+        text += f" Starts {', '.join(str(r.start) for r in unknown)}: unknown (the platform could not tell)."
+    if prepared.generated_s is not None:
         text += (" The weights were generated once before the first start "
-                 f"({fmt.seconds(prepared['generated_s'])}, no part of any start).")
-    elif prepared.get("path"):
+                 f"({fmt.seconds(prepared.generated_s)}, no part of any start).")
+    elif prepared.path:
         text += " The weights file existed before the first start (generation is no part of any start)."
     return method, text
 
 
 # -- burst -----------------------------------------------------------------------------------------
 
-def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
+def burst_headline(spikes: list[tuple[TargetData, int]]) -> Headline:
     sentences, notes = [], []
     for td, i in spikes:
         s, name, b = td.result, td.name, f"burst/{i}"
@@ -266,12 +283,12 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
     notes.append("Ratio intervals come from the ends of the two 95% intervals (they hold with at least 90% "
                  "confidence). Drain: from the spike's end until requests in flight were back at the baseline "
                  "phase's peak, from exact send and completion times.")
-    return {"kind": "burst", "title": "Burst and recovery", "sentences": sentences, "notes": notes}
+    return Headline("burst", "Burst and recovery", sentences, notes)
 
 
 # -- headroom (120%) -------------------------------------------------------------------------------
 
-def headroom_headline(targets: list[TargetData]) -> dict:
+def headroom_headline(targets: list[TargetData]) -> Headline:
     sentences, notes = [], []
     for td in targets:
         s, name, h = td.result, td.name, "headroom"
@@ -297,7 +314,7 @@ def headroom_headline(targets: list[TargetData]) -> dict:
                      "on the capacity curve.")
     share = targets[0].result.headroom.high.share
     title = f"Headroom at {fmt.share(share)} of the expected rate" if share else "Headroom"
-    return {"kind": "headroom", "title": title, "sentences": sentences, "notes": notes}
+    return Headline("headroom", title, sentences, notes)
 
 
 def _headroom_verdict(s: Summary, name: str) -> list:
@@ -355,11 +372,11 @@ def knob_value(key: str, v) -> str:
 
 def architectures_data(entries: list[tuple[str, TargetData]]) -> dict | None:
     """:func:`loadgen.headline.architectures` of labelled targets (their summaries and server configs)."""
-    return architectures([(label, td.summary, td.meta.server.to_json() if td.meta.server else {})
+    return architectures([(label, td.result, td.meta.server.to_json() if td.meta.server else {})
                           for label, td in entries])
 
 
-def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None:
+def architectures_headline(entries: list[tuple[str, TargetData]]) -> Headline | None:
     """The article's form: "naive: mean X ms, p99 Y ms; optimized: mean A ms, p99 B ms (p99 Z times lower)",
     one line per architecture when there are more than two, each followed by the knobs that set it apart
     from the first."""
@@ -372,8 +389,8 @@ def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None
         s = [Cell(r["label"])]
         s += [": mean ", _cell(a, ARCH, f"rows/{i}/mean", "ms"), " ms, p99 ",
               _cell(a, ARCH, f"rows/{i}/p99/value", "ms"), " ms"]
-        vs = r.get("p99_vs_first")
-        if vs and vs.get("value") is not None:
+        vs = r["p99_vs_first"]
+        if vs and vs["value"] is not None:
             s += [" (p99 ", _cell(a, ARCH, f"rows/{i}/p99_vs_first/value", "x"),
                   f" {'lower' if vs['lower'] else 'higher'} than {a['base']}"]
             ci = _ci(a, ARCH, f"rows/{i}/p99_vs_first/ci", "x")
@@ -385,13 +402,12 @@ def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None
     sentences = lines if many else [[p for j, line in enumerate(lines) for p in (["; "] if j else []) + line] + ["."]]
     notes = ["Overall scope (recorded phases), successful requests. After each: the server settings that differ "
              f"from {a['base']}'s." if a["knobs"] else "Overall scope (recorded phases), successful requests."]
-    return {"kind": "architectures", "title": "Architectures side by side", "sentences": sentences, "notes": notes,
-            "list": many}
+    return Headline("architectures", "Architectures side by side", sentences, notes, as_list=many)
 
 
 # -- steady ----------------------------------------------------------------------------------------
 
-def conversation_headline(td: TargetData) -> dict:
+def conversation_headline(td: TargetData) -> Headline:
     """What the history costs: TTFT (streams) and latency p50 at the first turn and at the last turn index that
     has successful requests, and the mean prompt between them."""
     s, name = td.result, td.name
@@ -412,11 +428,10 @@ def conversation_headline(td: TargetData) -> dict:
              " to ", num(turns[last].prompt_tokens_mean, f"{base}/{last}/prompt_tokens_mean", "rate", name),
              " tokens on average, as each turn resends the history. Error rate ",
              num((s.overall or Scope()).error_rate, "overall/error_rate", "pct", name), "."]
-    return {"kind": "conversation", "title": "Conversations: what the history costs, turn by turn",
-            "sentences": [sent], "notes": []}
+    return Headline("conversation", "Conversations: what the history costs, turn by turn", [sent], [])
 
 
-def steady_headline(td: TargetData) -> dict:
+def steady_headline(td: TargetData) -> Headline:
     s, name = td.result, td.name
     ov = s.overall or Scope()
     lat, src = ov.metric("latency") or MetricStats(), "overall/metrics/latency/percentiles"
@@ -427,7 +442,7 @@ def steady_headline(td: TargetData) -> dict:
             num(ov.target_qps, "overall/target_qps", "rate", name), " req/s); ",
             num(ov.count, "overall/count", "count", name), " requests, error rate ",
             num(ov.error_rate, "overall/error_rate", "pct", name), "."]
-    return {"kind": "steady", "title": "Result", "sentences": [sent], "notes": []}
+    return Headline("steady", "Result", [sent], [])
 
 
 def text(sentence: list) -> str:

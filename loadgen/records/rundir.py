@@ -354,8 +354,13 @@ class RunMeta:
         return copy.deepcopy(self._data.get(key, default))
 
     def to_json(self) -> dict:
-        """A copy of meta.json as it stands (what :func:`~loadgen.analysis.coldstart.cold_start_summary` reads)."""
+        """A copy of meta.json as it stands."""
         return copy.deepcopy(self._data)
+
+    def model(self) -> Meta:
+        """meta.json as it stands, as its model (what :func:`~loadgen.analysis.coldstart.cold_start_summary`
+        reads)."""
+        return Meta.model_validate(self.to_json())
 
     def write(self) -> None:
         write_result(self.path, self._data, self.redactor)

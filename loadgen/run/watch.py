@@ -77,7 +77,7 @@ class WatchedTarget:
     url: str
     writer: RotatingRecordWriter | None = None
     result: EngineResult | None = None
-    summary: dict | None = None
+    summary: Summary | None = None  # summary.json, as its model, once the watch ended
     skipped: list[str] = field(default_factory=list)  # objectives a watch does not judge, with why
 
 
@@ -263,7 +263,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
             if m.exited is not None:
                 summary.server_exit = exit_text(m.exited, res.t0, [settings.plan(sc.load.arrival)])
             write_json(mt.tdir / SUMMARY, summary, redactor)
-            wt.summary = summary.to_json()
+            wt.summary = summary
         elapsed = max((r.duration for r in results), default=0.0)
         _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
         verdict = judge([TargetOutcome(w.name, w.summary, None, None, False) for w in watched],
