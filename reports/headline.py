@@ -36,44 +36,10 @@ from loadgen.records.results import (
 )
 from reports import fmt
 from reports.repeated import repeated_headline
-from reports.report_model import COLD, Cell, Headline, get, num, pct
+from reports.report_model import COLD, Cell, Headline, num, pct
 from reports.rundir_loader import RunData, TargetData
 
 ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
-
-
-def _cell(data: dict, target: str, path: str, kind: str) -> Cell:
-    return Cell(fmt.fmt(get(data, path), kind), path, kind, target)
-
-
-def _ci(data: dict, target: str, path: str, kind: str = "ms") -> Cell | None:
-    v = get(data, path)
-    if not v:
-        return None
-    return Cell(fmt.ci(v, kind), path, "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")  # quiet
-
-
-def _with_ci(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms", few: bool = True) -> list:
-    """'412 ms (95% CI [380, 460])', or '412 ms (too few samples for an interval)' (``few``: say so)."""
-    parts: list = [_cell(data, target, f"{path}/value", kind), unit]
-    ci = _ci(data, target, f"{path}/ci", kind)
-    if ci is not None:
-        parts += [" (interval " if kind == "x" else " (95% CI ", ci, ")"]
-    elif few and get(data, f"{path}/value") is not None:
-        parts.append(" (too few samples for an interval)")
-    return parts
-
-
-def _compared(data: dict, target: str, a: str, b: str, r: str, needs: int | None) -> tuple[list, list, list, list]:
-    """Two percentiles and their ratio, each with its interval, as (a, b, ratio, note) parts; when none
-    has an interval, the note says why, once."""
-    none = not any(get(data, f"{p}/ci") for p in (a, b, r))
-    note = []
-    if none:
-        note = [f" (no intervals: too few requests; a p99's 95% interval needs at least {needs})" if needs
-                else " (no intervals: too few requests)"]
-    return (_with_ci(data, target, a, few=not none), _with_ci(data, target, b, few=not none),
-            _with_ci(data, target, r, "x", "", few=not none), note)
 
 
 def _pct_parts(p: Percentile | None, src: str, target: str, kind: str = "ms", unit: str = " ms",
@@ -99,13 +65,6 @@ def _pcts_compared(target: str, a: tuple[Percentile | None, str], b: tuple[Perce
                 else " (no intervals: too few requests)"]
     return (_pct_parts(*a, target, few=not none), _pct_parts(*b, target, few=not none),
             _pct_parts(*r, target, "x", "", few=not none), note)
-
-
-def _spread(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms") -> list:
-    """'425 ms (345–463)': the median over starts and its range."""
-    lo, hi = _cell(data, target, f"{path}/min", kind), _cell(data, target, f"{path}/max", kind)
-    lo.css = hi.css = "rng"  # shown quieter than the median
-    return [_cell(data, target, f"{path}/median", kind), unit, " (", lo, "–", hi, ")"]
 
 
 def choose(run: RunData) -> str:
@@ -387,14 +346,14 @@ def architectures_headline(entries: list[tuple[str, TargetData]]) -> Headline | 
     for i, r in enumerate(a["rows"]):
         own = [f"{KNOB_LABELS.get(k, k)} {knob_value(k, v[i])}" for k, v in a["knobs"].items() if v[i] != v[0]]
         s = [Cell(r["label"])]
-        s += [": mean ", _cell(a, ARCH, f"rows/{i}/mean", "ms"), " ms, p99 ",
-              _cell(a, ARCH, f"rows/{i}/p99/value", "ms"), " ms"]
+        s += [": mean ", num(r["mean"], f"rows/{i}/mean", "ms", ARCH), " ms, p99 ",
+              num(r["p99"]["value"], f"rows/{i}/p99/value", "ms", ARCH), " ms"]
         vs = r["p99_vs_first"]
         if vs and vs["value"] is not None:
-            s += [" (p99 ", _cell(a, ARCH, f"rows/{i}/p99_vs_first/value", "x"),
+            s += [" (p99 ", num(vs["value"], f"rows/{i}/p99_vs_first/value", "x", ARCH),
                   f" {'lower' if vs['lower'] else 'higher'} than {a['base']}"]
-            ci = _ci(a, ARCH, f"rows/{i}/p99_vs_first/ci", "x")
-            s += [", interval ", ci, ")"] if ci is not None else [")"]
+            ci = vs["ci"] and Cell(fmt.ci(vs["ci"], "x"), f"rows/{i}/p99_vs_first/ci", "ci-x", ARCH, css="rng")
+            s += [", interval ", ci, ")"] if ci else [")"]
         if own:
             s += [" — ", Cell("; ".join(own), css="rng")]
         lines.append(s)

@@ -226,29 +226,31 @@ def _cold_start(path: Path, meta: Meta) -> dict[str, StartGroup] | None:
     return ColdStart.model_validate(jsonable(computed.to_json())).groups
 
 
-def _plans_and_slos(scenario: dict):
+def _plans_and_slos(scenario: dict) -> tuple[list[PhasePlan], list, float | None]:
+    """The phases, objectives and expected rate of scenario.yaml as written (read loosely: it is the scenario's
+    text, not a result file; raises when its load cannot be planned)."""
     load = scenario.get("load") or {}
-    plans = plan_phases(Load.model_validate(load, context={"expected_qps": load.get("expected_qps")}))
+    model = Load.model_validate(load, context={"expected_qps": load.get("expected_qps")})
     slos = []
     for line in scenario.get("slo") or []:
         try:  # the scenario's own reading: `- burst: latency.p99 < 800ms` comes back from YAML as a mapping
             slos.append(slo_line(line))
         except (ValueError, TypeError):
             pass  # the run validated it; a hand-edited file must not stop the report
-    return plans, slos
+    return plan_phases(model), slos, model.expected_qps
 
 
 def recompute_summary(td: TargetData, run: RunData) -> dict:
     """The summary of a target whose run died before writing summary.json, from its records and scenario."""
     table = td.table()
     try:
-        plans, slos = _plans_and_slos(run.scenario)
+        plans, slos, expected_qps = _plans_and_slos(run.scenario)
     except Exception:  # no usable scenario.yaml: one phase spanning the records
-        plans, slos = [PhasePlan(0, "run", 0.0, max(_span(table), 1e-3))], []
+        plans, slos, expected_qps = [PhasePlan(0, "run", 0.0, max(_span(table), 1e-3))], [], None
     duration = td.meta.duration_s or _span(table)
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
     s = summarize(table, plans, slos, float(duration or 1e-3), target=td.name, scenario=run.name,
-                  complete=False, notes=[note], expected_qps=(run.scenario.get("load") or {}).get("expected_qps"),
+                  complete=False, notes=[note], expected_qps=expected_qps,
                   capacity=run.meta.capacity if isinstance(run.meta.capacity, CapacityRef) else None,
                   goodput=_goodput(run.scenario or {}))
     return jsonable(s)
