@@ -115,7 +115,7 @@ def sectioned_intervals(df: pd.DataFrame, results: list[SloResult]) -> None:
     step's requests are far from independent, and its order-statistic interval far too narrow."""
     step = df[df["recorded"]].sort_values("scheduled")  # the warm-up is not recorded: this is the step
     for r in results:
-        if not getattr(r, "applies", None) or not r.stat or percentile_of(r.stat) is None:
+        if not r.applies or not r.stat or percentile_of(r.stat) is None:
             continue
         rows = step if r.metric == "send_lag" else step[step["ok"]]
         x = metric_samples(rows, r.metric)

@@ -42,7 +42,7 @@ from loadgen.analysis.regression import CHECKS, compare_target, regression_reaso
 from loadgen.analysis.repeated import repeat_groups, run_value
 from loadgen.analysis.tdist import t_ppf, t_sf
 from loadgen.analysis.verdict import Kind, Reason
-from loadgen.records.results import Check, Meta, MetaTarget, Regression, RunCounts, Summary
+from loadgen.records.results import Check, MetaTarget, Regression, RunCounts, Summary
 from loadgen.records.rundir import SUMMARY, RunDir, read_result
 
 ALPHA = 0.05  # one-sided, for all of a target's checks together
@@ -177,8 +177,8 @@ def compare_baseline(current: RunDir, baseline: RunDir, allowance: float) -> dic
 def build_regression(current: RunDir, baseline: RunDir, allowance: float) -> Regression:
     """regression.json, as its model: each target of ``current`` against the baseline's of the same name (a
     repeated target's runs together), between-run where either side has repeated runs, else within-run."""
-    cur_groups = repeat_groups(Meta.model_validate(current.meta()).targets)
-    base_groups = repeat_groups(Meta.model_validate(baseline.meta()).targets)
+    cur_groups = repeat_groups(current.read_meta().targets)
+    base_groups = repeat_groups(baseline.read_meta().targets)
     repeated = any(len(es) > 1 for es in (*cur_groups.values(), *base_groups.values()))
     targets, notes, methods, runs = {}, [], {}, {}
     pairs = [(name, name) for name in cur_groups if name in base_groups]

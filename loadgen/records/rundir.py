@@ -277,6 +277,11 @@ class RunDir:
             raise RunDirError(f"{path}: 'targets' must be a list of {{name, dir}} objects")
         return meta
 
+    def read_meta(self) -> Meta:
+        """meta.json as its model (checked as :meth:`meta` checks it; a file its model refuses is a pydantic
+        ValidationError, a ValueError)."""
+        return Meta.model_validate(self.meta())
+
     def target_dirs(self) -> dict[str, str]:
         """Target name -> folder name, in run order (meta.json's map; without meta.json, the folders holding
         records, each named by itself)."""

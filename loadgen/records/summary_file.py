@@ -307,7 +307,7 @@ class Summary(ResultFile):
     overall: Scope | None = None
     phases: dict[str, Scope | None] | None = None
     timeseries: Timeseries | None = None
-    recovery: list[Any] | None = None
+    recovery: list[Recovery] | None = None
     conversations: Conversations | None = None
     slo: list[SloResult] | None = None
     passed: bool | None = None

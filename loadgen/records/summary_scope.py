@@ -135,7 +135,7 @@ class Scope(ResultModel):
     achieved_qps: Num = None
     input_tokens_per_s: Num = None
     output_tokens_per_s: Num = None
-    goodput: Any = None
+    goodput: Num = None
     goodput_qps: Num = None
     chunks: Chunks | None = None
     reasoning: Reasoning | None = None

@@ -6,7 +6,7 @@ from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeated import group_outcomes
 from loadgen.analysis.repeated_baseline import baseline_reasons, build_regression
 from loadgen.analysis.verdict import TargetOutcome, Verdict, judge
-from loadgen.records.results import Meta, Repeats, Summary
+from loadgen.records.results import Repeats, Summary
 from loadgen.records.rundir import REGRESSION, REPEATS, SUMMARY, RunDir, read_result, write_json
 
 
@@ -19,7 +19,7 @@ def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 
     if baseline is not None:
         check_baseline(baseline)
     rd = RunDir(path)
-    meta = Meta.model_validate(rd.meta())
+    meta = rd.read_meta()
     targets = []
     for t in meta.targets:
         f = rd.path / t.dir / SUMMARY
