@@ -334,8 +334,8 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
 
 
 def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, **kw) -> dict:
-    """:func:`build_summary` as the JSON it writes (a plain dict, the form a summary's readers hold); the same
-    arguments."""
+    """:func:`build_summary` as the JSON it writes (a plain dict: what a recomputed summary.json holds, and what
+    tests compare against); the same arguments."""
     return build_summary(table, plans, slos, duration, **kw).to_json()
 
 
