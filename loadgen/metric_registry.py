@@ -140,6 +140,63 @@ def doc_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How a request ended: one of four, each request exactly one (``summary.json``'s ``ok`` + the counts of
+    ``errors`` + ``aborted`` = ``count``). ``key``: where a scope of summary.json counts it (``errors``: one count
+    per error class, ``cancelled`` among them); ``label``: the word every output uses for it."""
+
+    name: str
+    label: str
+    key: str
+    definition: str
+    short: str  # the definition in a few words, for a line of the terminal
+
+
+#: The outcome vocabulary of every output (terminal, summary.md, report.html, summary.json): defined once here.
+OUTCOMES = (
+    Outcome("ok", "ok", "ok", "answered in full: the only requests in the latency distributions", "answered in full"),
+    Outcome("error", "errors", "errors",
+            "failed, counted by class (timeout, connect, reset, http_5xx, bad_stream, dropped, ...); in error_rate",
+            "failed, by class"),
+    Outcome("cancelled", "cancelled", "errors/cancelled",
+            "an error class: still in flight when latbench stopped waiting (at the end of the grace after the last "
+            "phase, or when the run stopped early) and cancelled by latbench; in error_rate",
+            "an error: still in flight when latbench stopped waiting"),
+    Outcome("aborted", "aborted", "aborted",
+            "ended on purpose by the workload's cancellation rule (workload.cancel), as a user closes a tab: not an "
+            "error, in no latency distribution; in aborted_rate",
+            "ended by the workload's cancellation rule, not an error"),
+)
+
+
+def outcomes() -> tuple[Outcome, ...]:
+    """The four ways a request ends, in display order: ok, errors (by class), cancelled (one of them), aborted."""
+    return OUTCOMES
+
+
+def outcome(name: str) -> Outcome:
+    return next(o for o in OUTCOMES if o.name == name)
+
+
+def outcome_counts(count: int, ok: int, errors: dict[str, int] | None, aborted: int | None) -> str:
+    """A scope's requests by outcome, in these words, for a line of text: '27 = 24 ok + 3 errors (reset 3) + 0
+    aborted' (error classes by name, ``cancelled`` last), then what cancelled and aborted mean where there are any."""
+    errs = sorted((errors or {}).items(), key=lambda kv: (kv[0] == "cancelled", kv[0]))
+    by = f" ({', '.join(f'{k} {v}' for k, v in errs)})" if errs else ""
+    line = (f"{count} = {ok} {outcome('ok').label} + {sum(v for _, v in errs)} {outcome('error').label}{by} + "
+            f"{aborted or 0} {outcome('aborted').label}")
+    said = [k for k in ("cancelled", "aborted") if (errors or {}).get(k) or (k == "aborted" and aborted)]
+    return line + (f" ({'; '.join(f'{k}: {outcome(k).short}' for k in said)})" if said else "")
+
+
+def outcome_doc() -> str:
+    """The documentation's outcome table, as Markdown (docs/reference/metrics.md holds it)."""
+    lines = ["| outcome | counted in summary.json | definition |", "|---|---|---|"]
+    lines += [f"| {o.label} | `{o.key}` | {o.definition} |" for o in OUTCOMES]
+    return "\n".join(lines) + "\n"
+
+
 for _m in (
     Metric("latency", "s",
            "done - scheduled: from the intended send time to the last byte (coordinated omission corrected)",
@@ -233,14 +290,15 @@ for _m in (
            of_all=True,
            doc="`sent - scheduled`: the generator's own lateness"),
     Metric("error_rate", "fraction",
-           "failed requests (any error class, dropped included) / all requests",
+           "failed requests (any error class, dropped and cancelled included) / all requests",
            slo="fraction"),
     Metric("aborted_rate", "fraction",
-           ("requests the client aborted on purpose (workload.cancel; not an error, left out of every latency "
-            "distribution) / all requests"),
+           ("requests aborted by the workload's cancellation rule (workload.cancel; not an error, left out of every "
+            "latency distribution) / all requests"),
            slo="fraction",
-           doc=("requests the client aborted on purpose (`workload.cancel`) / all requests: not an error, not in any "
-                "latency distribution; apart from `cancelled` (an error: still in flight when the run stopped)")),
+           doc=("requests aborted by the workload's cancellation rule (`workload.cancel`) / all requests: not an "
+                "error, not in any latency distribution; apart from `cancelled` (an error: still in flight when "
+                "latbench stopped waiting)")),
     Metric("goodput", "fraction",
            ("good requests / requests judged: a request is good when it succeeded and met every per-request bound"
             " of the scenario's goodput: block that applies to it (latency, ttft, ttfat, tpot, service_time); "
@@ -252,7 +310,8 @@ for _m in (
            slo="rate",
            doc="good requests completed inside the window / its duration"),
     Metric("achieved_qps", "1/s",
-           "successful responses completed inside the phase window / phase duration",
+           ("successful responses completed inside the phase's window / the phase's duration (a request that "
+            "completes after its phase ends counts in its phase's ok, not in this rate)"),
            slo="rate"),
     Metric("sent_qps", "1/s",
            "requests sent (not dropped) scheduled in the phase / phase duration"),

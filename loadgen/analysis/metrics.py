@@ -40,7 +40,7 @@ from loadgen import metric_registry
 from loadgen.analysis.closedloop import closed_loop_stats
 from loadgen.analysis.conversations import conversation_stats
 from loadgen.analysis.goodput import good_column, good_within
-from loadgen.analysis.headline import burst_effects, headroom
+from loadgen.analysis.headline import burst_effects, headroom, in_flight_peaks
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.results import (
@@ -292,7 +292,8 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
 
 
 def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: float = 1.0) -> Timeseries:
-    """Per-second series over the whole run (all phases, recorded or not)."""
+    """Per-second series over the whole run (all phases, recorded or not); ``in_flight``: the most requests in flight
+    at any moment of each second."""
     nb = max(1, int(math.ceil(duration / step)))
     edges = np.arange(nb + 1) * step
     done = df["done"].to_numpy()
@@ -311,8 +312,7 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
             p50[i] = nearest_rank(seg, 50)  # seg is sorted: the lexsort ordered latencies within a bin
             p99[i] = nearest_rank(seg, 99)
     sent_sorted = np.sort(sent[~np.isnan(sent)])
-    done_sent = np.sort(done[~np.isnan(sent)])
-    in_flight = np.searchsorted(sent_sorted, edges[1:], "right") - np.searchsorted(done_sent, edges[1:], "right")
+    in_flight = in_flight_peaks(df, edges)  # each bin's peak: the headline's peaks are the chart's
     mid = edges[:-1] + step / 2
     target = [sum(p.rate_at(t) for p in plans) for t in mid]
     errs = {}

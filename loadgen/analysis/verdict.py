@@ -156,9 +156,34 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
         if slo.applies and not slo.passed:
             basis = f", {slo.basis}" if isinstance(slo, RepeatSlo) and slo.basis else ""
             why = f"; {slo.reason}" if slo.reason else ""
-            measured = show_value(slo.value, slo.stat, slo.metric)
-            out.append(Reason(Kind.SLO, t.name, f"{t.name}: {slo.expr} (measured {measured}{basis}{why})"))
+            measured = (f"measured {show_value(slo.value, slo.stat, slo.metric)}{basis}{why}"
+                        if slo.value is not None else unmeasured(slo, s) + why)
+            out.append(Reason(Kind.SLO, t.name, f"{labelled(t.name, slo.expr or '')} ({measured})"))
     return out
+
+
+def labelled(name: str, expr: str) -> str:
+    """An objective named for its target, once: 'naive: latency.p99 < 1s', and 'optimized: latency.p99 < 1s' for
+    an objective already scoped to it (not 'optimized: optimized: ...')."""
+    scope = expr.split(":", 1)[0].strip() if ":" in expr else ""
+    return expr if scope == name or scope.startswith(f"{name}/") else f"{name}: {expr}"
+
+
+def unmeasured(slo: SloResult, s: Summary | None) -> str:
+    """Why an objective has no value, in words: its phase recorded no request (the run stopped before it, or the
+    phase never ran), or none of its requests succeeded."""
+    s = s or Summary()
+    name = (slo.scope or "").split("/")[-1]
+    phases = s.phases or {}
+    if name in phases:
+        if not (phases[name] or Scope()).count:
+            if s.complete is False:
+                return f"not measured: the run stopped before {name}, so no request was recorded in it"
+            return f"not measured: no request was recorded in {name}"
+        return f"not measured: no request of {name} succeeded"
+    if not (s.overall or Scope()).count:
+        return "not measured: no request was recorded"
+    return "not measured: no request succeeded"
 
 
 def generator_limited_text(g: Generator) -> str:

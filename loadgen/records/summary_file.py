@@ -131,7 +131,7 @@ class Conversations(ResultModel):
 
 class Timeseries(ResultModel):
     """The run in bins of ``step_s`` seconds from its start (``t``: each bin's start): counts, latency p50/p99
-    of the requests completed in it, requests in flight at its end, and errors by class."""
+    of the requests completed in it, the most requests in flight at any moment of it, and errors by class."""
 
     t: list[Num] | None = None
     step_s: Num = None
