@@ -137,9 +137,9 @@ def test_host_contended_names_the_process_its_share_and_the_phase(contended, tex
     ("a", "latency.p99 < 1s", {"value": None}, "a: latency.p99 < 1s (not measured: no request succeeded)"),
 ])
 def test_a_missed_objective_names_its_target_once_and_says_why_it_has_no_value(name, expr, slo, text):
-    s = summary(slos=[(expr, True, False)])
+    s = summary_json(slos=[(expr, True, False)])
     s["slo"][0].update(slo)
     s["phases"] = {"recovery": {"count": 0}}
     s["complete"] = False
-    (reason,) = [r for r in judge([TargetOutcome(name, s)]).reasons if r.kind is Kind.SLO]
+    (reason,) = [r for r in judge([TargetOutcome(name, Summary.model_validate(s))]).reasons if r.kind is Kind.SLO]
     assert reason.text.startswith(text), reason.text
