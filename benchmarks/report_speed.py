@@ -10,7 +10,6 @@ loadgen.analysis.metrics.summarize for summary.json), then times write_outputs a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.analysis.metrics import build_summary  # noqa: E402
 from loadgen.analysis.repeated import RepeatRun, build_repeats  # noqa: E402
+from loadgen.records.results import Summary  # noqa: E402
 from loadgen.records.rundir import REPEATS, REQUESTS, SUMMARY, RunDir, RunMeta, write_json  # noqa: E402
 from loadgen.records.schema import SCHEMA, RecordWriter, read_records  # noqa: E402
 from loadgen.scenario.model import Load  # noqa: E402
@@ -136,7 +136,8 @@ def synthetic_repeated_rundir(path, groups: dict[str, list[float]], rows: int = 
     for entry, (g, k) in zip(meta.targets, order):
         entry.update(group=g, repetition=k)
     meta.update(repeat={"runs": n, "pause": 0.0, "judge": judge})
-    runs = [RepeatRun(g, k, f"{g}-rep{k}", json.loads((root / f"{g}-rep{k}" / SUMMARY).read_text())) for g, k in order]
+    runs = [RepeatRun(g, k, f"{g}-rep{k}", Summary.model_validate_json((root / f"{g}-rep{k}" / SUMMARY).read_text()))
+            for g, k in order]
     write_json(root / REPEATS, build_repeats(runs, [parse_slo(x) for x in slos], judge, [r.dir for r in runs]))
     return root
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen.analysis.metrics import itl_samples  # the one definition of inter-token latency
+from loadgen.records.results import StartGroup
 from reports import plots
 from reports.host import host_caption, host_plot
 from reports.rundir_loader import TargetData
@@ -125,7 +126,7 @@ def _pooled_figures(groups: list[tuple[str, list[TargetData]]]) -> list[dict]:
     return figs
 
 
-def warmup_figure(cold_start: dict) -> dict | None:
+def warmup_figure(cold_start: dict[str, StartGroup]) -> dict | None:
     """The warm-up curve of a cold-start study (from cold_start.json)."""
     uri = plots.warmup_plot(cold_start)
     if uri is None:

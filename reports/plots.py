@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
-from loadgen.records.results import Burst, InFlight, Recovery, RecoveryWindows, Summary, Timeseries
+from loadgen.records.results import Burst, InFlight, Recovery, RecoveryWindows, StartGroup, Summary, Timeseries
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728", "http_429": "#9467bd",
@@ -217,10 +217,10 @@ def mark_bursts(lat_ax, inflight_ax, bursts: list[Burst], duration: float | None
                              color=DRAIN_COLOR, fontweight="bold")
 
 
-def warmup_plot(cold_start: dict) -> str | None:
+def warmup_plot(cold_start: dict[str, StartGroup]) -> str | None:
     """Latency of request 1..N after each fresh start, one line per start, one colour per architecture
     (values from cold_start.json); each architecture's steady latency dashed."""
-    groups = [(g, d) for g, d in cold_start.items() if d.get("per_start")]
+    groups = [(g, d) for g, d in cold_start.items() if d.per_start]
     if not groups:
         return None
     with plot_style():
@@ -229,9 +229,9 @@ def warmup_plot(cold_start: dict) -> str | None:
         values, any_failed = [], False
         for gi, (group, d) in enumerate(groups):
             c = PALETTE[gi % len(PALETTE)]
-            for si, row in enumerate(d["per_start"]):
+            for si, row in enumerate(d.per_start):
                 y = np.asarray([math.inf if v == "inf" else (math.nan if v is None else v)
-                                for v in row.get("latencies_s") or []], dtype=float) * 1e3
+                                for v in row.latencies_s or []], dtype=float) * 1e3
                 if y.size == 0:
                     continue
                 values.append(y)
@@ -240,12 +240,12 @@ def warmup_plot(cold_start: dict) -> str | None:
                     a.plot(failed, np.full(failed.size, 0.97), "x", color=c, ms=8, mew=2,
                            transform=a.get_xaxis_transform(), label="failed request" if not any_failed else None)
                     any_failed = True
-                cold = row.get("cold")
-                n_cold = sum(1 for r in d["per_start"] if r.get("cold"))
+                cold = row.cold
+                n_cold = sum(1 for r in d.per_start if r.cold)
                 a.plot(np.arange(1, y.size + 1), np.where(np.isfinite(y), y, np.nan), color=c, lw=1.2, alpha=0.75,
                        marker="o", ms=3, ls="-" if cold is not False else ":",
-                       label=f"{group} ({n_cold} of {len(d['per_start'])} starts cold)" if si == 0 else None)
-            steady = (d.get("over_starts") or {}).get("steady_latency_s", {}).get("median")
+                       label=f"{group} ({n_cold} of {len(d.per_start)} starts cold)" if si == 0 else None)
+            steady = d.spread("steady_latency_s").median
             if steady:
                 a.axhline(steady * 1e3, color=c, lw=0.9, ls="--", label=f"{group} steady {steady * 1e3:.0f} ms")
         allv = np.concatenate(values) if values else np.empty(0)

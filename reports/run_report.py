@@ -10,6 +10,7 @@ from reports import breakdowns, repeated, report_model
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
 from reports.html import render
+from reports.report_model import Headline
 from reports.rundir_loader import RunData
 
 
@@ -41,20 +42,19 @@ def target_section(td, i: int) -> dict:
     return sec
 
 
-def headline_block(run: RunData, sections: list[dict]) -> dict | None:
+def headline_block(run: RunData, sections: list[dict]) -> Headline | None:
     """The headline (see :mod:`reports.headline`) with its figure: the warm-up curve of a cold-start
     study, the marked time series of a burst (taken from its target's section, drawn once)."""
     h = headline(run)
     if h is None:
         return None
-    h["figure"] = None
-    if h["kind"] == "cold_start":
-        h["figure"] = warmup_figure(run.cold_start)
-    elif h["kind"] == "burst":
+    if h.kind == "cold_start":
+        h.figure = warmup_figure(run.cold_start)
+    elif h.kind == "burst":
         td = next(td for td in run.targets if td.result and td.result.burst)
         sec = next(sec for sec in sections if sec["target_name"] == td.name)
-        h["figure"] = next((f for f in sec["figures"] if f["id"] == "timeseries"), None)
-        h["figure_target"] = td.name
+        h.figure = next((f for f in sec["figures"] if f["id"] == "timeseries"), None)
+        h.figure_target = td.name
     return h
 
 
@@ -67,7 +67,7 @@ def groups_context(run: RunData, sections: list[dict]) -> list[dict]:
         starts = bool(run.cold_start and name in run.cold_start)
         out.append({"name": name, "anchor": f"group-{gi}" if starts else by_name[tds[0].name]["anchor"],
                     "starts": starts, "sections": [by_name[td.name] for td in tds],
-                    "start_rows": report_model.start_rows(run.cold_start, name) if starts else []})
+                    "start_rows": report_model.start_rows(run.cold_start[name], name) if starts else []})
     return out
 
 
@@ -78,7 +78,7 @@ def run_context(run: RunData) -> dict:
     sections = [target_section(td, i) for i, td in enumerate(run.targets)]
     h = headline_block(run, sections)
     for sec in sections:
-        if h and h.get("figure_target") == sec["target_name"]:  # shown once, in the headline
+        if h and h.figure_target == sec["target_name"]:  # shown once, in the headline
             sec["figures"] = [f for f in sec["figures"] if f["id"] != "timeseries"]
             sec["moved"] = "The time series is in the headline above."
     return {

@@ -42,9 +42,20 @@ from loadgen.analysis.conversations import conversation_stats
 from loadgen.analysis.features import image_block, structured_block, tool_call_block
 from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom, in_flight_peaks
-from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
+from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted
 from loadgen.records.definitions import SCHEMA_VERSION
-from loadgen.records.results import Generator, Summary
+from loadgen.records.results import (
+    CapacityRef,
+    Chunks,
+    Generator,
+    Recovery,
+    RecoveryWindows,
+    Scope,
+    ShortPhase,
+    SloResult,
+    Summary,
+    Timeseries,
+)
 from loadgen.records.schema import ABORTED, ERROR_CLASSES, TOKEN_SOURCES
 from loadgen.scenario.model import GoodputObjectives
 from loadgen.scenario.slo import SLO, percentile_of
@@ -162,7 +173,7 @@ def chunk_stats(df: pd.DataFrame) -> dict:
             "sources": sources}
 
 
-def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, extra_pcts) -> dict:
+def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, extra_pcts) -> Scope:
     duration = max(end - start, 1e-9)
     ok = df[df["ok"]]
     count = len(df)
@@ -190,46 +201,46 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     if structured is not None:
         features.update(structured=structured, json_valid_rate=structured["json_valid_rate"],
                         schema_valid_rate=structured["schema_valid_rate"])
-    return {
-        "start": start,
-        "end": end,
-        "duration_s": end - start,
-        "count": count,
-        "ok": int(len(ok)),
-        "errors": errors,
-        "error_rate": (n_err / count) if count else None,
-        "aborted": n_aborted,
-        "aborted_rate": (n_aborted / count) if count else None,
-        "target_qps": target_qps,
-        "sent_qps": int((df["error"] != "dropped").sum()) / duration,
-        "achieved_qps": len(in_window) / duration,
-        "input_tokens_per_s": float(in_window["prompt_tokens"].clip(lower=0).sum()) / duration,
-        "output_tokens_per_s": float(in_window["output_tokens"].sum()) / duration,
-        "goodput": float(good[judged].sum() / judged.sum()) if judged.any() else None,
-        "goodput_qps": n_good_in_window / duration if judged.any() else None,
-        "chunks": chunk_stats(ok),
-        "reasoning": reasoning_stats(ok),
-        "output_tokens_per_s_per_user": describe(ok["output_tokens_per_s_per_user"].to_numpy(), USER_TPS_PERCENTILES),
-        "tokens": token_counts(ok),
-        "metrics": metrics,
-        "latency_errors_inf": describe(lat_inf, pcts)["percentiles"],
+    return Scope(
+        start=start,
+        end=end,
+        duration_s=end - start,
+        count=count,
+        ok=int(len(ok)),
+        errors=errors,
+        error_rate=(n_err / count) if count else None,
+        aborted=n_aborted,
+        aborted_rate=(n_aborted / count) if count else None,
+        target_qps=target_qps,
+        sent_qps=int((df["error"] != "dropped").sum()) / duration,
+        achieved_qps=len(in_window) / duration,
+        input_tokens_per_s=float(in_window["prompt_tokens"].clip(lower=0).sum()) / duration,
+        output_tokens_per_s=float(in_window["output_tokens"].sum()) / duration,
+        goodput=float(good[judged].sum() / judged.sum()) if judged.any() else None,
+        goodput_qps=n_good_in_window / duration if judged.any() else None,
+        chunks=chunk_stats(ok),
+        reasoning=reasoning_stats(ok),
+        output_tokens_per_s_per_user=describe(ok["output_tokens_per_s_per_user"].to_numpy(), USER_TPS_PERCENTILES),
+        tokens=token_counts(ok),
+        metrics=metrics,
+        latency_errors_inf=describe(lat_inf, pcts)["percentiles"],
         **features,
-    }
+    )
 
 
-def _chunk_note(chunks: dict) -> list[str]:
+def _chunk_note(chunks: Chunks) -> list[str]:
     """A note when streams carried more than one token per chunk (empty otherwise)."""
-    frac = chunks.get("multi_token_fraction")
+    frac = chunks.multi_token_fraction
     if not frac:
         return []
-    sources = ", ".join(f"{k} ({v})" for k, v in sorted(chunks["sources"].items()))
-    return [f"streams carried {chunks['tokens_per_chunk']:.2f} tokens per chunk after the first "
+    sources = ", ".join(f"{k} ({v})" for k, v in sorted(chunks.sources.items()))
+    return [f"streams carried {chunks.tokens_per_chunk:.2f} tokens per chunk after the first "
             f"({frac:.0%} of chunks more than one; counted from: {sources}): itl is per token, "
             "chunk_gap the gap between chunks"]
 
 
 def window_stats(df: pd.DataFrame, start: float, end: float, slos: list[SLO],
-                 goodput_bounds: dict[str, float] | None = None) -> dict:
+                 goodput_bounds: dict[str, float] | None = None) -> Scope:
     """The statistics of the records of one stretch ``[start, end)`` (run seconds), as summary.json holds them
     per phase, with the percentiles ``slos`` need: what a sliding window is judged on. ``goodput_bounds``: the
     per-request bounds of the scenario's goodput: block that apply here (metric -> s); None: no goodput."""
@@ -238,15 +249,15 @@ def window_stats(df: pd.DataFrame, start: float, end: float, slos: list[SLO],
     return _scope_stats(df, start, end, None, extra)
 
 
-def send_lag_limited(scope: dict, threshold: float) -> bool:
+def send_lag_limited(scope: Scope, threshold: float) -> bool:
     """Whether the generator's lag makes a scope's numbers describe the generator (seconds; a scope's stats).
 
     Lagging when the p99 is clearly over the threshold: its 95% interval's lower bound is (one hiccup in
     a short run moves the p99 of 20 samples, not that bound), and the lag is large enough to matter: a
     latency counts from the intended send time, so a lag can distort it by at most its own size, and a
     lag under a tenth of the median latency is reported but cannot change what the run concludes."""
-    ci = scope["metrics"]["send_lag"]["percentiles"]["p99"]["ci"]
-    lat_p50 = stat_value(scope["metrics"]["latency"], "p50")
+    ci = scope.metrics["send_lag"].pct("p99").ci
+    lat_p50 = scope.metrics["latency"].stat("p50")
     lag_low = ci[0] if ci and ci[0] is not None else None
     return bool(lag_low is not None and lag_low > threshold and (lat_p50 is None or lag_low > 0.1 * lat_p50))
 
@@ -255,7 +266,7 @@ RECOVERY_WINDOW_S = 2.0
 RECOVERY_STEP_S = 0.5  # the windows slide by this much: the resolution of a recovery time
 
 
-def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[dict]:
+def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[Recovery]:
     """After each spike (an open-loop phase whose rate is above the next one's), how long until the
     rolling p99 latency (2 s windows by scheduled time sliding by 0.5 s, failed requests as infinitely
     slow) is back under the latency.p99 objective of the phase after it, and stays there. ``seconds`` None:
@@ -286,15 +297,15 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
             if all(good[i:]) and any(sizes[i:]):  # empty windows alone (the run stopped) show no recovery
                 seconds = float(ends[i] - RECOVERY_WINDOW_S - nxt.start)  # the first good window's start
                 break
-        out.append({"spike": cur.name, "phase": nxt.name, "threshold": limit, "window_s": RECOVERY_WINDOW_S,
-                    "step_s": RECOVERY_STEP_S, "window_requests": float(np.median(sizes)) if sizes else 0.0,
-                    "seconds": seconds, "recovered": seconds is not None, "measured": bool(len(sel)),
-                    "windows": {"start": [float(e - RECOVERY_WINDOW_S) for e in ends],
-                                "p99": [json_num(v) for v in p99s]}})
+        out.append(Recovery(spike=cur.name, phase=nxt.name, threshold=limit, window_s=RECOVERY_WINDOW_S,
+                            step_s=RECOVERY_STEP_S, window_requests=float(np.median(sizes)) if sizes else 0.0,
+                            seconds=seconds, recovered=seconds is not None, measured=bool(len(sel)),
+                            windows=RecoveryWindows(start=[float(e - RECOVERY_WINDOW_S) for e in ends],
+                                                    p99=[json_num(v) for v in p99s])))
     return out
 
 
-def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: float = 1.0) -> dict:
+def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: float = 1.0) -> Timeseries:
     """Per-second series over the whole run (all phases, recorded or not); ``in_flight``: the most requests in flight
     at any moment of each second."""
     nb = max(1, int(math.ceil(duration / step)))
@@ -322,30 +333,31 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
     for cls in sorted(set(df.loc[df["failed"], "error"])):
         sel = df["error"].to_numpy() == cls
         errs[cls] = np.bincount(b[sel], minlength=nb).tolist()
-    return {
-        "t": edges[:-1].tolist(),
-        "step_s": step,
-        "completed": np.bincount(b, minlength=nb).tolist(),
-        "ok": np.bincount(b[okm], minlength=nb).tolist(),
-        "sent": np.bincount(np.clip((sent_sorted // step).astype(np.int64), 0, nb - 1), minlength=nb).tolist(),
-        "errors": errs,
-        "latency_p50": [json_num(v) for v in p50],
-        "latency_p99": [json_num(v) for v in p99],
-        "in_flight": in_flight.tolist(),
-        "target_qps": target,
-    }
+    return Timeseries(
+        t=edges[:-1].tolist(),
+        step_s=step,
+        completed=np.bincount(b, minlength=nb).tolist(),
+        ok=np.bincount(b[okm], minlength=nb).tolist(),
+        sent=np.bincount(np.clip((sent_sorted // step).astype(np.int64), 0, nb - 1), minlength=nb).tolist(),
+        errors=errs,
+        latency_p50=[json_num(v) for v in p50],
+        latency_p99=[json_num(v) for v in p99],
+        in_flight=in_flight.tolist(),
+        target_qps=target,
+    )
 
 
 def summarize(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, **kw) -> dict:
-    """:func:`build_summary` as the JSON it writes (a plain dict, the form a summary's readers hold); the same
-    arguments."""
+    """:func:`build_summary` as the JSON it writes (a plain dict: what a recomputed summary.json holds, and what
+    tests compare against); the same arguments."""
     return build_summary(table, plans, slos, duration, **kw).to_json()
 
 
 def build_summary(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], duration: float, *,
                   target: str = "target", scenario: str = "", complete: bool = True, notes: list[str] | None = None,
                   send_lag_threshold: float = 0.005, cpu_seconds: float | None = None, processes: int = 1,
-                  failed_fast: str | None = None, expected_qps: float | None = None, capacity: dict | None = None,
+                  failed_fast: str | None = None, expected_qps: float | None = None,
+                  capacity: CapacityRef | None = None,
                   timeseries_step: float = 1.0, goodput: list[GoodputObjectives] | None = None,
                   tokens: dict | None = None) -> Summary:
     """The summary.json of one target, as its model: per phase and overall, the time series, and its SLO
@@ -367,8 +379,8 @@ def build_summary(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], dura
         tq = 0.5 * (p.rate_start + p.rate_end) if not p.closed else None
         end = min(p.end, max(duration, p.start))
         st = _scope_stats(sel, p.start, end, tq, extra)
-        st.update(recorded=p.recorded, concurrency=p.concurrency,
-                  closed_loop=closed_loop_stats(sel, p, end) if p.closed else None)
+        st.recorded, st.concurrency = p.recorded, p.concurrency
+        st.closed_loop = closed_loop_stats(sel, p, end) if p.closed else None
         phases[p.name] = st
     rec_plans = [p for p in plans if p.recorded]
     rec = df[df["recorded"]]
@@ -380,8 +392,7 @@ def build_summary(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], dura
     else:
         start, end, tq = 0.0, duration, 0.0
     overall = _scope_stats(rec, start, max(end, start + 1e-9), tq, extra)
-    lag = overall["metrics"]["send_lag"]
-    lag_p99 = stat_value(lag, "p99")
+    lag_p99 = overall.metrics["send_lag"].stat("p99")
     cpu_util = (cpu_seconds / duration / processes) if (cpu_seconds is not None and duration > 0) else None
     lagging = send_lag_limited(overall, send_lag_threshold)
     if not lagging and lag_p99 is not None and lag_p99 > send_lag_threshold:
@@ -389,11 +400,11 @@ def build_summary(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], dura
                                      f"{send_lag_threshold * 1e3:g} ms "
                                      "threshold, but small against the latencies measured"]
     saturated = cpu_util is not None and cpu_util > 0.9
-    short = [{"phase": name, **{k: ph["closed_loop"][k] for k in ("asked", "held", "fraction", "measure")}}
-             for name, ph in phases.items() if ph["closed_loop"] and ph["closed_loop"]["limited"]]
-    notes = list(notes or []) + _chunk_note(overall["chunks"])
+    short = [ShortPhase(phase=name, asked=cl.asked, held=cl.held, fraction=cl.fraction, measure=cl.measure)
+             for name, cl in ((name, ph.closed_loop) for name, ph in phases.items()) if cl and cl.limited]
+    notes = list(notes or []) + _chunk_note(overall.chunks)
     recovered = recovery(df, plans, slos)
-    slo_results = evaluate_slos({"overall": overall, "phases": phases}, slos, target)
+    slo_results = evaluate_slos(overall, phases, slos, target)
     generator = Generator(send_lag_p99=lag_p99, send_lag_threshold=send_lag_threshold, cpu_utilization=cpu_util,
                           lagging=lagging, cpu_saturated=saturated, closed_loop_short=short)
     return Summary(
@@ -402,49 +413,47 @@ def build_summary(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], dura
         generator_limited=bool(lagging or saturated or short), error_classes=list(ERROR_CLASSES), tokens=tokens,
         overall=overall, phases=phases, timeseries=timeseries(df, plans, duration, timeseries_step),
         recovery=recovered, conversations=conversation_stats(df), slo=slo_results,
-        passed=all(r["passed"] for r in slo_results if r["applies"]),
+        passed=all(r.passed for r in slo_results if r.applies),
         burst=burst_effects(df, plans, phases, recovered),
         headroom=headroom(plans, phases, slo_results, expected_qps, capacity))
 
 
-def slo_value(scope: dict, slo: SLO):
+def slo_value(scope: Scope, slo: SLO):
     """(value, ci) of an objective within one scope's statistics."""
     if slo.stat is None:
-        return scope.get(slo.metric), None
-    desc = scope["metrics"].get(slo.metric)
+        return scope.value(slo.metric), None
+    desc = scope.metric(slo.metric)
     if desc is None:  # a metric of a workload feature the scope's requests did not have (ttftc without tool calls)
         return None, None
-    value = stat_value(desc, slo.stat)
-    ci = desc["percentiles"].get(slo.stat, {}).get("ci") if slo.stat.startswith("p") else None
-    return value, ci
+    return desc.stat(slo.stat), desc.pct(slo.stat).ci if slo.stat.startswith("p") else None
 
 
-def evaluate_slos(summary: dict, slos: list[SLO], target: str) -> list[dict]:
-    """One result per objective; an objective scoped to another target does not apply here (``summary``: at least
-    its ``overall`` and ``phases``)."""
+def evaluate_slos(overall: Scope, phases: dict[str, Scope], slos: list[SLO], target: str) -> list[SloResult]:
+    """One result per objective, judged on the ``overall`` scope or on the phase it names; an objective scoped to
+    another target does not apply here."""
     out = []
     for s in slos:
         tgt, name = s.scope_parts()
-        applies, scope = True, summary["overall"]
+        applies, scope = True, overall
         if tgt is not None and tgt != target:
             applies = False
         elif name is not None:
-            if name in summary["phases"]:
-                scope = summary["phases"][name]
+            if name in phases:
+                scope = phases[name]
             elif tgt is None and name == target:
-                scope = summary["overall"]
+                scope = overall
             elif tgt is None:
                 applies = False  # scoped to another target's name
             else:
                 scope = None
         if not applies:
-            out.append({"expr": s.expr, "applies": False, "passed": True, "value": None, "ci": None})
+            out.append(SloResult(expr=s.expr, applies=False, passed=True, value=None, ci=None))
             continue
         if scope is None:
-            out.append({"expr": s.expr, "applies": True, "passed": False, "value": None, "ci": None,
-                        "reason": f"no phase named {name!r}"})
+            out.append(SloResult(expr=s.expr, applies=True, passed=False, value=None, ci=None,
+                                 reason=f"no phase named {name!r}"))
             continue
         value, ci = slo_value(scope, s)
-        out.append({"expr": s.expr, "metric": s.metric, "stat": s.stat, "op": s.op, "threshold": s.threshold,
-                    "scope": s.scope, "applies": True, "value": value, "ci": ci, "passed": s.check(value)})
+        out.append(SloResult(expr=s.expr, metric=s.metric, stat=s.stat, op=s.op, threshold=s.threshold,
+                             scope=s.scope, applies=True, value=value, ci=ci, passed=s.check(value)))
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -118,21 +117,19 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_
         sys.exit(exc.exit_code)
     finally:
         display.close()
-    repeats_file = result.rundir.path / "repeats.json"
-    if repeats_file.is_file():  # per target, each run and across the runs, rather than a table per run
-        for name, group in json.loads(repeats_file.read_text())["targets"].items():
+    if result.repeats is not None:  # per target, each run and across the runs, rather than a table per run
+        for name, group in (result.repeats.targets or {}).items():
             out_console.print(between_table(name, group))
     for tr in result.targets:
-        if tr.summary and not repeats_file.is_file():
+        if tr.summary and result.repeats is None:
             out_console.print(summary_table(tr.name, tr.summary))
             out_console.print(outcomes_line(tr.summary), highlight=False)
             out_console.print(tokens_line(tr.summary), highlight=False)
-            for r in tr.summary.get("recovery", []):
-                when = (f"recovered {r['seconds']:.1f} s into {r['phase']}" if r["recovered"]
-                        else f"not measured: no request was sent in {r['phase']}" if not r.get("measured", True)
-                        else f"did not recover during {r['phase']}")
-                out_console.print(f"after {r['spike']}: rolling p99 (2 s windows) vs "
-                                  f"{r['threshold'] * 1e3:g} ms: {when}")
+            for r in tr.summary.recovery or []:
+                when = (f"recovered {r.seconds:.1f} s into {r.phase}" if r.recovered
+                        else f"not measured: no request was sent in {r.phase}" if r.measured is False
+                        else f"did not recover during {r.phase}")
+                out_console.print(f"after {r.spike}: rolling p99 (2 s windows) vs {r.threshold * 1e3:g} ms: {when}")
     print_reasons(out_console, result.verdict.outcome, result.reasons)  # before the report: it takes seconds
     write_reports(out_console, result.rundir.path, html=not no_report)
     print_rundir(out_console, result)
