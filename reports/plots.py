@@ -165,10 +165,12 @@ def timeseries_plot(summary: Summary) -> str | None:
         else:
             e.text(0.5, 0.5, "no errors", transform=e.transAxes, ha="center", va="center", color="#2ca02c")
         n = ax[3, 0]
-        peaks = f(ts.in_flight)  # each second's peak, as the headline's peaks are
+        # each second's peak, as the headline's peaks are (a RunDir older than in_flight_peak: its end-of-second count)
+        peaks = f(ts.in_flight_peak if ts.in_flight_peak is not None else ts.in_flight)
         n.plot(np.append(t, t[-1] + step), np.append(peaks, peaks[-1]), color=PALETTE[3], lw=1.2,
                drawstyle="steps-post")
-        n.set_ylabel("in flight\n(peak)"), n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
+        n.set_ylabel("in flight\n(peak)" if ts.in_flight_peak is not None else "in flight")
+        n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
         for row in ax[:, 0]:
             shade_phases(row, phases) if row is a else shade_windows(row, phases)
         mark_bursts(a, n, summary.burst or [], summary.duration_s)

@@ -306,8 +306,9 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
 
 
 def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: float = 1.0) -> Timeseries:
-    """Per-second series over the whole run (all phases, recorded or not); ``in_flight``: the most requests in flight
-    at any moment of each second."""
+    """Per-second series over the whole run (all phases, recorded or not); ``in_flight``: requests in flight at the
+    end of each second (sent, not done), ``in_flight_peak``: the most in flight at any moment of it (the chart's and
+    the headline's peaks)."""
     nb = max(1, int(math.ceil(duration / step)))
     edges = np.arange(nb + 1) * step
     done = df["done"].to_numpy()
@@ -326,7 +327,8 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
             p50[i] = nearest_rank(seg, 50)  # seg is sorted: the lexsort ordered latencies within a bin
             p99[i] = nearest_rank(seg, 99)
     sent_sorted = np.sort(sent[~np.isnan(sent)])
-    in_flight = in_flight_peaks(df, edges)  # each bin's peak: the headline's peaks are the chart's
+    done_sent = np.sort(done[~np.isnan(sent)])
+    in_flight = np.searchsorted(sent_sorted, edges[1:], "right") - np.searchsorted(done_sent, edges[1:], "right")
     mid = edges[:-1] + step / 2
     target = [sum(p.rate_at(t) for p in plans) for t in mid]
     errs = {}
@@ -344,6 +346,7 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
         latency_p99=[json_num(v) for v in p99],
         in_flight=in_flight.tolist(),
         target_qps=target,
+        in_flight_peak=in_flight_peaks(df, edges).tolist(),  # each bin's peak: the headline's peaks are the chart's
     )
 
 

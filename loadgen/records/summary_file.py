@@ -131,7 +131,8 @@ class Conversations(ResultModel):
 
 class Timeseries(ResultModel):
     """The run in bins of ``step_s`` seconds from its start (``t``: each bin's start): counts, latency p50/p99
-    of the requests completed in it, the most requests in flight at any moment of it, and errors by class."""
+    of the requests completed in it, requests in flight at its end (``in_flight``) and the most at any moment of it
+    (``in_flight_peak``), and errors by class."""
 
     t: list[Num] | None = None
     step_s: Num = None
@@ -143,6 +144,7 @@ class Timeseries(ResultModel):
     latency_p99: list[Num] | None = None
     in_flight: list[Num] | None = None
     target_qps: list[Num] | None = None
+    in_flight_peak: list[Num] | None = None
 
 
 class HostTree(ResultModel):
