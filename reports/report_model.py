@@ -402,7 +402,8 @@ def computed_verdict(run: RunData) -> Verdict:
     were stored), by the same rules as the run's own (:func:`loadgen.analysis.verdict.judge`)."""
     repeated = run.repeated is not None  # each run alone is not judged: its target is, over its runs
     outcomes = [TargetOutcome(td.name, td.result, failed_fast=td.result.failed_fast,
-                              slo=[] if repeated and td.meta.repetition is not None else None)
+                              slo=[] if repeated and td.meta.repetition is not None else None,
+                              group=td.meta.group if td.meta.start is not None else None, start=td.meta.start)
                 for td in run.targets if td.result is not None]
     return judge(outcomes, interrupted=not run.complete, groups=group_outcomes(run.repeated) if repeated else None)
 

@@ -102,11 +102,20 @@ class TargetOutcome:
     interrupted: bool = False
     slo: list[SloResult] | None = None  # None: the summary's objectives
     error_kind: Kind = Kind.TARGET_ERROR  # what ``error`` was (a start that failed, or the pre-flight)
+    group: str | None = None  # a fresh start of a cold-start study: its architecture ...
+    start: int | None = None  # ... and which start (1-based); its reasons name it 'naive (start 2)'
+
+    @property
+    def label(self) -> str:
+        """How reasons name it: 'naive (start 2)' for a fresh start, as junit.xml and summary.md group it under its
+        architecture; else its name."""
+        return f"{self.group} (start {self.start})" if self.group and self.start is not None else self.name
 
 
-def _failure_reasons(name: str, s: Summary) -> list[Reason]:
+def _failure_reasons(target: str, s: Summary, name: str) -> list[Reason]:
     """Every request failed: invalid when the failures say the set-up is wrong, failed when they are the
-    service's own; over half failed with no objective on errors: a warning."""
+    service's own; over half failed with no objective on errors: a warning (``name``: how the text names
+    ``target``)."""
     ov = s.overall or Scope()
     f = s.failures
     errors = ov.errors or {}
@@ -114,51 +123,54 @@ def _failure_reasons(name: str, s: Summary) -> list[Reason]:
     if not ov.count or not failed:
         return []
     if ov.ok == 0 and set(errors) <= UNREACHABLE_CLASSES:
-        return [Reason(Kind.UNREACHABLE, name,
+        return [Reason(Kind.UNREACHABLE, target,
                        f"{name}: target unreachable ({', '.join(sorted(errors))} on every request)")]
     what = describe(f) if f and f.by_status else ", ".join(f"{k} {v}" for k, v in sorted(errors.items()))
     if ov.ok == 0 and s.server_exit is None:
         commonest = f.by_status[0].error if f and f.by_status else max(errors, key=errors.get)
         if commonest in SERVICE_CLASSES:
-            return [Reason(Kind.ALL_FAILED, name, f"{name}: every request failed: {what}")]
-        return [Reason(Kind.SETUP, name, f"{name}: every request failed, so the numbers describe no service: {what}")]
+            return [Reason(Kind.ALL_FAILED, target, f"{name}: every request failed: {what}")]
+        return [Reason(Kind.SETUP, target, f"{name}: every request failed, so the numbers describe no service: {what}")]
     judged = any(sl.metric == "error_rate" or "error_rate" in (sl.expr or "") for sl in s.slo or [])
     if failed > ov.count / 2 and not judged:
-        return [Reason(Kind.MOSTLY_FAILED, name, f"{name}: {failed} of {ov.count} requests failed and no objective "
+        return [Reason(Kind.MOSTLY_FAILED, target, f"{name}: {failed} of {ov.count} requests failed and no objective "
                                                  f"judges errors: {what}")]
     return []
 
 
 def target_reasons(t: TargetOutcome) -> list[Reason]:
-    """The reasons one target gives, from its summary alone (also for one entry of a comparison)."""
+    """The reasons one target gives, from its summary alone (also for one entry of a comparison); the text names it
+    by ``t.label`` where it has one (a fresh start: 'naive (start 2)'), each reason's target is its name."""
+    name = t.label
     if t.error:
-        return [Reason(t.error_kind, t.name, f"{t.name}: {'pre-flight: ' if t.error_kind == Kind.PREFLIGHT else ''}"
+        return [Reason(t.error_kind, t.name, f"{name}: {'pre-flight: ' if t.error_kind == Kind.PREFLIGHT else ''}"
                                              f"{t.error}")]
     s = t.summary
     out = []
     if s is not None:
         if s.server_exit:
-            out.append(Reason(Kind.SERVER_EXITED, t.name, f"{t.name}: {s.server_exit.text}: the records after "
+            out.append(Reason(Kind.SERVER_EXITED, t.name, f"{name}: {s.server_exit.text}: the records after "
                                                           "it measured a dead process (its log: server.log)"))
-        out += _failure_reasons(t.name, s)
+        out += _failure_reasons(t.name, s, name)
         if s.generator_limited:
             out.append(Reason(Kind.GENERATOR_LIMITED, t.name,
-                              f"{t.name}: {generator_limited_text(s.generator or Generator())}"))
+                              f"{name}: {generator_limited_text(s.generator or Generator())}"))
         for w in s.lost_workers or []:  # which worker made the run incomplete, named for its target
-            out.append(Reason(Kind.INTERRUPTED, t.name, f"{t.name}: {LostWorker.from_json(w).sentence()}"))
+            out.append(Reason(Kind.INTERRUPTED, t.name, f"{name}: {LostWorker.from_json(w).sentence()}"))
         contended = s.host.contended if s.host else None
         if contended:
-            out.append(Reason(Kind.HOST_CONTENDED, t.name, f"{t.name}: {host_contended_text(contended)}"))
+            out.append(Reason(Kind.HOST_CONTENDED, t.name, f"{name}: {host_contended_text(contended)}"))
     if t.failed_fast:
         out.append(Reason(Kind.FAILED_FAST, t.name,
-                          f"{t.name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
+                          f"{name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
     for slo in (t.slo if t.slo is not None else (s.slo if s else None) or []):
         if slo.applies and not slo.passed:
             basis = f", {slo.basis}" if isinstance(slo, RepeatSlo) and slo.basis else ""
             why = f"; {slo.reason}" if slo.reason else ""
             measured = (f"measured {show_value(slo.value, slo.stat, slo.metric)}{basis}{why}"
                         if slo.value is not None else unmeasured(slo, s) + why)
-            out.append(Reason(Kind.SLO, t.name, f"{labelled(t.name, slo.expr or '')} ({measured})"))
+            start = f"start {t.start}: " if t.group and t.start is not None else ""
+            out.append(Reason(Kind.SLO, t.name, f"{labelled(t.group or t.name, slo.expr or '')} ({start}{measured})"))
     return out
 
 

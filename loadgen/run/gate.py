@@ -26,7 +26,8 @@ def gate_rundir(path: str, baseline: str | None = None, max_regression: float = 
         slo = [] if t.repetition is not None else None
         if f.is_file():
             summary = Summary.model_validate(read_result(f))
-            targets.append(TargetOutcome(t.name, summary, failed_fast=summary.failed_fast, slo=slo))
+            targets.append(TargetOutcome(t.name, summary, failed_fast=summary.failed_fast, slo=slo,
+                                         group=t.group if t.start is not None else None, start=t.start))
         else:
             targets.append(TargetOutcome(t.name, error="no summary.json: the run did not finish this target"))
     groups = []

@@ -81,12 +81,14 @@ class TargetRun:
     interrupted: bool = False
     group: str | None = None  # the target a fresh start or a repetition belongs to
     repetition: int | None = None  # repeated runs: which one (its objectives are judged over all of them)
+    start: int | None = None  # cold-start studies: which fresh start of ``group`` (1-based)
     error_kind: Kind = Kind.TARGET_ERROR  # what ``error`` was: a start that failed, or the pre-flight
     server_exited: bool = False  # its managed server exited during the run (the summary says how)
 
     def outcome(self) -> TargetOutcome:
         return TargetOutcome(self.name, self.summary, self.error, self.failed_fast, self.interrupted,
-                             slo=[] if self.repetition is not None else None, error_kind=self.error_kind)
+                             slo=[] if self.repetition is not None else None, error_kind=self.error_kind,
+                             group=self.group if self.start is not None else None, start=self.start)
 
     @property
     def stops_run(self) -> bool:
@@ -184,7 +186,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
             tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts,
                           check=preflight, fix_prefix=bool(target_url))
             if slot.group is not None:
-                tr.group, tr.repetition = slot.group, slot.repetition
+                tr.group, tr.repetition, tr.start = slot.group, slot.repetition, slot.start
                 cold_fields = {"cold": cold, "weights_prepared": weights[slot.index]} if slot.start is not None else {}
                 meta.targets[-1].update(**slot.meta_fields(), **cold_fields)
             runs.append(tr)

@@ -143,3 +143,14 @@ def test_a_missed_objective_names_its_target_once_and_says_why_it_has_no_value(n
     s["complete"] = False
     (reason,) = [r for r in judge([TargetOutcome(name, Summary.model_validate(s))]).reasons if r.kind is Kind.SLO]
     assert reason.text.startswith(text), reason.text
+
+
+def test_a_fresh_start_is_named_under_its_architecture_in_every_reason():
+    """A cold-start study's targets are its starts (folders naive-start1, naive-start2): the verdict names a start
+    as junit.xml and summary.md group it, 'naive (start 2)', never by its folder."""
+    s = summary(contended=[("first_requests", 0.5)], slos=[("naive/first_requests: latency.max < 10s", True, False)])
+    v = judge([TargetOutcome("naive-start2", s, group="naive", start=2)])
+    assert [r.target for r in v.reasons] == ["naive-start2", "naive-start2"]  # the reasons still say which run
+    assert v.texts()[0].startswith("naive (start 2): host contended: the reference server waited")
+    assert v.texts()[1].startswith("naive/first_requests: latency.max < 10s (start 2: measured")
+    assert not any("naive-start2" in t for t in v.texts())
