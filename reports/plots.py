@@ -42,15 +42,25 @@ def plot_style():
 
 
 def figure(w: float, h: float, rows: int = 1, cols: int = 1, **kw):
+    """A figure of ``w`` x ``h`` inches with a grid of axes, laid out once when :func:`to_uri` draws it."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(w, h), layout="constrained")
+    fig = Figure(figsize=(w, h))
     axes = fig.subplots(rows, cols, squeeze=False, **kw)
     return fig, axes
 
 
+#: Padding around and between the axes (tick labels, titles, legends beside them), in font sizes.
+LAYOUT_PAD = 0.6
+
+
 def to_uri(fig) -> str:
-    """The figure as a base64 SVG data URI (an <img> source: inert, whatever text it holds)."""
+    """The figure as a base64 SVG data URI (an <img> source: inert, whatever text it holds).
+
+    Laid out by one measuring pass (``tight_layout``: every label, title and legend beside an axes fits) and
+    drawn once. A layout engine set on the figure would draw it three times (constrained layout measures twice,
+    then savefig draws once to lay out and once to write): about a third of a report's rendering time."""
+    fig.tight_layout(pad=LAYOUT_PAD)
     buf = io.BytesIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
@@ -120,7 +130,8 @@ def cdf_plot(series: list[tuple[str, np.ndarray]], title: str = "Latency CDF") -
             x.set_xscale("log"), ms_log_axis(x.xaxis)
         a.set_xlabel("latency (ms, log)"), a.set_ylabel("fraction of requests ≤ x")
         a.set_title(title), a.set_ylim(0, 1.01)
-        b.set_yscale("log"), b.set_xlabel("latency (ms, log)"), b.set_ylabel("fraction slower than x")
+        b.set_yscale("log"), fraction_log_axis(b.yaxis)
+        b.set_xlabel("latency (ms, log)"), b.set_ylabel("fraction slower than x")
         b.set_title("Tail (1 − CDF)")
         for q, name in ((1e-2, "p99"), (1e-3, "p99.9")):
             b.axhline(q, color="#999999", lw=0.6, ls="--")
@@ -268,6 +279,15 @@ def ms_log_axis(axis) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def fraction_log_axis(axis) -> None:
+    """Log scale with plain decimal tick labels (0.1, 0.01, 0.001) instead of 10^-1: the same ticks, no mathtext
+    to typeset for each."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
