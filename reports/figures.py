@@ -36,9 +36,8 @@ def itl_sample(td: TargetData, ok: pd.DataFrame) -> np.ndarray:
     idx = ok.index.to_numpy()
     if idx.size > ITL_SAMPLE:
         idx = np.sort(np.random.default_rng(1).choice(idx, ITL_SAMPLE, replace=False))
-    table = td.table()
-    cols = ("token_times", "chunk_tokens")
-    return itl_samples(pd.DataFrame({c: table.column(c).take(idx).to_pandas() for c in cols}))
+    lists = td.table().select(["token_times", "chunk_tokens"]).take(idx)
+    return itl_samples(lists.to_pandas(types_mapper=pd.ArrowDtype))  # Arrow lists, as itl_samples reads them
 
 
 def latency_samples(targets: list[tuple[str, TargetData | list[TargetData]]]) -> list[tuple[str, np.ndarray]]:
