@@ -14,8 +14,9 @@ from loadgen.analysis.capacity import headline
 from loadgen.analysis.repeated import spread_headline
 from loadgen.records.rundir import CAPACITY, read_result, write_text
 from loadgen.scenario.slo import parse_slo
+from reports.drawing import figure, plot_style, to_uri
 from reports.html import render
-from reports.plots import figure, ms_log_axis, plot_style, to_uri
+from reports.plots import ms_log_axis
 
 
 def _curve(result: dict) -> str:
