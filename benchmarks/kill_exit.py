@@ -5,7 +5,8 @@
 Each rep runs ``latbench run scenarios/burst.yaml --out TMP --quiet`` as a subprocess, waits until the first
 records exist (``<target>/requests.parquet`` or its ``.partial`` stream), waits ``--after`` seconds more, then
 SIGKILLs the managed reference server (the child process whose command line holds ``reference_server``). It
-prints, per rep: kill -> the ``verdict:`` line on stdout, kill -> the process's exit, the exit code, the
+prints, per rep: kill -> the ``verdict:`` line on stdout, kill -> the ``RunDir:`` line (printed once the reports
+are written), kill -> the process's exit, the exit code, the
 process's CPU (its own and its reaped children's, from ``wait4``), and whether report.html and server.log are in
 the RunDir. Then it times ``latbench report RUNDIR`` on the RunDirs the reps left (``--report-reps`` times each),
 a fresh process each time, as a user re-rendering a report runs it.
@@ -75,6 +76,7 @@ def kill_once(checkout: Path, after: float) -> dict:
                             cwd=checkout, env=_env(checkout), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     verdict_at: list[float] = []
+    written_at: list[float] = []
     lines: list[str] = []
 
     def read() -> None:
@@ -82,6 +84,8 @@ def kill_once(checkout: Path, after: float) -> dict:
             lines.append(line)
             if line.startswith("verdict:") and not verdict_at:
                 verdict_at.append(time.monotonic())
+            if line.startswith("RunDir:") and not written_at:  # printed once the reports are written
+                written_at.append(time.monotonic())
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -107,6 +111,7 @@ def kill_once(checkout: Path, after: float) -> dict:
     return {
         "killed": killed is not None,
         "verdict_s": (verdict_at[0] - killed) if killed and verdict_at else float("nan"),
+        "written_s": (written_at[0] - killed) if killed and written_at else float("nan"),
         "exit_s": (ended - killed) if killed else float("nan"),
         "code": code,
         "cpu_s": cpu,
@@ -144,16 +149,16 @@ def main() -> None:
     args = ap.parse_args()
     checkouts = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     rows: dict[str, list[dict]] = {k: [] for k in checkouts}
-    print(f"{'rep':>3} | {'checkout':<8} | {'kill->verdict s':>15} | {'kill->exit s':>12} | {'exit':>4} | "
-          f"{'CPU s':>6} | {'report':>6} | {'server.log':>10}")
+    print(f"{'rep':>3} | {'checkout':<8} | {'kill->verdict s':>15} | {'kill->written s':>15} | {'kill->exit s':>12} | "
+          f"{'exit':>4} | {'CPU s':>6} | {'report':>6} | {'server.log':>10}")
     for rep in range(args.reps):
         order = list(checkouts.items())
         for label, path in order if rep % 2 == 0 else order[::-1]:
             r = kill_once(path, args.after)
             rows[label].append(r)
             report, log = ("yes" if r[k] else "NO" for k in ("report", "server_log"))
-            print(f"{rep:>3} | {label:<8} | {r['verdict_s']:>15.2f} | {r['exit_s']:>12.2f} | {r['code']:>4} | "
-                  f"{r['cpu_s']:>6.2f} | {report:>6} | {log:>10}", flush=True)
+            print(f"{rep:>3} | {label:<8} | {r['verdict_s']:>15.2f} | {r['written_s']:>15.2f} | {r['exit_s']:>12.2f} | "
+                  f"{r['code']:>4} | {r['cpu_s']:>6.2f} | {report:>6} | {log:>10}", flush=True)
     print()
     print(f"{'checkout':<8} | {'median kill->verdict s':>22} | {'median kill->exit s':>19} | {'exit 3':>6} | "
           f"{'< 2 s':>5} | {'median CPU s':>12}")
