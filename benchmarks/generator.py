@@ -9,17 +9,24 @@ or, failing that, a trivial uvloop server in a subprocess. Then, interleaved, ``
 2. latbench open loop (lean, Poisson arrivals) at 1k, 5k, 20k and 50k req/s: achieved rate and send lag
    (``sent - scheduled``) p50/p99/max.
 
+``--baseline REF`` (a commit, or another checkout's path; repeatable) runs REF's lean rows interleaved with this
+checkout's; a commit is checked out with ``git worktree add`` into a temporary folder. ``--quick`` is the guard to
+run before finishing a change to the hot path: wrk and the lean closed loop only, at this checkout and at each
+REF, 2 s runs, 3 rounds in alternating order (about 30 s): req/s, req per client CPU-second and the ratio to REF.
+
 Client CPU: wrk's and hey's whole process (``wait4`` rusage; their start-up is negligible); Locust's
 rusage less the CPU of a Locust start-up with no users (its imports cost about a second); latbench's
 engine CPU over the run (``EngineResult.cpu_seconds``, summed over processes). Medians over the rounds.
 Every latbench run is its own subprocess (``_latbench`` mode), so runs do not share a heap.
 
-    python benchmarks/generator.py [--duration 5] [--rounds 3] [--skip locust,hey] [--baseline CHECKOUT]
+    python benchmarks/generator.py [--duration 5] [--rounds 3] [--skip locust,hey] [--baseline REF]...
+    python benchmarks/generator.py --quick --baseline main
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -279,17 +286,44 @@ def latbench_worker(spec: dict) -> dict:
 
 
 def bench_latbench(spec: dict, dur: float, root: Path = ROOT) -> dict:
-    """One latbench run in a subprocess, of the checkout at ``root``; a run that does not end in time counts
-    as nothing achieved."""
+    """One latbench run in a subprocess, of the checkout at ``root`` (its loadgen first on the path, whatever
+    PYTHONPATH or an editable install say); a run that does not end in time counts as nothing achieved."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH")))))
     try:
         out = subprocess.run([sys.executable, str(root / "benchmarks" / "generator.py"), "_latbench", json.dumps(spec)],
-                             stdout=subprocess.PIPE, text=True, timeout=dur + 90, cwd=root)
+                             stdout=subprocess.PIPE, text=True, timeout=dur + 90, cwd=root, env=env)
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, IndexError, ValueError) as exc:
         print(f"  latbench run {spec} failed: {type(exc).__name__}", flush=True)
         nan = float("nan")
         return {"rps": 0.0, "sent_rate": 0.0, "requests": 0, "errors": 0, "cpu": nan, "p50": nan, "p99": nan,
                 "lag50": nan, "lag99": nan, "lagmax": nan}
+
+
+def _git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def describe(root: Path) -> str:
+    """A checkout's short commit, ``+`` when its tracked files differ from it; its folder's name outside git."""
+    try:
+        dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=root)
+        return _git("rev-parse", "--short", "HEAD", cwd=root) + ("+" if dirty else "")
+    except (subprocess.CalledProcessError, OSError):
+        return root.name
+
+
+def checkout(ref: str, stack: contextlib.ExitStack) -> Path:
+    """The checkout to run as baseline ``ref``: a folder as it is, else a commit of this repository checked out with
+    ``git worktree add`` into a temporary folder (removed when ``stack`` closes)."""
+    if Path(ref).is_dir():
+        return Path(ref).resolve()
+    tree = Path(tempfile.mkdtemp(prefix="latbench-base-")) / "tree"
+    _git("worktree", "add", "--detach", "--quiet", str(tree), ref)
+    stack.callback(shutil.rmtree, tree.parent, ignore_errors=True)
+    stack.callback(subprocess.run, ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                   capture_output=True)
+    return tree
 
 
 # --- the tables --------------------------------------------------------------------------------------
@@ -325,72 +359,101 @@ def print_open(results: dict[str, list[dict]]) -> None:
               f"{med(rows, 'lag99') * 1e3:>9.3f}{med(rows, 'lagmax') * 1e3:>9.1f}{med(rows, 'cpu'):>8.2f}")
 
 
+def print_quick(results: dict[str, list[dict]], labels: list[str]) -> None:
+    """The guard's lines: this checkout against each baseline, per client CPU-second, round by round."""
+    print_closed(results)
+    this = results[labels[0]]
+    for base in labels[1:]:
+        per = [a["requests"] / a["cpu"] / (b["requests"] / b["cpu"]) for a, b in zip(this, results[base])]
+        rps = statistics.median(a["rps"] / b["rps"] for a, b in zip(this, results[base]))
+        print(f"{labels[0]} / {base}: {statistics.median(per):.2f}x req per client CPU-s (rounds "
+              f"{', '.join(f'{x:.2f}' for x in per)}), {rps:.2f}x req/s")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--duration", type=float, default=5.0, help="seconds per run")
+    ap.add_argument("--duration", type=float, default=None, help="seconds per run (default 5; 2 with --quick)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip", default="", help="comma-separated: wrk,hey,locust,aiohttp,lean,httpx,lean-2p,open")
-    ap.add_argument("--baseline", type=Path, default=None,
-                    help="another latbench checkout (e.g. `git worktree add /tmp/base HEAD~3`): its lean runs "
-                         "interleaved with this one's, rows marked 'base'")
+    ap.add_argument("--baseline", action="append", default=[], metavar="REF",
+                    help="a commit of this repository (checked out with `git worktree add` into a temporary folder) "
+                         "or another checkout's path: its lean runs interleaved with this one's; repeatable")
+    ap.add_argument("--quick", action="store_true",
+                    help="the guard before finishing a change to the hot path: wrk and the lean closed loop only, at "
+                         "this checkout and each --baseline, rounds in alternating order, ratios to the baseline")
     a = ap.parse_args(argv)
     skip = set(filter(None, a.skip.split(",")))
-    tools = ensure_tools(["nginx", "wrk", "hey"])
+    if a.quick:
+        skip |= {"hey", "locust", "aiohttp", "httpx", "lean-2p", "open"}
+    dur = a.duration or (2.0 if a.quick else 5.0)
+    tools = ensure_tools(["nginx"] + [t for t in ("wrk", "hey") if t not in skip])
     for t, p in tools.items():
         if p is None:
             print(f"note: {t} is not installed and could not be installed: skipped")
     tmp = Path(tempfile.mkdtemp(prefix="latbench-gen-"))
-    server, port, kind = start_server(tools["nginx"], tmp)
-    url = f"http://127.0.0.1:{port}/"
-    dur = a.duration
+    with contextlib.ExitStack() as stack:
+        roots = [(f"lean {describe(ROOT)}" if a.quick else "lean", ROOT)]
+        for ref in a.baseline:
+            root = checkout(ref, stack)
+            roots.append((f"lean {ref if root.name == 'tree' else describe(root)}", root))
+        server, port, kind = start_server(tools["nginx"], tmp)
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+        stack.callback(server.wait, 10)
+        stack.callback(server.terminate)
+        run(a, skip, tools, roots, f"http://127.0.0.1:{port}/", kind, dur, tmp)
+
+
+def run(a, skip: set[str], tools: dict, roots: list[tuple[str, Path]], url: str, kind: str, dur: float,
+        tmp: Path) -> None:
+    """The interleaved rounds and their tables (``roots``: this checkout's label and root first, then the baselines)."""
     print(f"server: {kind} on {url}; {os.cpu_count()} CPUs; load average at start {os.getloadavg()[0]:.2f}")
-    try:
-        clients = []
-        if tools["wrk"] and "wrk" not in skip:
-            clients.append(("wrk", lambda: bench_wrk(tools["wrk"], url, dur)))
-        if tools["hey"] and "hey" not in skip:
-            clients.append(("hey", lambda: bench_hey(tools["hey"], url, dur)))
-        if "locust" not in skip:
-            startup = locust_startup_cpu(tmp)
-            print(f"Locust start-up CPU (subtracted): {startup:.2f} s")
-            clients.append(("locust FastHttp", lambda: bench_locust(url, dur, tmp, startup)))
-        for tr in ("aiohttp", "httpx", "lean"):
-            if tr not in skip:
-                clients.append((f"latbench {tr}", lambda tr=tr: bench_latbench(
-                    {"url": url, "transport": tr, "concurrency": CONNECTIONS, "duration": dur}, dur)))
-        if "lean-2p" not in skip:
-            clients.append(("latbench lean x2p", lambda: bench_latbench(
-                {"url": url, "transport": "lean", "concurrency": CONNECTIONS, "duration": dur, "processes": 2}, dur)))
-        roots = [("", ROOT)] + ([("base ", a.baseline.resolve())] if a.baseline else [])
-        if a.baseline and "lean" not in skip:
-            clients.append(("base lean", lambda: bench_latbench(
-                {"url": url, "transport": "lean", "concurrency": CONNECTIONS, "duration": dur}, dur, roots[1][1])))
-        closed: dict[str, list[dict]] = {name: [] for name, _ in clients}
-        opened: dict[str, list[dict]] = {}
-        loads = []
-        for rnd in range(a.rounds):
-            for name, fn in clients:
-                r = fn()
-                closed[name].append(r)
-                print(f"  round {rnd + 1} {name:<18} {r['rps']:>9.0f} req/s  cpu {r['cpu']:.2f} s", flush=True)
-            if "open" not in skip:
-                for rate in RATES:
-                    for (tag, root), procs in ((rt, p) for p in ((1, 2) if rate >= 20_000 else (1,)) for rt in roots):
-                        name = f"{tag}lean {procs}p {rate}/s"
-                        r = bench_latbench({"url": url, "transport": "lean", "rate": rate, "duration": dur,
-                                            "processes": procs}, dur, root)
-                        opened.setdefault(name, []).append(r)
-                        print(f"  round {rnd + 1} {name:<18} sent {r['sent_rate']:>8.0f}/s  lag p99 "
-                              f"{r['lag99'] * 1e3:.2f} ms", flush=True)
-            loads.append(os.getloadavg()[0])
+    for label, root in roots[1:]:
+        print(f"baseline {label}: {root}")
+    clients = []
+    if tools.get("wrk") and "wrk" not in skip:
+        clients.append(("wrk", lambda: bench_wrk(tools["wrk"], url, dur)))
+    if tools.get("hey") and "hey" not in skip:
+        clients.append(("hey", lambda: bench_hey(tools["hey"], url, dur)))
+    if "locust" not in skip:
+        startup = locust_startup_cpu(tmp)
+        print(f"Locust start-up CPU (subtracted): {startup:.2f} s")
+        clients.append(("locust FastHttp", lambda: bench_locust(url, dur, tmp, startup)))
+    for tr in ("aiohttp", "httpx"):
+        if tr not in skip:
+            clients.append((f"latbench {tr}", lambda tr=tr: bench_latbench(
+                {"url": url, "transport": tr, "concurrency": CONNECTIONS, "duration": dur}, dur)))
+    lean = [] if "lean" in skip else [
+        (label if a.quick or i else "latbench lean", lambda root=root: bench_latbench(
+            {"url": url, "transport": "lean", "concurrency": CONNECTIONS, "duration": dur}, dur, root))
+        for i, (label, root) in enumerate(roots)]
+    tail = [] if "lean-2p" in skip else [("latbench lean x2p", lambda: bench_latbench(
+        {"url": url, "transport": "lean", "concurrency": CONNECTIONS, "duration": dur, "processes": 2}, dur))]
+    closed: dict[str, list[dict]] = {name: [] for name, _ in clients + lean + tail}
+    opened: dict[str, list[dict]] = {}
+    loads = []
+    for rnd in range(a.rounds):
+        # the checkouts in turn, in alternating order: a load that drifts over a round weighs on each alike
+        for name, fn in clients + (lean if rnd % 2 == 0 else lean[::-1]) + tail:
+            r = fn()
+            closed[name].append(r)
+            print(f"  round {rnd + 1} {name:<18} {r['rps']:>9.0f} req/s  cpu {r['cpu']:.2f} s", flush=True)
+        if "open" not in skip:
+            for rate in RATES:
+                for (tag, root), procs in ((rt, p) for p in ((1, 2) if rate >= 20_000 else (1,)) for rt in roots):
+                    name = f"{tag} {procs}p {rate}/s"
+                    r = bench_latbench({"url": url, "transport": "lean", "rate": rate, "duration": dur,
+                                        "processes": procs}, dur, root)
+                    opened.setdefault(name, []).append(r)
+                    print(f"  round {rnd + 1} {name:<18} sent {r['sent_rate']:>8.0f}/s  lag p99 "
+                          f"{r['lag99'] * 1e3:.2f} ms", flush=True)
+        loads.append(os.getloadavg()[0])
+    if a.quick and len(lean) > 1:
+        print_quick(closed, [name for name, _ in lean])
+    else:
         print_closed(closed)
-        if opened:
-            print_open(opened)
-        print(f"\nload average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
-    finally:
-        server.terminate()
-        server.wait(10)
-        shutil.rmtree(tmp, ignore_errors=True)
+    if opened:
+        print_open(opened)
+    print(f"\nload average (1 min) after each round: {', '.join(f'{x:.2f}' for x in loads)}")
 
 
 if __name__ == "__main__":

@@ -253,6 +253,17 @@ async def ok(req, w):
         w.write(_full(200, good_json()))
 
 
+async def hugeusage(req, w):
+    """A valid answer whose usage counts no record can hold (2**40 output tokens, a negative prompt)."""
+    usage = {"prompt_tokens": -5, "completion_tokens": 2**40, "total_tokens": 2**40}
+    if req.stream:
+        tail = _event({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+        w.write(SSE_HEAD + _chunk(_token("a") + _token("b") + tail + b"data: [DONE]\n\n") + CHUNKED_END)
+    else:
+        w.write(_full(200, json.dumps({"id": "x", "object": "chat.completion", "usage": usage, "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "a b"}, "finish_reason": "length"}]}).encode()))
+
+
 async def slow(req, w):
     """A valid answer after SLOW_S seconds."""
     await asyncio.sleep(SLOW_S)
@@ -493,7 +504,7 @@ async def metrics_echo(req, w):
 
 
 MODES = {
-    "ok": ok, "slow": slow, "close": close, "reset": reset, "stall": stall,
+    "ok": ok, "hugeusage": hugeusage, "slow": slow, "close": close, "reset": reset, "stall": stall,
     "s500body": _status(500, b'{"error": {"message": "boom", "type": "server_error"}}'),
     "s500empty": _status(500, None), "s503close": s503close, "s500cut": s500cut,
     "s429body": _status(429, b'{"error": {"message": "slow down", "type": "rate_limit_error"}}'),

@@ -66,6 +66,8 @@ class InFlight:
         self._timed_out: set[int] = set()
         # The callback path: calls in send order (so in deadline order); finished ones are skipped.
         self._submit = transport.submit
+        self._done = self._on_done  # one bound method, not one per request
+        self._cancel = self.s.cancel
         self._calls: deque = deque()
         self._idle: asyncio.Future | None = None  # set when the last call in flight ends, once stopping
         self._aborting: set[int] = set()  # Task path: requests being aborted on purpose (workload.cancel)
@@ -119,17 +121,24 @@ class InFlight:
                user: int = -1) -> None:
         """Hand request ``seq`` (a turn of ``session``, with conversations; sent by closed-loop ``user``, -1 none) to
         the transport (counted in flight by the caller); ``_on_done`` records it."""
-        out = Outcome(user=user)
+        out = Outcome()
+        out.user = user  # not Outcome(user=user): a keyword among 24 parameters costs more than the object
         try:
-            req = self._request(seq, session, out)
+            if session is None:  # _request's common case, inline
+                req = self._requests.get(seq)
+                out.counts = req.counts
+            else:
+                req = self._request(seq, session, out)
             self.live.sent += 1
             handler = self.protocol.handler()
-            cancel = self.s.cancel if chosen(seq, self.s.cancel, self.s.seed) else None
+            cancel = self._cancel
+            if cancel is not None and not chosen(seq, cancel, self.s.seed):
+                cancel = None
             if cancel is not None and cancel.after_tokens:
                 ref: list = []
                 handler = AbortAfterTokens(handler, cancel.after_tokens,
                                            lambda: self._loop.call_soon(lambda: self._abort_call(ref[0])))
-            call = self._submit(req, handler, out, self._on_done, (seq, plan, sched, closed, session, user))
+            call = self._submit(req, handler, out, self._done, (seq, plan, sched, closed, session, user))
             if cancel is not None:
                 if cancel.after_tokens:
                     ref.append(call)
@@ -247,7 +256,8 @@ class InFlight:
             self._check_idle()
             return
         now = clock() - self.t0
-        if now >= state.plan.end:
+        plan = state.plan
+        if now >= plan.end:
             self._check_idle()
             return
         state.budget -= 1
@@ -255,7 +265,8 @@ class InFlight:
         state.n += 1
         self.count += 1
         self.live.in_flight += 1
-        self._start(seq, state.plan, now, state, self.sessions.start(seq) if self.sessions is not None else None, user)
+        sessions = self.sessions
+        self._start(seq, plan, now, state, None if sessions is None else sessions.start(seq), user)
 
     def _check_idle(self) -> None:
         if self._idle is not None and self.live.in_flight == 0 and not self._idle.done():
@@ -274,7 +285,9 @@ class InFlight:
             handler = self.protocol.handler()
             self.live.sent += 1
             task = asyncio.current_task()
-            cancel = self.s.cancel if chosen(seq, self.s.cancel, self.s.seed) else None
+            cancel = self._cancel
+            if cancel is not None and not chosen(seq, cancel, self.s.seed):
+                cancel = None
             if cancel is not None:
                 if cancel.after_tokens:
                     handler = AbortAfterTokens(handler, cancel.after_tokens,

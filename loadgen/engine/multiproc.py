@@ -40,7 +40,15 @@ from loadgen.engine.logs import configure_logging
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import TransportFactory, build_sender
 from loadgen.records.rundir import REQUESTS
-from loadgen.records.schema import RecordWriter, merge_tables, part_path, partial_path, read_records, records_exist
+from loadgen.records.schema import (
+    PARQUET_OPTIONS,
+    RecordWriter,
+    merge_tables,
+    part_path,
+    partial_path,
+    read_records,
+    records_exist,
+)
 from loadgen.redact import RedactingStream
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 from loadgen.schedule.sharding import open_counts, seq_bases, shard_arrivals, share
@@ -243,7 +251,7 @@ def merge_parts(parts: list[Path], dest: Path) -> int:
     table = merge_tables([read_records(p) for p in parts if records_exist(p)])
     tmp = dest.with_name(dest.name + ".tmp")
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, **PARQUET_OPTIONS)
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)  # the parts stay: they are the records

@@ -62,6 +62,7 @@ class NativeEngine(InFlight):
         self._run_end = total
         self._live_mark = 0  # buffer rows already counted in self.live
         self._log_failures = logging_failures()  # latbench -v: one log line per failed request
+        self._worker, self._failfast = settings.worker, settings.failfast  # read per record
         self._init_in_flight(transport)
         self.error_example: dict | None = None
 
@@ -92,13 +93,13 @@ class NativeEngine(InFlight):
     # -- recording -----------------------------------------------------------------------------
     def _record(self, seq: int, plan: PhasePlan, sched: float, out: Outcome) -> None:
         buffer = self.buffer
-        buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self.s.worker)
+        buffer.append(seq, plan.index, plan.recorded, sched, out, self.t0, self._worker)
         if out.error:
             if self.error_example is None and out.error != ABORTED:  # what the verdict quotes if every one fails
                 self.error_example = {"error": out.error, "status": out.status, "detail": out.error_detail[:200]}
             if self._log_failures:
                 log_failure(self.s.label, plan.name, seq, out)
-        ff = self.s.failfast
+        ff = self._failfast
         if ff is not None and not self._stopping and out.error != ABORTED:  # aborted on purpose: no verdict
             t0 = self.t0
             if ff.observe(plan.index, plan.recorded, not out.error, out.done - t0 - sched,

@@ -76,6 +76,7 @@ class AnthropicProtocol(JsonApiProtocol):
     """``POST {base}/messages`` (Anthropic Messages API)."""
 
     name = "anthropic-messages"
+    streams_tokens = True
     endpoint = "/messages"
     extra_headers = {"anthropic-version": ANTHROPIC_VERSION}
 

@@ -83,9 +83,8 @@ class ResponseHandler:
 
     def on_status(self, status: int, out: Outcome) -> None:
         out.status = status
-        err = status_error(status)
-        if err:
-            out.error = err
+        if status >= 300:  # a success is the common case: no call for it
+            out.error = status_error(status)
 
     def on_body(self, data: bytes, now: float, out: Outcome) -> None:
         out.bytes_in += len(data)
@@ -100,6 +99,8 @@ class ApiProtocol:
     """Builds requests for one API. ``build`` must be cheap and deterministic for a given ``seq``."""
 
     name = "base"
+    #: whether the API answers in a stream of token events when the target asks for one (``target.stream``)
+    streams_tokens = False
 
     def build(self, seq: int, prompt: "Prompt") -> Request:  # noqa: F821 (Prompt from loadgen.scenario.prompts)
         raise NotImplementedError

@@ -151,6 +151,7 @@ class TritonGenerateProtocol(ApiProtocol):
 
     name = "triton-generate"
     per_request = False
+    streams_tokens = True
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
         self.stream = target.stream

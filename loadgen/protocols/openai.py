@@ -39,7 +39,7 @@ import json
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
 from loadgen.protocols.shape import BodyReader, shape_problem
-from loadgen.protocols.shared import base_url_of, dumps, path_of, target_headers
+from loadgen.protocols.shared import as_int, base_url_of, dumps, path_of, target_headers
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.records.schema import Outcome, PromptCounts
 from loadgen.scenario.model import Target, Workload
@@ -73,17 +73,17 @@ def _event_json(ev: bytes):
 
 def _usage(out: Outcome, usage: dict, output: bool = True) -> bool:
     """Read a usage object into ``out``; True when it counted reasoning tokens."""
-    pt = usage.get("prompt_tokens")
-    if isinstance(pt, int):
+    pt = as_int(usage.get("prompt_tokens"))
+    if pt is not None:
         out.prompt_tokens = pt
     if output:
-        ct = usage.get("completion_tokens")
-        if isinstance(ct, int):
+        ct = as_int(usage.get("completion_tokens"))
+        if ct is not None:
             out.output_tokens = ct
             out.output_tokens_source = "usage"
         details = usage.get("completion_tokens_details")
-        rt = details.get("reasoning_tokens") if isinstance(details, dict) else None
-        if isinstance(rt, int):
+        rt = as_int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+        if rt is not None:
             out.reasoning_tokens = rt
             return True
     return False
@@ -187,7 +187,7 @@ class StreamHandler(ResponseHandler):
                 kind = self._token_kind(choices) if choices else 0
             if kind:
                 if self._count == 0:
-                    out.first_token = now
+                    out.start_tokens(now)
                 self._count += 1
                 out.token_times.append(now)
                 if self._counter is not None:
@@ -196,8 +196,8 @@ class StreamHandler(ResponseHandler):
                     self._answer.append(_answer_delta(choices, self._chat))
                 n = 1
                 if usage:  # per-chunk usage (continuous_usage_stats): cumulative, so this chunk is the difference
-                    ct = usage.get("completion_tokens")
-                    if isinstance(ct, int):
+                    ct = as_int(usage.get("completion_tokens"))
+                    if ct is not None:
                         n = ct - self._cum
                         out.chunk_tokens.append(n)
                         self._cum = ct
@@ -313,6 +313,7 @@ class OpenAIProtocol(ApiProtocol):
 
     endpoint = ""
     per_request = False  # a request depends on its prompt alone: built once per prompt (loadgen.protocols.reqcache)
+    streams_tokens = True
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
                  tokenizer: Tokenizer | None = None):

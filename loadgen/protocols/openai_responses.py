@@ -74,6 +74,7 @@ class ResponsesProtocol(JsonApiProtocol):
     """``POST {base}/responses`` (OpenAI Responses API)."""
 
     name = "openai-responses"
+    streams_tokens = True
     endpoint = "/responses"
 
     def _body(self, prompt: Prompt) -> dict:

@@ -36,6 +36,22 @@ PROTOCOLS = {
 TOKENIZED = (ChatProtocol, CompletionsProtocol)
 
 
+def protocol_class(target: Target, base_url: str | None = None) -> type[ApiProtocol]:
+    """The protocol class of ``target.api`` (kserve-v2 over gRPC for a ``grpc://`` URL or ``transport: grpc``)."""
+    cls = PROTOCOLS.get(target.api)
+    if cls is KServeHttpProtocol and (target.transport == "grpc" or is_grpc_url(base_url or target.url)):
+        cls = KServeGrpcProtocol
+    if cls is None:
+        raise ValueError(f"unknown api {target.api!r}; expected one of {', '.join(PROTOCOLS)}")
+    return cls
+
+
+def streams_tokens(target: Target) -> bool:
+    """Whether ``target``'s answers are token streams: it asks for them (``stream``, true by default) and its API
+    streams tokens (``api: http``, embeddings and rerank never do)."""
+    return target.stream and protocol_class(target).streams_tokens
+
+
 def make_protocol(target: Target, workload: Workload, model: str | None, base_url: str | None = None,
                   tokenizer: Tokenizer | None = None) -> ApiProtocol:
     """The protocol of ``target.api``.
@@ -45,11 +61,7 @@ def make_protocol(target: Target, workload: Workload, model: str | None, base_ur
     command); a trailing slash is dropped, so ``http://host:8000/v1`` and ``.../v1/`` are the same.
     ``tokenizer`` counts output the server sends no usage for (a local one; ``server`` counts in chunks).
     """
-    cls = PROTOCOLS.get(target.api)
-    if cls is KServeHttpProtocol and (target.transport == "grpc" or is_grpc_url(base_url or target.url)):
-        cls = KServeGrpcProtocol
-    if cls is None:
-        raise ValueError(f"unknown api {target.api!r}; expected one of {', '.join(PROTOCOLS)}")
+    cls = protocol_class(target, base_url)
     model = model if model is not None else target.model
     if cls in TOKENIZED:
         return cls(target, workload, model, base_url, tokenizer)

@@ -27,6 +27,7 @@ class EmbeddingsProtocol(OpenAIProtocol):
 
     name = "embeddings"
     endpoint = "/embeddings"
+    streams_tokens = False
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None,
                  tokenizer: Tokenizer | None = None):

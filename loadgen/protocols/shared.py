@@ -150,7 +150,7 @@ class EventStreamHandler(ResponseHandler):
         """A chunk that carried tokens arrived: an answer (content, tool call) or reasoning; ``n`` the tokens it
         carried when the server said (else unknown: see RecordBuffer's chunk_tokens)."""
         if self._count == 0:
-            out.first_token = now
+            out.start_tokens(now)
         self._count += 1
         out.token_times.append(now)
         if n is not None:
@@ -230,6 +230,10 @@ def bad_response(out: Outcome, detail: str) -> None:
     out.error_detail = detail[:DETAIL]
 
 
+COUNT_MAX = 2**31 - 1  # a token count's column is int32 (loadgen.records.schema)
+
+
 def as_int(v) -> int | None:
-    """``v`` when it is an int (not a bool), else None."""
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """A count the server gave: ``v`` when it is an int (not a bool) from 0 to ``COUNT_MAX``, else None (not a
+    count: the request is counted as if the server had given none, never lost to a value its record cannot hold)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT_MAX else None

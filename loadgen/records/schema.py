@@ -72,11 +72,11 @@ from __future__ import annotations
 import math
 import os
 import re
+import struct
 import threading
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -172,6 +172,10 @@ _SOURCE_NAMES = ("",) + TOKEN_SOURCES
 _SOURCE_INDEX = {name: i for i, name in enumerate(_SOURCE_NAMES)}
 _STRING_COLUMNS = {"error": _ERROR_NAMES, "prompt_tokens_source": _SOURCE_NAMES,
                    "output_tokens_source": _SOURCE_NAMES, "chunk_tokens_source": _CHUNK_SOURCE_NAMES}
+#: How every records file is written. Dictionary pages for the string columns only: a time or a count is rarely
+#: repeated, so a dictionary of them is built, found too large and dropped, at each row group (twice the
+#: writer's CPU, and a larger file).
+PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": list(_STRING_COLUMNS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,19 +217,39 @@ class Outcome:
     counts: PromptCounts | None = None  # the prompt's own count, from the Request (None: not counted)
     bytes_in: int = 0
     # absolute perf_counter of each token chunk: an array of C doubles, 8 bytes a token in flight (a list of
-    # floats holds a 24-byte object per read besides its 8-byte slot)
-    token_times: array = field(default_factory=partial(array, "d"))
+    # floats holds a 24-byte object per read besides its 8-byte slot); empty tuples until :meth:`start_tokens`
+    token_times: array | tuple = ()
     first_answer: float = math.nan  # the first answer (not reasoning) token chunk, absolute perf_counter
     reasoning_tokens: int = 0
-    chunk_tokens: list = field(default_factory=list)  # tokens of each token chunk, when the server said (per-chunk
-    #                                                   usage); else left empty and filled in by RecordBuffer.append
+    chunk_tokens: list | tuple = ()  # tokens of each token chunk, when the server said (per-chunk usage); else
+    #                                  left empty and filled in by RecordBuffer.append
     session: int = -1  # workload.conversations: the session this request is a turn of; -1 none
     turn: int = -1  # and its turn index (0 the first); -1 none
     user: int = -1  # closed loop: the user (worker) of the phase that sent it, within this process; -1 open loop
     answer: str | None = None  # the answer's text, kept only when asked (conversations resend it)
 
+    def start_tokens(self, now: float) -> None:
+        """The first token chunk came at ``now``: ``first_token``, and the arrays the chunks go to (a protocol's
+        handler calls it once, then appends to ``token_times`` and ``chunk_tokens``). Until then both are the
+        empty tuple: two objects fewer for each request that carries no token."""
+        self.first_token = now
+        self.token_times = array("d")
+        self.chunk_tokens = []
 
-_ROW = np.dtype([(name, dt) for name, dt in _NUMPY_DTYPES.items()])  # packed: 133 bytes a record
+
+#: A buffered record: the columns, then where its token chunks end in the buffer's token arrays (the list
+#: columns' offsets; packed: 137 bytes a record).
+_BUFFERED = {**_NUMPY_DTYPES, "tok_end": np.int32}
+_ROW = np.dtype([(name, dt) for name, dt in _BUFFERED.items()])
+#: One record's bytes as :data:`_ROW` lays them out (native order, no padding): ``pack_into`` writes a row in a
+#: fifth of the time a structured-array row assignment takes (each of its fields is a numpy scalar conversion).
+_STRUCT_CODES = {("i", 8): "q", ("i", 4): "i", ("i", 2): "h", ("i", 1): "b", ("b", 1): "?", ("f", 8): "d"}
+_ROW_STRUCT = struct.Struct("=" + "".join(_STRUCT_CODES[np.dtype(dt).kind, np.dtype(dt).itemsize]
+                                          for dt in _BUFFERED.values()))
+if _ROW_STRUCT.size != _ROW.itemsize:
+    raise AssertionError("the record struct does not lay a row out as the numpy row does")
+_PACK = _ROW_STRUCT.pack_into
+_ROW_BYTES = _ROW.itemsize
 _NO_COUNTS = PromptCounts()
 _OTHER = _ERROR_INDEX["other"]
 _ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer"}) - {"scheduled", "tls"}  # buffered as perf_counter values
@@ -257,21 +281,23 @@ def _fill_chunk_tokens(dest: np.ndarray, out: Outcome) -> int:
 class RecordBuffer:
     """Preallocated row storage for records (one packed numpy row each), grown by doubling, drained in batches.
 
-    One structured-array row per record: :meth:`append` is one tuple and one row assignment (about half
-    the cost of one assignment per column); :meth:`drain` turns the rows into Arrow columns.
+    One structured-array row per record: :meth:`append` packs it in place (:data:`_PACK`; a value the packing
+    refuses, say a float where an int goes, takes numpy's row assignment and its conversions);
+    :meth:`drain` turns the rows into Arrow columns.
     """
 
     def __init__(self, capacity: int = 16384):
         self._cap = capacity
         self.n = 0  # rows buffered; public, read per record on the hot path (cheaper than len())
         self._rows = np.empty(capacity, dtype=_ROW)
+        self._bytes = memoryview(self._rows.view(np.uint8))  # the rows' memory, for _PACK (a view: cheaper to lend)
         self._tok = np.empty(capacity * 4, dtype=np.float32)
         self._ctok = np.empty(capacity * 4, dtype=np.int16)  # chunk_tokens: parallel to _tok, the same offsets
         self._tok_n = 0
-        self._tok_offsets = np.zeros(capacity + 1, dtype=np.int32)
         self._t0 = 0.0
-        # pyarrow imports pandas at its first conversion (0.2-1.5 s): not at the first flush
-        pa.array(self._tok_offsets[:0])
+        # each string column's values, which drain takes by code; and pyarrow imports pandas at its first conversion
+        # (0.2-1.5 s): here, not at import nor at the first flush
+        self._strings = {name: pa.array(names, type=pa.string()) for name, names in _STRING_COLUMNS.items()}
 
     def __len__(self) -> int:
         return self.n
@@ -281,9 +307,7 @@ class RecordBuffer:
         rows = np.empty(self._cap, dtype=_ROW)
         rows[: self.n] = self._rows[: self.n]
         self._rows = rows
-        offs = np.zeros(self._cap + 1, dtype=np.int32)
-        offs[: self.n + 1] = self._tok_offsets[: self.n + 1]
-        self._tok_offsets = offs
+        self._bytes = memoryview(rows.view(np.uint8))
 
     def append(self, seq: int, phase: int, recorded: bool, scheduled: float, out: Outcome, t0: float,
                worker: int = 0) -> None:
@@ -300,6 +324,8 @@ class RecordBuffer:
         counts = out.counts or _NO_COUNTS
         if out.prompt_tokens >= 0:
             prompt, prompt_source = out.prompt_tokens, 1  # "usage"
+        elif counts is _NO_COUNTS:  # not counted (api: http): no property call
+            prompt, prompt_source = -1, 0
         else:
             prompt, prompt_source = counts.prompt_tokens, _SOURCE_INDEX.get(counts.source, 0)
         times = out.token_times
@@ -317,12 +343,20 @@ class RecordBuffer:
             self._tok[self._tok_n : need] = np.asarray(times, dtype=np.float64) - out.first_token
             source = _fill_chunk_tokens(self._ctok[self._tok_n : need], out)
             self._tok_n = need
-        self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
-                         out.first_byte, out.first_token, out.done, out.status, _ERROR_INDEX.get(out.error, _OTHER),
-                         prompt, prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens,
-                         _SOURCE_INDEX.get(out.output_tokens_source, 0), out.bytes_in, worker,
-                         out.first_answer, out.reasoning_tokens, source, out.session, out.turn, out.user)
-        self._tok_offsets[i + 1] = self._tok_n
+        error = _ERROR_INDEX.get(out.error, _OTHER)
+        output_source = _SOURCE_INDEX.get(out.output_tokens_source, 0)
+        try:  # the values as arguments, not a tuple unpacked (200 ns less), in _ROW's order
+            _PACK(self._bytes, i * _ROW_BYTES, seq, phase, recorded, scheduled, out.sent, out.connect_start,
+                  out.connected, out.tls, out.first_byte, out.first_token, out.done, out.status, error, prompt,
+                  prompt_source, counts.input_tokens, counts.added_tokens, out.output_tokens, output_source,
+                  out.bytes_in, worker, out.first_answer, out.reasoning_tokens, source, out.session, out.turn,
+                  out.user, self._tok_n)
+        except struct.error:  # a value the packing refuses (a float where an int goes): numpy's conversions
+            self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
+                             out.first_byte, out.first_token, out.done, out.status, error, prompt, prompt_source,
+                             counts.input_tokens, counts.added_tokens, out.output_tokens, output_source,
+                             out.bytes_in, worker, out.first_answer, out.reasoning_tokens, source, out.session,
+                             out.turn, out.user, self._tok_n)
         self.n = i + 1
 
     def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -336,26 +370,23 @@ class RecordBuffer:
         if n == 0:
             return None
         rows = self._rows[:n]
+        offsets = pa.array(np.concatenate((np.zeros(1, np.int32), rows["tok_end"])), type=pa.int32())
         arrays = []
         for name in SCHEMA.names:
             if name == "token_times":
-                offsets = pa.array(self._tok_offsets[: n + 1].copy(), type=pa.int32())
                 values = pa.array(self._tok[: self._tok_n].copy(), type=pa.float32())
                 arrays.append(pa.ListArray.from_arrays(offsets, values))
             elif name == "chunk_tokens":  # the same offsets as token_times
-                offsets = pa.array(self._tok_offsets[: n + 1].copy(), type=pa.int32())
                 values = pa.array(self._ctok[: self._tok_n].copy(), type=pa.int16())
                 arrays.append(pa.ListArray.from_arrays(offsets, values))
-            elif name in _STRING_COLUMNS:
-                names = np.asarray(_STRING_COLUMNS[name], dtype=object)
-                arrays.append(pa.array(names[rows[name]], type=pa.string()))
+            elif name in _STRING_COLUMNS:  # by code, in Arrow (a Python str per row costs 30 ns)
+                arrays.append(self._strings[name].take(pa.array(np.ascontiguousarray(rows[name]))))
             elif name in _ABSOLUTE:
                 arrays.append(pa.array(rows[name] - self._t0, type=pa.float64()))
             else:
                 arrays.append(pa.array(np.ascontiguousarray(rows[name]), type=SCHEMA.field(name).type))
         self.n = 0
         self._tok_n = 0
-        self._tok_offsets[0] = 0
         return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
 
@@ -437,7 +468,7 @@ class RecordWriter:
         self._held_rows = 0
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            self._pq = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+            self._pq = pq.ParquetWriter(self.path, SCHEMA, **PARQUET_OPTIONS)
             self._sink = pa.OSFile(self.partial_path, "wb")
             self._stream = pa.ipc.new_stream(self._sink, SCHEMA)
         except OSError as exc:

@@ -244,7 +244,8 @@ class Target(Strict):
     receive_stamps: Literal["auto", "kernel", "read"] = Field(
         "auto", description="when a response's bytes count as received: kernel: their arrival, the kernel's receive "
                             "timestamp (Linux, the lean transport); read: when latbench's code reads them; auto: "
-                            "kernel for a streaming target where it can, else read")
+                            "kernel for a target whose API streams tokens (stream: true; api: http never does) "
+                            "where it can, else read")
     metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
                                        "for a command target, '{port}' is its port")
     max_header_bytes: int = Field(MAX_HEADER_BYTES, examples=[262144], ge=1024, le=1 << 30,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from loadgen.errors import TransportError
+from loadgen.protocols.registry import streams_tokens
 from loadgen.scenario.model import Target
 from loadgen.transports.aiohttp_client import AiohttpTransport
 from loadgen.transports.grpc_client import GrpcTransport
@@ -13,14 +14,15 @@ from loadgen.transports.lean_socket import available as kernel_stamps_available
 
 def receive_stamps(target: Target, engine: str = "native") -> str:
     """How ``target``'s responses are stamped as received: "kernel" (their arrival: :mod:`loadgen.transports.
-    lean_socket`) or "read" (when latbench's code reads them). ``auto``: kernel for a streaming target on the lean
-    transport where the platform has the stamps (each read costs a few microseconds more: plain requests, where
-    a generator's rate matters most, are read-stamped)."""
+    lean_socket`) or "read" (when latbench's code reads them). ``auto``: kernel for a target whose answers are token
+    streams (:func:`~loadgen.protocols.registry.streams_tokens`) on the lean transport where the platform has the
+    stamps (each read costs a few microseconds more: plain requests, ``api: http`` whatever its ``stream``, where a
+    generator's rate matters most, are read-stamped)."""
     choice = target.receive_stamps
     lean = engine == "native" and _chosen(target) == "lean" and LeanTransport.supports(target.url or "")
     if choice == "read" or not lean or not kernel_stamps_available():
         return "read"
-    return "kernel" if choice == "kernel" or target.stream else "read"
+    return "kernel" if choice == "kernel" or streams_tokens(target) else "read"
 
 
 def _chosen(target: Target) -> str:

@@ -166,7 +166,14 @@ class LeanTransport:
         entry = self._wire.get(id(req))
         if entry is None or entry[0] is not req:
             entry = self._wire_of(req)
-        call = Call(entry[1], entry[2], handler, out, on_done, ctx, req.method)
+        site = entry[1]
+        call = Call(site, entry[2], handler, out, on_done, ctx, req.method)
+        idle = site.idle
+        if idle:  # _dispatch's common case, inline: the last connection pooled
+            conn = idle.pop()
+            if not conn.closed and not conn.transport.is_closing():
+                conn.start(call)
+                return call
         self._dispatch(call)
         return call
 

@@ -29,7 +29,7 @@ from loadgen.transports.inflate import inflating
 clock = time.perf_counter
 DNS_TTL = 300.0  # seconds a resolved host name is reused (aiohttp's ttl_dns_cache)
 RETRY = "retry"  # a reused connection died before any response byte
-_CODING = re.compile(rb"\r\ncontent-encoding[ \t]*:[ \t]*([^\r\n]*)", re.IGNORECASE)
+_CODING = re.compile(rb"\r\ncontent-encoding[ \t]*:[ \t]*([^\r\n]*)")  # in the lower-cased header block
 
 
 class Call:
@@ -101,15 +101,17 @@ class Site:
 class Conn(asyncio.Protocol):
     """One TCP connection; at most one request on it at a time (no pipelining)."""
 
-    __slots__ = ("transport", "parser", "site", "owner", "call", "closed", "reused", "ended",
-                 "_now", "_got", "_headers_done", "_framed", "_keep", "_interim", "_head", "_raw")
+    __slots__ = ("transport", "parser", "site", "owner", "call", "closed", "reused", "ended", "_result",
+                 "_now", "_got", "_headers_done", "_framed", "_keep", "_interim", "_head", "_raw", "_cap")
 
     def __init__(self, site: Site, owner):
         self.site, self.owner = site, owner
+        self._cap = owner.max_header_bytes  # a response's header block, at most
         self.transport: asyncio.Transport | None = None
         self.parser = HttpResponseParser(self)
         self.call: Call | None = None
-        self.ended: tuple | None = None  # (call, result) of a request that ended inside the parser
+        self.ended: Call | None = None  # a request that ended inside the parser, and how (``_result``)
+        self._result = None
         self.closed = False
         self.reused = False
 
@@ -118,12 +120,11 @@ class Conn(asyncio.Protocol):
         self.transport = transport
         self.owner.conns.add(self)
 
-    def data_received(self, data: bytes) -> None:
-        self.data_received_at(data, clock())
-
-    def data_received_at(self, data: bytes, now: float) -> None:
-        """A read, stamped ``now``: its arrival (the kernel's stamp on a :class:`~loadgen.transports.lean_socket.
-        StampedSocket`), else the moment this code ran."""
+    def data_received(self, data: bytes, now: float | None = None) -> None:
+        """A read, stamped ``now``: its arrival (the kernel's stamp, given by a :class:`~loadgen.transports.
+        lean_socket.StampedSocket`), else (an asyncio transport's call) the moment this code runs."""
+        if now is None:
+            now = clock()
         call = self.call
         if call is None:  # bytes nobody asked for, on an idle connection: it cannot be trusted again
             self.drop()
@@ -134,7 +135,7 @@ class Conn(asyncio.Protocol):
             call.out.first_byte = now
         if not self._headers_done:  # the header bytes, read only for a response that is not kept alive
             self._raw = self._raw + data if self._raw else data
-            cap = self.owner.max_header_bytes
+            cap = self._cap
             if len(self._raw) > cap and self._raw.find(b"\r\n\r\n", 0, cap) < 0:  # headers that never end
                 self._raw = b""
                 self._end(("bad_response", f"response headers over {cap} bytes (target.max_header_bytes)"))
@@ -184,23 +185,26 @@ class Conn(asyncio.Protocol):
             return
         self._headers_done = True
         self._keep = keep = self.parser.should_keep_alive()
-        # llhttp keeps alive only a framed body; otherwise look at the headers once (no per-header callback)
-        self._framed = keep or self._has_framing()
-        raw = self._raw  # two substring tests first: the regex only for a response that names an encoding
-        coding = (_CODING.search(raw, 0, raw.find(b"\r\n\r\n")) if b"ncoding" in raw or b"NCODING" in raw
-                  else None)
-        if coding is not None:  # asked for none, but sent compressed: inflated with the cap (never trusted raw)
-            call.handler = inflating(call.handler, coding.group(1).decode("latin-1"))
+        # the header block read once (no per-header callback), lower-cased: any spelling of a name; ``find``, not
+        # ``in`` (which first tries the needle as an int and clears the TypeError: 80 ns a test)
+        low = self._raw.lower()
+        # llhttp keeps alive only a framed body; otherwise the headers say whether this one is framed
+        self._framed = keep or self._has_framing(low)
+        if low.find(b"\ncontent-encoding") >= 0:  # asked for none, but sent compressed: inflated with the cap
+            coding = _CODING.search(low, 0, low.find(b"\r\n\r\n"))  # in the header block, not the body
+            if coding is not None:
+                call.handler = inflating(call.handler, coding.group(1).decode("latin-1"))
         call.handler.on_status(status, call.out)
         if self._head:  # a HEAD response has no body whatever its Content-Length says
             self._keep = False
             self._complete()
 
-    def _has_framing(self) -> bool:
-        """Whether the response's headers give its length (Content-Length or chunked), else EOF ends it."""
-        raw = self._raw.lower()
-        head = raw[: raw.find(b"\r\n\r\n")]
-        return b"\ncontent-length:" in head or b"\ntransfer-encoding:" in head
+    @staticmethod
+    def _has_framing(low: bytes) -> bool:
+        """Whether the (lower-cased) headers give the response's length (Content-Length or chunked), else EOF ends
+        it."""
+        end = low.find(b"\r\n\r\n")
+        return low.find(b"\ncontent-length:", 0, end) >= 0 or low.find(b"\ntransfer-encoding:", 0, end) >= 0
 
     def on_body(self, body: bytes) -> None:
         call = self.call
@@ -229,6 +233,7 @@ class Conn(asyncio.Protocol):
         self.transport.write(call.data)
 
     def _complete(self) -> None:
+        """The response of ``self.call`` (not None) is complete: its handler's end, then :meth:`_end`'s work."""
         call = self.call
         result = None
         try:
@@ -237,7 +242,8 @@ class Conn(asyncio.Protocol):
             result = ("other", f"{type(exc).__name__}: {exc}")
             self._keep = False
         call.out.done = self._now  # the read that completed it (its arrival, with kernel stamps)
-        self._end(result)
+        self.call = None
+        self.ended, self._result = call, result
 
     def _end(self, result) -> None:
         """The request on this connection is over: None (complete), ``(class, detail)`` or ``RETRY``."""
@@ -248,18 +254,26 @@ class Conn(asyncio.Protocol):
         self.call = None
         if result is not None:
             self._keep = False
-        self.ended = (call, result)
+        self.ended, self._result = call, result
 
     def _settle(self) -> None:
         """Once the parser has returned: hand the connection on (or drop it), then tell the call's owner."""
-        call, result = self.ended
+        call, result = self.ended, self._result
         self.ended = None
         if self._keep and not self.closed:
             self.reused = True
-            self.site.release(self)
+            site = self.site
+            if site.waiters:
+                site.release(self)
+            else:
+                site.idle.append(self)
         elif not self.closed:
             self.drop()
-        self.owner.ended(call, result)
+        if result is None and not call.finished:  # complete: what the owner's ``ended`` does with None, inline
+            call.finished = True
+            call.on_done(call)
+        else:
+            self.owner.ended(call, result)
 
     def drop(self) -> None:
         self.closed = True

@@ -9,7 +9,7 @@ bytes reached this host, whenever the client got to read them.
 
 :class:`StampedSocket` is the small part of ``asyncio.Transport`` that :class:`~loadgen.transports.lean_conn.Conn`
 uses (``write``, ``abort``, ``is_closing``) over a non-blocking socket the event loop watches
-(``add_reader``); each read is one ``recvmsg_into`` whose stamp goes to ``protocol.data_received_at(data, t)``.
+(``add_reader``); each read is one ``recvmsg_into`` whose stamp goes to ``protocol.data_received(data, t)``.
 
 The stamp, on the program's one clock: the kernel's is CLOCK_REALTIME, turned into ``perf_counter`` time
 (CLOCK_MONOTONIC on Linux) by an offset measured as a tight pair of readings and measured again every
@@ -78,7 +78,7 @@ class StampedSocket:
         self._sock, self._loop, self._protocol, self._stamps = sock, loop, protocol, stamps
         self._fd = sock.fileno()
         self._recv = sock.recvmsg_into
-        self._feed = protocol.data_received_at
+        self._feed = protocol.data_received  # with the read's stamp: (data, t)
         self._out: deque[memoryview] = deque()  # bytes the socket did not take yet
         self._closing = False
         self._last = clock()  # the last write's time or read's stamp: a read's stamp is not before it

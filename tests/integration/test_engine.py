@@ -100,7 +100,9 @@ def test_in_flight_cap_drops_and_never_delays(tmp_path, known_server):
     assert o["errors"].get("dropped", 0) > 100
     assert o["count"] == len(df) == 200  # every scheduled request has a record
     sent = df[df["error"] != "dropped"]
-    assert len(sent) <= 10 * 5 and (sent["send_lag"] < 0.01).all()
+    # a request held for a free slot would wait for an answer (0.5 s) before it left; the ones sent left on time
+    # (a tenth of that: a busy host's scheduling hiccup of 11 ms is not a request held back)
+    assert len(sent) <= 10 * 5 and (sent["send_lag"] < 0.05).all()
 
 
 def test_timeout_is_recorded(tmp_path, known_server):

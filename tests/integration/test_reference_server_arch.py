@@ -154,7 +154,9 @@ def test_stall_pauses_all_processing(weights_dir):
 
 
 def test_request_timeout_gives_504_and_frees_the_slot(weights_dir):
-    with BackgroundServer(tiny("naive", weights_dir, preload=True, request_timeout_s=0.3)) as srv:
+    # 1 s: 1500 tokens take 2.5-5 s here, and a 2-token answer took up to 0.35 s with the cores busy (0.3 s gave it
+    # a 504 of its own on a loaded host)
+    with BackgroundServer(tiny("naive", weights_dir, preload=True, request_timeout_s=1.0)) as srv:
         t0 = time.perf_counter()
         (status, body, _), = run_concurrently(srv.url, [{"model": "tiny", "prompt": "long", "max_tokens": 1500}], 1)
         assert status == 504 and body["error"]["code"] == "timeout"

@@ -3,6 +3,8 @@ summary reports token throughput, per-user output speed, and whether the server 
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,6 +46,18 @@ def test_record_token_columns(out, row):
     buf.append(0, 0, True, 0.0, out, T0)
     got = buf.drain().to_pylist()[0]
     assert {k: got[k] for k in row} == row
+
+
+def test_a_value_the_row_packing_refuses_is_stored_as_numpy_converts_it():
+    """A row is packed in place; a float where an int goes (which the packing refuses) takes numpy's row
+    assignment: the same record, the count truncated as numpy does."""
+    buf = RecordBuffer(4)
+    tokens = dict(token_times=array("d", [T0 + 0.02, T0 + 0.03]), chunk_tokens=[4, 6])
+    buf.append(7, 1, True, 0.5, outcome(0, **tokens), T0, worker=3)
+    buf.append(7, 1, True, 0.5, outcome(0, output_tokens=10.7, **tokens), T0, worker=3)
+    packed, converted = buf.drain().to_pylist()
+    assert repr(packed) == repr(converted)  # NaN times alike
+    assert packed["output_tokens"] == 10 and packed["worker"] == 3 and packed["chunk_tokens"] == [4, 6]
 
 
 def test_records_written_before_token_sources_are_read_with_them(tmp_path):

@@ -112,7 +112,8 @@ class GrpcStreamHandler(ResponseHandler):
         n = _counts(out, values)
         if values.get(self._names.text_output):
             if self._count == 0:
-                out.first_token = out.first_answer = now
+                out.start_tokens(now)
+                out.first_answer = now
             self._count += 1
             out.token_times.append(now)
             if n is not None:
@@ -135,6 +136,7 @@ class KServeGrpcProtocol(ApiProtocol):
 
     name = "kserve-v2"
     per_request = False
+    streams_tokens = True  # ModelStreamInfer
 
     def __init__(self, target: Target, workload: Workload, model: str | None, base_url: str | None = None):
         url = (base_url or target.url or "").rstrip("/")
