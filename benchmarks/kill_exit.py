@@ -160,11 +160,12 @@ def main() -> None:
             print(f"{rep:>3} | {label:<8} | {r['verdict_s']:>15.2f} | {r['written_s']:>15.2f} | {r['exit_s']:>12.2f} | "
                   f"{r['code']:>4} | {r['cpu_s']:>6.2f} | {report:>6} | {log:>10}", flush=True)
     print()
-    print(f"{'checkout':<8} | {'median kill->verdict s':>22} | {'median kill->exit s':>19} | {'exit 3':>6} | "
-          f"{'< 2 s':>5} | {'median CPU s':>12}")
+    print(f"{'checkout':<8} | {'median kill->verdict s':>22} | {'median kill->written s':>22} | "
+          f"{'median kill->exit s':>19} | {'exit 3':>6} | {'< 2 s':>5} | {'median CPU s':>12}")
     for label, rs in rows.items():
         exits = [r["exit_s"] for r in rs]
-        print(f"{label:<8} | {_med([r['verdict_s'] for r in rs]):>22.2f} | {_med(exits):>19.2f} | "
+        verdict, written = _med([r["verdict_s"] for r in rs]), _med([r["written_s"] for r in rs])
+        print(f"{label:<8} | {verdict:>22.2f} | {written:>22.2f} | {_med(exits):>19.2f} | "
               f"{sum(r['code'] == 3 for r in rs)}/{len(rs):<4} | {sum(e < 2 for e in exits)}/{len(rs):<3} | "
               f"{_med([r['cpu_s'] for r in rs]):>12.2f}")
     reasons = {r["reason"] for rs in rows.values() for r in rs if r["reason"]}
