@@ -40,7 +40,7 @@ from loadgen.units import parse_duration
 @click.option("--quiet", is_flag=True, help="no live status line")
 @click.option("--no-report", is_flag=True,
               help="write no report.html (summary.md, junit.xml and the RunDir as always; `latbench report RUNDIR` "
-                   "renders it later): saves a CI job the second or so its charts take")
+                   "renders it later): saves a CI job the half second or so its charts take")
 @click.option("--fail-fast", is_flag=True, help="stop as soon as an SLO can no longer be met (exit 1)")
 @click.option("--baseline", metavar="RUNDIR", type=click.Path(file_okay=False),
               help="fail on a significant regression against this run")
