@@ -63,6 +63,11 @@ def _batch(rng, scheduled, phase, recorded, base, tokens, error_rate) -> pa.Reco
         "first_answer": first_token, "reasoning_tokens": np.zeros(n, np.int32),
         "chunk_tokens_source": np.where(counts > 0, "chunks", ""),
         "session": np.full(n, -1, np.int64), "turn": np.full(n, -1, np.int16), "user": np.full(n, -1, np.int32),
+        "images": np.zeros(n, np.int16), "image_pixels": np.zeros(n, np.int64), "image_bytes": np.zeros(n, np.int64),
+        "tools": np.zeros(n, np.int16), "tool_calls": np.zeros(n, np.int16), "tool_call_tokens": np.zeros(n, np.int32),
+        "first_tool_call": np.full(n, np.nan), "json_valid": np.full(n, -1, np.int8),
+        "audio": np.zeros(n, np.int16), "audio_seconds": np.zeros(n),
+        "schema_valid": np.full(n, -1, np.int8),
     }
     lists = {"token_times": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32())),
              "chunk_tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(len(values), np.int16)))}

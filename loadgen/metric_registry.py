@@ -34,7 +34,9 @@ class Metric:
     report's percentile table (None: no row); ``watch``: the help text of its ``latbench watch`` histogram
     (None: not served); ``of_all``: its samples come from every request, not only the successful ones;
     ``computed_by``: the function that computes its samples, when it is not the records column ``name``;
-    ``doc``: its definition in the documentation's table, in Markdown (``definition`` when empty)."""
+    ``doc``: its definition in the documentation's table, in Markdown (``definition`` when empty); ``needs``: a
+    records column of a workload feature (``tool_calls``...): the metric is in a scope of summary.json only when
+    some request of it has that column above 0 (a run without tool calls has no ``ttftc``)."""
 
     name: str
     unit: str
@@ -50,6 +52,7 @@ class Metric:
     computed_by: Optional[str] = None
     scopes: tuple[str, ...] = SCOPES
     doc: str = ""  # the documentation's definition (Markdown); the definition when empty
+    needs: Optional[str] = None  # a records column: in summary.json only where some request has it above 0
 
     @property
     def display(self) -> str:
@@ -140,6 +143,63 @@ def doc_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How a request ended: one of four, each request exactly one (``summary.json``'s ``ok`` + the counts of
+    ``errors`` + ``aborted`` = ``count``). ``key``: where a scope of summary.json counts it (``errors``: one count
+    per error class, ``cancelled`` among them); ``label``: the word every output uses for it."""
+
+    name: str
+    label: str
+    key: str
+    definition: str
+    short: str  # the definition in a few words, for a line of the terminal
+
+
+#: The outcome vocabulary of every output (terminal, summary.md, report.html, summary.json): defined once here.
+OUTCOMES = (
+    Outcome("ok", "ok", "ok", "answered in full: the only requests in the latency distributions", "answered in full"),
+    Outcome("error", "errors", "errors",
+            "failed, counted by class (timeout, connect, reset, http_5xx, bad_stream, dropped, ...); in error_rate",
+            "failed, by class"),
+    Outcome("cancelled", "cancelled", "errors/cancelled",
+            "an error class: still in flight when latbench stopped waiting (at the end of the grace after the last "
+            "phase, or when the run stopped early) and cancelled by latbench; in error_rate",
+            "an error: still in flight when latbench stopped waiting"),
+    Outcome("aborted", "aborted", "aborted",
+            "ended on purpose by the workload's cancellation rule (workload.cancel), as a user closes a tab: not an "
+            "error, in no latency distribution; in aborted_rate",
+            "ended by the workload's cancellation rule, not an error"),
+)
+
+
+def outcomes() -> tuple[Outcome, ...]:
+    """The four ways a request ends, in display order: ok, errors (by class), cancelled (one of them), aborted."""
+    return OUTCOMES
+
+
+def outcome(name: str) -> Outcome:
+    return next(o for o in OUTCOMES if o.name == name)
+
+
+def outcome_counts(count: int, ok: int, errors: dict[str, int] | None, aborted: int | None) -> str:
+    """A scope's requests by outcome, in these words, for a line of text: '27 = 24 ok + 3 errors (reset 3) + 0
+    aborted' (error classes by name, ``cancelled`` last), then what cancelled and aborted mean where there are any."""
+    errs = sorted((errors or {}).items(), key=lambda kv: (kv[0] == "cancelled", kv[0]))
+    by = f" ({', '.join(f'{k} {v}' for k, v in errs)})" if errs else ""
+    line = (f"{count} = {ok} {outcome('ok').label} + {sum(v for _, v in errs)} {outcome('error').label}{by} + "
+            f"{aborted or 0} {outcome('aborted').label}")
+    said = [k for k in ("cancelled", "aborted") if (errors or {}).get(k) or (k == "aborted" and aborted)]
+    return line + (f" ({'; '.join(f'{k}: {outcome(k).short}' for k in said)})" if said else "")
+
+
+def outcome_doc() -> str:
+    """The documentation's outcome table, as Markdown (docs/reference/metrics.md holds it)."""
+    lines = ["| outcome | counted in summary.json | definition |", "|---|---|---|"]
+    lines += [f"| {o.label} | `{o.key}` | {o.definition} |" for o in OUTCOMES]
+    return "\n".join(lines) + "\n"
+
+
 for _m in (
     Metric("latency", "s",
            "done - scheduled: from the intended send time to the last byte (coordinated omission corrected)",
@@ -174,6 +234,17 @@ for _m in (
            doc=("`first_answer - scheduled`: time to the first *answer* token (content, a tool call or text; "
                 "reasoning alone does not count) — what the user of a reasoning model waits for; equals ttft for a "
                 "model that does not reason")),
+    Metric("ttftc", "s",
+           ("first_tool_call - scheduled: time to the first tool-call token of a stream (the first chunk carrying "
+            "a tool call: OpenAI delta.tool_calls, Responses function_call, Anthropic tool_use), for requests "
+            "whose answer called a tool"),
+           dist=True,
+           slo="duration",
+           label="time to first tool-call token",
+           needs="tool_calls",
+           doc=("`first_tool_call - scheduled`: time to the first *tool-call* token of a stream (OpenAI "
+                "`delta.tool_calls`, a Responses `function_call`, an Anthropic `tool_use` block), for requests whose "
+                "answer called a tool")),
     Metric("reasoning_time", "s",
            "first_answer - first_token, for requests that reasoned: how long the model thought before answering",
            dist=True,
@@ -233,14 +304,15 @@ for _m in (
            of_all=True,
            doc="`sent - scheduled`: the generator's own lateness"),
     Metric("error_rate", "fraction",
-           "failed requests (any error class, dropped included) / all requests",
+           "failed requests (any error class, dropped and cancelled included) / all requests",
            slo="fraction"),
     Metric("aborted_rate", "fraction",
-           ("requests the client aborted on purpose (workload.cancel; not an error, left out of every latency "
-            "distribution) / all requests"),
+           ("requests aborted by the workload's cancellation rule (workload.cancel; not an error, left out of every "
+            "latency distribution) / all requests"),
            slo="fraction",
-           doc=("requests the client aborted on purpose (`workload.cancel`) / all requests: not an error, not in any "
-                "latency distribution; apart from `cancelled` (an error: still in flight when the run stopped)")),
+           doc=("requests aborted by the workload's cancellation rule (`workload.cancel`) / all requests: not an "
+                "error, not in any latency distribution; apart from `cancelled` (an error: still in flight when "
+                "latbench stopped waiting)")),
     Metric("goodput", "fraction",
            ("good requests / requests judged: a request is good when it succeeded and met every per-request bound"
             " of the scenario's goodput: block that applies to it (latency, ttft, ttfat, tpot, service_time); "
@@ -252,7 +324,8 @@ for _m in (
            slo="rate",
            doc="good requests completed inside the window / its duration"),
     Metric("achieved_qps", "1/s",
-           "successful responses completed inside the phase window / phase duration",
+           ("successful responses completed inside the phase's window / the phase's duration (a request that "
+            "completes after its phase ends counts in its phase's ok, not in this rate)"),
            slo="rate"),
     Metric("sent_qps", "1/s",
            "requests sent (not dropped) scheduled in the phase / phase duration"),
@@ -288,6 +361,23 @@ for _m in (
     Metric("usage_vs_counted", "requests",
            ("where the server sent usage and latbench counted the prompt: how many of them agree exactly "
             "(usage.prompt_tokens == input_tokens + added_tokens), and the smallest and largest difference")),
+    Metric("tool_call_rate", "fraction",
+           ("successful requests offered tools (workload.tools) whose answer called one / successful requests "
+            "offered tools; absent without tools"),
+           slo="fraction",
+           needs="tools"),
+    Metric("tool_call_tokens", "tokens",
+           ("tokens of the tool calls' arguments: one per streamed argument chunk, else the arguments' text "
+            "approximated (4 characters a token); per scope: total and mean per calling request")),
+    Metric("json_valid_rate", "fraction",
+           ("workload.response_format: successful requests whose answer parsed as JSON / successful requests "
+            "whose answer was checked; absent without a response_format (an invalid answer is a result, not an "
+            "error: an SLO on this rate makes it one)"),
+           slo="fraction"),
+    Metric("schema_valid_rate", "fraction",
+           ("workload.response_format json_schema: successful requests whose answer matched the schema / "
+            "successful requests whose answer was checked against it; absent without a schema"),
+           slo="fraction"),
     Metric("closed_loop.held", "requests",
            ("closed loop: the concurrency held, the time-average of requests in flight (sent -> done; for "
             "conversations, of sessions in progress: first turn sent -> last turn done, think times included) "

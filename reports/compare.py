@@ -15,7 +15,7 @@ from pathlib import Path
 from loadgen.errors import RunDirError
 from loadgen.records.results import RepeatTarget
 from loadgen.records.rundir import write_text
-from reports import report_model
+from reports import fmt, report_model
 from reports.figures import overview_figures, warmup_figure
 from reports.headline import architectures_headline, cold_start_headline
 from reports.html import render
@@ -69,8 +69,26 @@ def entries_of(specs: list[str]) -> list[Entry]:
     return out
 
 
+MOSTLY = 0.5  # an entry with more than this share of failed requests is warned about at the top
+
+
+def caveats(e: Entry, state: str, warnings: list[str]) -> list[str]:
+    """What a reader must know about an entry before reading its numbers, said at the top of a comparison: it is
+    not valid (and why), or most of its requests failed, so its latencies describe the few that succeeded."""
+    out = []
+    if state == "invalid":
+        why = [w for w in warnings if not w.startswith("INCOMPLETE RUN")] or warnings  # the cause, not the banner
+        out.append(f"{e.label} is INVALID: " + ("; ".join(why) or "see its own report") + ". Its numbers do not "
+                   "describe the service; compare them with care.")
+    ov = e.target.result.overall if e.target.result else None
+    if ov is not None and ov.count and ov.error_rate is not None and ov.error_rate > MOSTLY:
+        out.append(f"{e.label}: {ov.count - (ov.ok or 0):,} of its {ov.count:,} requests did not succeed "
+                   f"({fmt.pct(ov.error_rate)} errors): its latencies describe the {ov.ok or 0:,} that did.")
+    return out
+
+
 def compare_context(entries: list[Entry]) -> dict:
-    rows = []
+    rows, top = [], []
     for e in entries:
         tds = e.starts or e.runs or [e.target]
         v = report_model.verdict(RunData(e.run.path, e.run.meta, e.run.scenario, tds), use_meta=False)
@@ -83,6 +101,10 @@ def compare_context(entries: list[Entry]) -> dict:
         more = f" ({len(tds)} fresh starts)" if e.starts else f" ({len(tds)} runs)" if e.repeat is not None else ""
         rows.append({"label": e.label + more, "scenario": e.run.name, "rundir": e.run.path.name, "state": state,
                      "slo": f"{sum(1 for r in slos if r.passed)}/{len(slos)} met", "warnings": v["warnings"]})
+        top += caveats(e, state, v["warnings"])
+    what = "architecture" if any(e.starts for e in entries) else report_model.compared(
+        [(e.run, e.target) for e in entries])
+    singular, plural = report_model.COMPARED[what]
     plain = [e for e in entries if not e.starts]
     single = [e for e in plain if e.repeat is None]
     cold = {e.label: e.run.cold_start[e.group] for e in entries if e.starts}
@@ -96,15 +118,20 @@ def compare_context(entries: list[Entry]) -> dict:
         h = cold_start_headline(cold)
         h["figure"] = warmup_figure(cold)
     else:
-        h = architectures_headline([(e.label, e.target) for e in single])
+        h = architectures_headline([(e.label, e.target) for e in single], what)
         if h:
             h["figure"] = None
+    names = " vs ".join(e.label for e in entries)
     return {
-        "title": "latbench comparison · " + " vs ".join(e.label for e in entries),
+        "title": f"latbench: {plural} compared · {names}",
+        "heading": f"{plural.capitalize()} compared: {names}",
+        "what": singular,
+        "caveats": top,
         "entries": rows,
         "headline": h,
         "comparison": report_model.comparison([(e.label, e.target.result) for e in plain],
-                                       {e.label: (e.group, e.repeat) for e in plain if e.repeat is not None}),
+                                              {e.label: (e.group, e.repeat) for e in plain if e.repeat is not None},
+                                              singular),
         "cold_comparison": report_model.cold_start_comparison(cold) if cold else None,
         "figures": figs,
     }

@@ -150,7 +150,8 @@ def target_figures(td: TargetData) -> list[dict]:
                 "the recovery rule's own windows); purple: the drain back to the baseline's peak in flight (dashed).")
             figs.append({"id": "timeseries", "title": "Over time", "uri": ts,
                          "caption": "Per second: latency p50 / p99 of completed requests; target, sent and achieved "
-                                    "request rates; errors by class; requests in flight. Phases shaded." + marked})
+                                    "request rates; errors by class; the most requests in flight at any moment of "
+                                    "it. Phases shaded." + marked})
         hp = host_plot(td.result, td.host())
         if hp:
             figs.append({"id": "host", "title": "Host: CPU waits", "uri": hp, "caption": host_caption(td.result)})

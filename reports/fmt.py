@@ -24,7 +24,9 @@ def _float(v) -> float | None:
 
 
 def ms(v) -> str:
-    """Seconds -> milliseconds text with about three significant digits ('12.3', '0.512', '1234')."""
+    """Seconds -> milliseconds text with about three significant digits ('12.3', '0.512', '1,234', '10,800'): above
+    10 s no interval of a latency is narrower than tens of milliseconds, so a five-digit value is rounded to three
+    significant digits rather than shown to the millisecond ('10,762 [10,762, 11,145]' ran into the next column)."""
     x = _float(v)
     if x is None:
         return DASH
@@ -32,6 +34,8 @@ def ms(v) -> str:
         return "∞"
     m = x * 1e3
     a = abs(m)
+    if a >= 10_000:
+        return f"{round(m, 2 - int(math.floor(math.log10(a)))):,.0f}"
     if a >= 100:
         return f"{m:,.0f}"
     if a >= 10:
@@ -76,6 +80,8 @@ def times(v) -> str:
         return DASH
     if math.isinf(x):
         return "∞"
+    if x < 1:  # a ratio's lower bound: two significant digits ('0.04x', not '0.0x')
+        return f"{x:.2g}x"
     return f"{x:.1f}x" if x < 10 else f"{x:,.0f}x"
 
 
@@ -97,8 +103,24 @@ def num(v) -> str:
     return DASH if x is None else f"{x:.3g}"
 
 
+def setting(v) -> str:
+    """A server setting as configured: on/off for a switch, 'unset' for none, a number or a name as it is."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if v is None:
+        return "unset"
+    if isinstance(v, (int, float)):
+        return f"{v:g}"
+    return str(v)
+
+
+def as_float(v) -> float | None:
+    """A summary.json number as a float (None, NaN -> None; 'inf' -> infinity)."""
+    return _float(v)
+
+
 FORMATS = {"ms": ms, "pct": pct, "rate": rate, "count": count, "count0": count0, "s": seconds, "x": times,
-           "share": share, "mb": mb, "num": num}
+           "share": share, "mb": mb, "num": num, "setting": setting}
 
 
 def fmt(v, kind: str) -> str:

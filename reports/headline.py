@@ -23,10 +23,12 @@ One idea at several stages, a report's headline, so one file name: :mod:`loadgen
 from __future__ import annotations
 
 from loadgen.analysis.headline import architectures
+from loadgen.metric_registry import outcome
 from loadgen.records.results import InFlight, MetricStats, Percentile, Scope, Summary
 from reports import fmt
+from reports.claims import includes_one
 from reports.repeated import repeated_headline
-from reports.report_model import COLD, Cell, get, num, pct
+from reports.report_model import COLD, COMPARED, Cell, compared, get, num, pct
 from reports.rundir_loader import RunData, TargetData
 
 ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
@@ -43,35 +45,13 @@ def _ci(data: dict, target: str, path: str, kind: str = "ms") -> Cell | None:
     return Cell(fmt.ci(v, kind), path, "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")  # quiet
 
 
-def _with_ci(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms", few: bool = True) -> list:
-    """'412 ms (95% CI [380, 460])', or '412 ms (too few samples for an interval)' (``few``: say so)."""
-    parts: list = [_cell(data, target, f"{path}/value", kind), unit]
-    ci = _ci(data, target, f"{path}/ci", kind)
-    if ci is not None:
-        parts += [" (interval " if kind == "x" else " (95% CI ", ci, ")"]
-    elif few and get(data, f"{path}/value") is not None:
-        parts.append(" (too few samples for an interval)")
-    return parts
-
-
-def _compared(data: dict, target: str, a: str, b: str, r: str, needs: int | None) -> tuple[list, list, list, list]:
-    """Two percentiles and their ratio, each with its interval, as (a, b, ratio, note) parts; when none
-    has an interval, the note says why, once."""
-    none = not any(get(data, f"{p}/ci") for p in (a, b, r))
-    note = []
-    if none:
-        note = [f" (no intervals: too few requests; a p99's 95% interval needs at least {needs})" if needs
-                else " (no intervals: too few requests)"]
-    return (_with_ci(data, target, a, few=not none), _with_ci(data, target, b, few=not none),
-            _with_ci(data, target, r, "x", "", few=not none), note)
-
-
 def _pct_parts(p: Percentile | None, src: str, target: str, kind: str = "ms", unit: str = " ms",
                few: bool = True) -> list:
-    """A percentile of a summary with its interval, as :func:`_with_ci` words it (``src``: its path)."""
+    """'412 ms (95% CI [380, 460])', or '412 ms (too few samples for an interval)' (``few``: say so), of a
+    percentile of a summary (``src``: its path)."""
     p = p or Percentile()
     parts: list = [num(p.value, f"{src}/value", kind, target), unit]
-    if p.ci:
+    if p.ci and not p.too_few_samples:  # the ends of too few samples are no interval
         ci = Cell(fmt.ci(p.ci, kind), f"{src}/ci", "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")
         parts += [" (interval " if kind == "x" else " (95% CI ", ci, ")"]
     elif few and p.value is not None:
@@ -79,16 +59,44 @@ def _pct_parts(p: Percentile | None, src: str, target: str, kind: str = "ms", un
     return parts
 
 
-def _pcts_compared(target: str, a: tuple[Percentile | None, str], b: tuple[Percentile | None, str],
-                   r: tuple[Percentile | None, str], needs: int | None) -> tuple[list, list, list, list]:
-    """Two percentiles of a summary and their ratio, each (model, its path), as :func:`_compared` words them."""
-    none = not any(p is not None and p.ci for p, _ in (a, b, r))
-    note = []
-    if none:
-        note = [f" (no intervals: too few requests; a p99's 95% interval needs at least {needs})" if needs
-                else " (no intervals: too few requests)"]
-    return (_pct_parts(*a, target, few=not none), _pct_parts(*b, target, few=not none),
-            _pct_parts(*r, target, "x", "", few=not none), note)
+def _ratio_parts(target: str, r: tuple[Percentile | None, str], needs: tuple[int | None, str],
+                 ns: list[tuple[str, Percentile | None, str]]) -> list:
+    """A ratio of two percentiles as a claim (see :mod:`reports.claims`): 'r (interval [lo, hi])', 'no clear
+    difference (ratio r, interval [lo, hi])' when the interval holds 1, else 'r, with no interval: ...' saying how
+    many requests each side had and how many an interval needs (``ns``: (name, percentile, its path) per side)."""
+    p, src = r
+    p = p or Percentile()
+    value = num(p.value, f"{src}/value", "x", target)
+    if p.ci and includes_one(p.ci):
+        return ["no clear difference (ratio ", value, ", interval ", _ci_cell(p.ci, f"{src}/ci", "x", target), ")"]
+    if p.ci:
+        return [value, " (interval ", _ci_cell(p.ci, f"{src}/ci", "x", target), ")"]
+    out = [value, ", with no interval: too few requests ("]
+    for j, (name, q, path) in enumerate(ns):
+        n = num((q or Percentile()).n, f"{path}/n", "count", target)
+        out += [", " if j else "", n, f" in {name}" if name else ""]
+    out.append(")")
+    if needs[0]:
+        out += ["; a p99's 95% interval needs at least ", num(needs[0], needs[1], "count", target)]
+    return out
+
+
+def _ci_cell(ci, src: str, kind: str, target: str) -> Cell:
+    return Cell(fmt.ci(ci, kind), src, "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")
+
+
+def _tail_parts(target: str, lead: str, a: tuple[Percentile | None, str], where_b: list,
+                b: tuple[Percentile | None, str], r: tuple[Percentile | None, str], needs: tuple[int | None, str],
+                names: tuple[str, str]) -> list:
+    """'<lead> was A ms (95% CI ...) against B ms (95% CI ...) <where_b>: <ratio claim>.', or what is missing and
+    why when either percentile is."""
+    missing = [n for (p, _), n in ((a, names[0]), (b, names[1])) if (p or Percentile()).value is None]
+    if missing:
+        return [f"{lead} cannot be compared: no request of {' or '.join(missing)} succeeded."]
+    few = not ((a[0] and a[0].ci and not a[0].too_few_samples) or (b[0] and b[0].ci and not b[0].too_few_samples))
+    ns = [(names[0], a[0], a[1]), (names[1], b[0], b[1])]
+    return [f"{lead} was ", *_pct_parts(*a, target, few=not few), " against ", *_pct_parts(*b, target, few=not few),
+            " ", *where_b, ": ", *_ratio_parts(target, r, needs, ns), "."]
 
 
 def _spread(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms") -> list:
@@ -129,7 +137,8 @@ def headline(run: RunData) -> dict | None:
     if kind == "headroom":
         return headroom_headline([td for td in run.targets if td.result and td.result.headroom])
     if kind == "architectures":
-        return architectures_headline([(td.name, td) for td in run.targets])
+        return architectures_headline([(td.name, td) for td in run.targets],
+                                      compared([(run, td) for td in run.targets if td.result]))
     if kind == "conversation":
         return conversation_headline(next(td for td in run.targets if td.result))
     if kind == "steady":
@@ -160,16 +169,20 @@ def cold_start_headline(cs: dict) -> dict:
         if get(cs, f"{o}/first_ttft_s/n"):
             s += ["; first TTFT ", *_spread(cs, COLD, f"{o}/first_ttft_s")]
         if get(cs, f"{o}/first_steady_request/n"):
-            s += [f"; within {get(cs, f'{group}/rules/steady_within') * 100:.0f}% of steady from request ",
+            s += ["; within ", _cell(cs, COLD, f"{group}/rules/steady_within", "share"), " of steady from request ",
                   _cell(cs, COLD, f"{o}/first_steady_request/median", "num")]
         if get(cs, f"{o}/model_load_s/n"):
             s += ["; model load ", *_spread(cs, COLD, f"{o}/model_load_s")]
         sentences.append(s + ["."])
     checks = [cold_note(cs, group) for group in cs]
     notes = [*dict.fromkeys(m for m, _ in checks if m), *(t for _, t in checks)]  # the method once, then each group
-    notes.append("Medians over the starts, range in brackets (with five starts the range is a 94% interval of the "
-                 "median). Steady: the median latency of a start's second half of requests (sent one at a time); "
-                 "the penalty is the first request's latency minus it. Model load: the server's own gauge.")
+    starts = {get(cs, f"{group}/starts") for group in cs}
+    n = starts.pop() if len(starts) == 1 else None
+    level = (f" (with {n} starts the range is a {1 - 2 * 0.5 ** n:.0%} interval of the median)"
+             if isinstance(n, int) and n > 1 else "")
+    notes.append(f"Medians over the starts, range in brackets{level}. Steady: the median latency of a start's "
+                 "second half of requests (sent one at a time); the penalty is the first request's latency minus "
+                 "it. Model load: the server's own gauge.")
     return {"kind": "cold_start", "title": "Cold start: what the first request after a deploy costs",
             "sentences": sentences, "notes": notes, "list": True}
 
@@ -219,8 +232,16 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
         e = s.burst[i]
         who = f"{name}: " if len(spikes) > 1 else ""
         spike = (s.phases or {}).get(e.spike) or Scope()
-        first = [who + f"After the {e.spike} phase (", num(e.spike_qps, f"{b}/spike_qps", "rate", name), " req/s for ",
-                 num(spike.duration_s, f"phases/{e.spike}/duration_s", "s", name)]
+        exited = s.server_exit or {}
+        first = [who]
+        if exited:
+            first += [f"The {exited.get('what') or 'server'} exited during {exited.get('phase')}, ",
+                      num(exited.get("t"), "server_exit/t", "s", name), " into the run (see the warnings above): what "
+                      "follows is of the requests before it. "]
+        first += [f"After the {e.spike} phase (", num(e.spike_qps, f"{b}/spike_qps", "rate", name), " req/s for ",
+                  num(spike.duration_s, f"phases/{e.spike}/duration_s", "s", name)]
+        if s.duration_s is not None and e.end is not None and s.duration_s < e.end:
+            first.append(", where the run stopped")
         if e.baseline:
             first += [", against ", num(e.baseline_qps, f"{b}/baseline_qps", "rate", name), f" req/s in {e.baseline}"]
         first.append("), ")
@@ -239,15 +260,19 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
         second = []
         if e.baseline:
             t = e.tail
-            sp, ba, r, note = _pcts_compared(name, (t.spike, f"{b}/tail/spike"), (t.baseline, f"{b}/tail/baseline"),
-                                             (t.ratio, f"{b}/tail/ratio"), t.interval_needs)
-            second += [f"Latency p99 during {e.spike} was ", *sp, ", ", *r, " the ", *ba, f" of {e.baseline}",
-                       *note, ". "]
+            second += _tail_parts(name, f"Latency p99 during {e.spike}", (t.spike, f"{b}/tail/spike"),
+                                  [f"in {e.baseline}"], (t.baseline, f"{b}/tail/baseline"),
+                                  (t.ratio, f"{b}/tail/ratio"), (t.interval_needs, f"{b}/tail/interval_needs"),
+                                  (e.spike, e.baseline))
+            second.append(" ")
         fl = e.in_flight or InFlight()
+        stopped = s.duration_s is not None and e.end is not None and s.duration_s < e.end
         second += ["Requests in flight peaked at ", num(fl.peak, f"{b}/in_flight/peak", "count", name)]
         if fl.baseline_peak is not None:
             second += [" (baseline peak ", num(fl.baseline_peak, f"{b}/in_flight/baseline_peak", "count", name), ")"]
-            if fl.drain_s is not None:
+            if stopped:
+                second.append(f"; the run stopped before {e.spike} ended, so there is no drain to measure.")
+            elif fl.drain_s is not None:
                 second += [" and were back at the baseline's peak ",
                            num(fl.drain_s, f"{b}/in_flight/drain_s", "s", name),
                            f" after the {e.spike} phase ended."]
@@ -256,7 +281,7 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
         else:
             second.append(".")
         sentences.append(second)
-        if rec is not None:
+        if rec is not None and rec.measured is not False:
             notes.append(f"Recovery rule: the p99 latency of every {rec.window_s:g} s window of requests scheduled "
                          f"in {rec.phase} (failed ones as infinitely slow), sliding by {rec.step_s:g} s, stays "
                          f"under the phase's latency.p99 objective from then on; the time is the start of the first "
@@ -285,10 +310,11 @@ def headroom_headline(targets: list[TargetData]) -> dict:
                 part = [num(level.share, f"{h}/{key}/share", "share", name), " of the expected rate (", *part, ")"]
             return part
 
-        hi, lo, r, note = _pcts_compared(name, (d.high.p99, f"{h}/high/p99"), (d.base.p99, f"{h}/base/p99"),
-                                         (d.ratio, f"{h}/ratio"), d.interval_needs)
-        first = [who + "At ", *at("high"), " latency p99 was ", *hi, ", ", *r, " the ", *lo, " at ", *at("base"),
-                 *note, "."]
+        first = [who + "At ", *at("high"), ", "]
+        first += _tail_parts(name, "latency p99", (d.high.p99, f"{h}/high/p99"), ["at ", *at("base")],
+                             (d.base.p99, f"{h}/base/p99"),
+                             (d.ratio, f"{h}/ratio"), (d.interval_needs, f"{h}/interval_needs"),
+                             (d.high.phase, d.base.phase))
         sentences.append(first)
         sentences.append(_headroom_verdict(s, name) + _headroom_capacity(d, name))
     notes.append("Ratio interval from the ends of the two 95% intervals (holds with at least 90% confidence).")
@@ -343,50 +369,69 @@ KNOB_LABELS = {"preload": "preload", "warmup": "warm-up", "max_batch_size": "max
                "model": "model", "backend": "backend"}
 
 
-def knob_value(key: str, v) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    if v is None:
-        return fmt.DASH
-    if key.endswith("_s"):
-        return f"{v * 1e3:g} ms"
-    return str(v)
-
-
 def architectures_data(entries: list[tuple[str, TargetData]]) -> dict | None:
     """:func:`loadgen.headline.architectures` of labelled targets (their summaries and server configs)."""
     return architectures([(label, td.summary, td.meta.server.to_json() if td.meta.server else {})
                           for label, td in entries])
 
 
-def architectures_headline(entries: list[tuple[str, TargetData]]) -> dict | None:
-    """The article's form: "naive: mean X ms, p99 Y ms; optimized: mean A ms, p99 B ms (p99 Z times lower)",
-    one line per architecture when there are more than two, each followed by the knobs that set it apart
-    from the first."""
+def architectures_headline(entries: list[tuple[str, TargetData]], what: str = "architecture") -> dict | None:
+    """The article's form, one sentence per entry: "optimized: mean A ms, p99 B ms, p99 3.1x lower than naive's
+    (interval [2.0x, 4.4x])", each followed by the settings that set it apart from the first; a ratio without an
+    interval says why, one whose interval holds 1 says "no clear difference". ``what``: what the entries are (a key
+    of :data:`reports.report_model.COMPARED`), for the title."""
     a = architectures_data(entries)
     if a is None:
         return None
     lines = []
     for i, r in enumerate(a["rows"]):
-        own = [f"{KNOB_LABELS.get(k, k)} {knob_value(k, v[i])}" for k, v in a["knobs"].items() if v[i] != v[0]]
-        s = [Cell(r["label"])]
-        s += [": mean ", _cell(a, ARCH, f"rows/{i}/mean", "ms"), " ms, p99 ",
-              _cell(a, ARCH, f"rows/{i}/p99/value", "ms"), " ms"]
-        vs = r.get("p99_vs_first")
-        if vs and vs.get("value") is not None:
-            s += [" (p99 ", _cell(a, ARCH, f"rows/{i}/p99_vs_first/value", "x"),
-                  f" {'lower' if vs['lower'] else 'higher'} than {a['base']}"]
-            ci = _ci(a, ARCH, f"rows/{i}/p99_vs_first/ci", "x")
-            s += [", interval ", ci, ")"] if ci is not None else [")"]
+        label, lat = r["label"], "overall/metrics/latency"
+        s: list = [Cell(label), ": "]
+        if not r["n"]:
+            s.append("no successful request, so no latency to compare")
+        else:
+            s += ["mean ", _cell_of(r["mean"], label, f"{lat}/mean", "ms"), " ms, p99 ",
+                  _cell_of(r["p99"]["value"], label, f"{lat}/percentiles/p99/value", "ms"), " ms"]
+            if i:
+                s += [", "] + _versus_first(a, i)
+        own = [k for k, v in a["knobs"].items() if v[i] != v[0]]
         if own:
-            s += [" — ", Cell("; ".join(own), css="rng")]
-        lines.append(s)
-    many = len(lines) > 2
-    sentences = lines if many else [[p for j, line in enumerate(lines) for p in (["; "] if j else []) + line] + ["."]]
-    notes = ["Overall scope (recorded phases), successful requests. After each: the server settings that differ "
-             f"from {a['base']}'s." if a["knobs"] else "Overall scope (recorded phases), successful requests."]
-    return {"kind": "architectures", "title": "Architectures side by side", "sentences": sentences, "notes": notes,
-            "list": many}
+            s.append(f". Differs from {a['base']} in: ")
+            for j, k in enumerate(own):
+                kind = "ms" if k.endswith("_s") else "setting"
+                s += ["; " if j else "", f"{KNOB_LABELS.get(k, k)} ",
+                      Cell(fmt.fmt(a["knobs"][k][i], kind), f"knobs/{k}/{i}", kind, ARCH, css="rng"),
+                      " ms" if kind == "ms" else ""]
+        lines.append(s + ["."])
+    notes = ["Overall scope (recorded phases), successful requests. A p99 ratio is against the first entry's, its "
+             "interval from the ends of the two 95% intervals (it holds with at least 90% confidence)."]
+    plural = COMPARED.get(what, COMPARED["target"])[1]
+    return {"kind": "architectures", "title": f"{plural.capitalize()} side by side", "sentences": lines,
+            "notes": notes, "list": len(lines) > 2}
+
+
+def _cell_of(value, target: str, src: str, kind: str, css: str = "") -> Cell:
+    return Cell(fmt.fmt(value, kind), src, kind, target, css)
+
+
+def _versus_first(a: dict, i: int) -> list:
+    """Entry ``i``'s p99 against the first's, as a claim: the factor and its interval, "no clear difference" when
+    the interval holds 1, or why there is no interval (too few requests, with how many there were)."""
+    r, base, p = a["rows"][i], a["base"], f"rows/{i}/p99_vs_first"
+    vs = r.get("p99_vs_first") or {}
+    if vs.get("value") is None:
+        return [f"no p99 ratio to {base}'s (one of them has no p99)"]
+    factor, ci = _cell(a, ARCH, f"{p}/value", "x"), vs.get("ci")
+    if ci and includes_one(ci):
+        return [f"no clear difference in p99 from {base}'s (ratio ", factor, ", interval ",
+                _ci(a, ARCH, f"{p}/ci", "x"), ")"]
+    out = ["p99 ", factor, f" {'lower' if vs['lower'] else 'higher'} than {base}'s"]
+    if ci:
+        return out + [" (interval ", _ci(a, ARCH, f"{p}/ci", "x"), ")"]
+    lat = "overall/metrics/latency/n"
+    return out + [" (no interval: from ", _cell_of(a["rows"][0]["n"], base, lat, "count"), " and ",
+                  _cell_of(r["n"], r["label"], lat, "count"), " requests; a p99's 95% interval needs at least ",
+                  _cell(a, ARCH, "interval_needs", "count"), " each)"]
 
 
 # -- steady ----------------------------------------------------------------------------------------
@@ -400,34 +445,99 @@ def conversation_headline(td: TargetData) -> dict:
     last = max((i for i, t in enumerate(turns) if t.ok), default=0)
     base = "conversations/by_turn"
     sent: list = [num(c.sessions, "conversations/sessions", "count", name), " sessions, ",
-                  f"{c.turns_per_session.mean:.1f} turns each on average. "]
-    for metric, label in (("ttft", "TTFT"), ("latency", "latency")):
+                  num(c.turns_per_session.mean, "conversations/turns_per_session/mean", "num", name),
+                  " recorded turns each on average. "]
+    first, final = (Cell(f"turn {k}", css="turn") for k in (1, turns[last].turn + 1))  # names, not measurements
+    if last == 0:
+        sent.append("Only the first turn has successful requests, so there is no growth to show. ")
+    for metric, label in (("ttft", "TTFT"), ("latency", "latency")) if last else ():
         at_first, at_last = (pct(getattr(turns[k], metric), "p50").value for k in (0, last))
-        if at_first is None:
+        if at_first is None or at_last is None:
             continue
         sent += [f"{label} p50 ", num(at_first, f"{base}/0/{metric}/percentiles/p50/value", "ms", name),
-                 " ms at turn 1, ", num(at_last, f"{base}/{last}/{metric}/percentiles/p50/value", "ms", name),
-                 f" ms at turn {turns[last].turn + 1}; "]
-    sent += ["the prompt grows from ", num(turns[0].prompt_tokens_mean, f"{base}/0/prompt_tokens_mean", "rate", name),
-             " to ", num(turns[last].prompt_tokens_mean, f"{base}/{last}/prompt_tokens_mean", "rate", name),
-             " tokens on average, as each turn resends the history. Error rate ",
-             num((s.overall or Scope()).error_rate, "overall/error_rate", "pct", name), "."]
+                 " ms at ", first, ", ", num(at_last, f"{base}/{last}/{metric}/percentiles/p50/value", "ms", name),
+                 " ms at ", final, "; "]
+    if last:
+        sent += ["the prompt grows from ",
+                 num(turns[0].prompt_tokens_mean, f"{base}/0/prompt_tokens_mean", "rate", name), " to ",
+                 num(turns[last].prompt_tokens_mean, f"{base}/{last}/prompt_tokens_mean", "rate", name),
+                 " tokens on average, as each turn resends the history. "]
+    ov = s.overall or Scope()
+    sent += ["Turns in all: "] + outcome_parts(ov, "overall", name) + ["."]
     return {"kind": "conversation", "title": "Conversations: what the history costs, turn by turn",
             "sentences": [sent], "notes": []}
 
 
 def steady_headline(td: TargetData) -> dict:
+    """The overall p50 and p99 with their intervals, at the rate achieved against the rate asked (a closed loop:
+    the concurrency asked and held), and how the requests ended."""
     s, name = td.result, td.name
     ov = s.overall or Scope()
     lat, src = ov.metric("latency") or MetricStats(), "overall/metrics/latency/percentiles"
-    sent = ["Latency mean ", num(lat.mean, "overall/metrics/latency/mean", "ms", name), " ms, p50 ",
-            *_pct_parts(pct(lat, "p50"), f"{src}/p50", name), ", p99 ",
-            *_pct_parts(pct(lat, "p99"), f"{src}/p99", name),
-            " at ", num(ov.achieved_qps, "overall/achieved_qps", "rate", name), " req/s achieved (target ",
-            num(ov.target_qps, "overall/target_qps", "rate", name), " req/s); ",
-            num(ov.count, "overall/count", "count", name), " requests, error rate ",
-            num(ov.error_rate, "overall/error_rate", "pct", name), "."]
-    return {"kind": "steady", "title": "Result", "sentences": [sent], "notes": []}
+    if lat.n:
+        sent = ["Latency mean ", num(lat.mean, "overall/metrics/latency/mean", "ms", name), " ms, p50 ",
+                *_pct_parts(pct(lat, "p50"), f"{src}/p50", name), ", p99 ",
+                *_pct_parts(pct(lat, "p99"), f"{src}/p99", name)]
+    else:
+        sent = ["No request succeeded, so there is no latency to report"]
+    sent += _asked_parts(s, name) + ["; "] + outcome_parts(ov, "overall", name) + ["."]
+    return {"kind": "steady", "title": "Result", "sentences": [sent] + _by_phase(s, name), "notes": []}
+
+
+def _by_phase(s: Summary, name: str) -> list:
+    """With several recorded phases (a sweep's steps), one more sentence: each phase's p99 at the rate it achieved
+    against the rate (or concurrency) it asked."""
+    recorded = [(n, ph) for n, ph in (s.phases or {}).items() if ph and ph.is_recorded]
+    if len(recorded) < 2:
+        return []
+    out: list = ["By phase, latency p99: "]
+    for j, (n, ph) in enumerate(recorded):
+        src = f"phases/{n}"
+        p99 = pct(ph.metric("latency"), "p99")
+        out += ["; " if j else "", f"{n} "]
+        out += ([num(p99.value, f"{src}/metrics/latency/percentiles/p99/value", "ms", name), " ms"]
+                if p99.value is not None else ["not measured (no request succeeded)"])
+        out += [" at ", num(ph.achieved_qps, f"{src}/achieved_qps", "rate", name), " req/s"]
+        if ph.closed_loop:
+            out += [" (concurrency ", num(ph.closed_loop.asked, f"{src}/closed_loop/asked", "count", name), ")"]
+        elif ph.target_qps is not None:
+            out += [" (target ", num(ph.target_qps, f"{src}/target_qps", "rate", name), ")"]
+    return [out + ["."]]
+
+
+def _asked_parts(s: Summary, name: str) -> list:
+    """' at X req/s achieved (target Y req/s)' of an open loop; ' with N concurrent users asked, H held on average
+    (X req/s achieved)' of a run whose recorded phase is one closed loop."""
+    ov = s.overall or Scope()
+    achieved = num(ov.achieved_qps, "overall/achieved_qps", "rate", name)
+    recorded = [(n, ph) for n, ph in (s.phases or {}).items() if ph and ph.is_recorded]
+    if len(recorded) == 1 and recorded[0][1].closed_loop:
+        n, cl = recorded[0][0], recorded[0][1].closed_loop
+        out = [" with ", num(cl.asked, f"phases/{n}/closed_loop/asked", "count", name), " concurrent users asked"]
+        if cl.held is not None:
+            out += [", ", num(cl.held, f"phases/{n}/closed_loop/held", "rate", name), " held on average"]
+        return out + [" (", achieved, " req/s achieved)"]
+    if any(ph.closed_loop for _, ph in recorded):
+        return [" at ", achieved, " req/s achieved (closed-loop phases ask a concurrency, not a rate)"]
+    out = [" at ", achieved, " req/s achieved"]
+    if ov.target_qps is not None:
+        out += [" (target ", num(ov.target_qps, "overall/target_qps", "rate", name), " req/s)"]
+    return out
+
+
+def outcome_parts(sc: Scope, prefix: str, name: str) -> list:
+    """'N requests: K ok, errors: reset 3, cancelled 2, A aborted, error rate E' in the outcome vocabulary of
+    :data:`loadgen.metric_registry.OUTCOMES`, every count marked with its source."""
+    out = [num(sc.count, f"{prefix}/count", "count", name), " requests: ", num(sc.ok, f"{prefix}/ok", "count", name),
+           f" {outcome('ok').label}"]
+    errors = sorted((sc.errors or {}).items(), key=lambda kv: (kv[0] == "cancelled", kv[0]))
+    if errors:
+        out.append(", errors: ")
+        for j, (cls, _) in enumerate(errors):
+            out += [", " if j else "", f"{cls} ", num(sc.errors[cls], f"{prefix}/errors/{cls}", "count", name)]
+    if sc.aborted:
+        out += [", ", num(sc.aborted, f"{prefix}/aborted", "count", name), f" {outcome('aborted').label}"]
+    return out + [", error rate ", num(sc.error_rate, f"{prefix}/error_rate", "pct", name)]
 
 
 def text(sentence: list) -> str:

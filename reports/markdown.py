@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 
 from loadgen.analysis.host import notable_lines
+from loadgen.metric_registry import outcome_counts
 from loadgen.records.results import MetricStats, Scope
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
@@ -73,8 +74,8 @@ def _slo_table(run: RunData) -> list[str]:
         return []
     if not run.cold_start:
         return _table(["target", "objective", "measured", "95% CI", "result"],
-                      [[esc(r["target"]), code(r["expr"]), r["value"].text + (" ms" if r["value"].kind == "ms" else ""),
-                        r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
+                      [[esc(r["target"]), code(r["expr"]), _measured(r), r["ci"].text,
+                        "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
     rows = []
     for group, tds in run.groups():
         by_expr: dict[str, list[dict]] = {}
@@ -86,6 +87,13 @@ def _slo_table(run: RunData) -> list[str]:
             rows.append([esc(group), code(expr), " · ".join(r["value"].text for r in rs) + unit,
                          f"{'✅' if passed == len(rs) else '❌'} {passed} of {len(rs)} starts pass"])
     return _table(["architecture", "objective", "measured, start by start", "result"], rows, text_cols=2)
+
+
+def _measured(r: dict) -> str:
+    """An objective's measured value with its unit, or why it has none."""
+    if r["value"].text == fmt.DASH:
+        return esc(r["reason"]) or fmt.DASH
+    return r["value"].text + (" ms" if r["value"].kind == "ms" else "")
 
 
 def _cold_table(run: RunData) -> list[str]:
@@ -138,6 +146,9 @@ def render_markdown(run: RunData) -> str:
     if rows:
         lines += _table(["target", "requests", "errors", "mean (ms)", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
                          "achieved req/s"], rows)
+        lines += ["**Requests by outcome:**"] + [f"- {esc(td.name)}: " + esc(outcome_counts(
+            ov.count or 0, ov.ok or 0, ov.errors, ov.aborted)) for td in run.targets if td.result
+            for ov in [td.result.overall or Scope()]] + [""]
     lines += _closed_table(run)
     if v.get("logs"):
         lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
@@ -147,8 +158,10 @@ def render_markdown(run: RunData) -> str:
         lines += ["**Host:**", *host, ""]
     cmp = run_comparison(run)
     if cmp:
+        words = [c[3] for c in report_model.COMPARE]
         lines += [f"**Against {esc(cmp['base'])}:** " + "; ".join(
-            f"{esc(r['label'])}: {', '.join(r['ratios'])}" for r in cmp["rows"][1:]), ""]
+            f"{esc(r['label'])}: " + ", ".join(f"{words[j]} {esc(c.note)}" for j, c in enumerate(r["cells"]) if c.note)
+            for r in cmp["rows"][1:]), ""]
     lines.append(f"<sub>latbench {esc(run.meta.latbench_version or '')} · RunDir `{esc(run.path.name)}` · "
                  "full report in report.html</sub>")
     return "\n".join(lines) + "\n"

@@ -135,11 +135,13 @@ def timeseries_plot(summary: Summary) -> str | None:
         else:
             e.text(0.5, 0.5, "no errors", transform=e.transAxes, ha="center", va="center", color="#2ca02c")
         n = ax[3, 0]
-        n.plot(t + step, f(ts.in_flight), color=PALETTE[3], lw=1.2)  # counted at each bin's end
-        n.set_ylabel("in flight"), n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
+        peaks = f(ts.in_flight)  # each second's peak, as the headline's peaks are
+        n.plot(np.append(t, t[-1] + step), np.append(peaks, peaks[-1]), color=PALETTE[3], lw=1.2,
+               drawstyle="steps-post")
+        n.set_ylabel("in flight\n(peak)"), n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
         for row in ax[:, 0]:
             shade_phases(row, phases) if row is a else shade_windows(row, phases)
-        mark_bursts(a, n, summary.burst or [])
+        mark_bursts(a, n, summary.burst or [], summary.duration_s)
         a.legend(**OUTSIDE)
         a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
         return to_uri(fig)
@@ -148,10 +150,11 @@ def timeseries_plot(summary: Summary) -> str | None:
 RECOVERY_COLOR, DRAIN_COLOR = "#2ca02c", "#9467bd"
 
 
-def mark_bursts(lat_ax, inflight_ax, bursts: list[Burst]) -> None:
+def mark_bursts(lat_ax, inflight_ax, bursts: list[Burst], duration: float | None = None) -> None:
     """Each spike's aftermath as marked intervals (values from the summary's ``burst`` entries): on the
     latency panel, from the spike's end to the recovery time, with the objective it recovered to; on the
-    in-flight panel, the baseline's peak and the drain time back to it."""
+    in-flight panel, the baseline's peak and the drain time back to it (none when the run, ``duration`` seconds
+    long, stopped before the spike ended: there was no drain)."""
     for b in bursts:
         rec = b.recovery or Recovery()
         if rec.threshold is not None:
@@ -177,7 +180,7 @@ def mark_bursts(lat_ax, inflight_ax, bursts: list[Burst]) -> None:
         fl = b.in_flight or InFlight()
         if fl.baseline_peak is not None:
             inflight_ax.axhline(fl.baseline_peak, color="#7f7f7f", lw=0.8, ls="--")
-        if fl.drain_s is not None:
+        if fl.drain_s is not None and not (duration is not None and b.end is not None and duration < b.end):
             inflight_ax.axvspan(b.end, b.end + fl.drain_s, color=DRAIN_COLOR, alpha=0.18, lw=0)
             inflight_ax.text(b.end + fl.drain_s, 0.95, f" drained {fl.drain_s:.1f} s (peak {fl.peak})",
                              transform=inflight_ax.get_xaxis_transform(), va="top", ha="left", fontsize=8,

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from loadgen import metric_registry
 from loadgen.analysis.repeated import group_outcomes
-from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
+from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge, unmeasured
 from loadgen.records.results import (
+    ClosedLoop,
     Gap,
     MetricStats,
     Percentile,
@@ -26,6 +27,7 @@ from loadgen.records.results import (
 )
 from loadgen.records.rundir import SERVER_LOG
 from reports import fmt
+from reports.claims import interval_of, ratio_claim
 from reports.rundir_loader import RunData, TargetData
 from reports.strips import REPEATS_SRC, strips_for
 
@@ -41,6 +43,7 @@ class Cell:
     css: str = ""
     title: str = ""
     dots: object = None  # a repeated run's per-run values as a strip (reports.repeated.Strip), or None
+    note: str = ""  # said under the value (a comparison's ratio against its first entry)
 
 
 def get(d: dict, path: str):
@@ -99,27 +102,107 @@ def percentile_table(scope: Scope, target: str, prefix: str) -> list[dict]:
     return rows
 
 
-#: (its path in a scope, how it is read from the scope, display kind, column label)
-THROUGHPUT = (("count", lambda sc: sc.count, "count", "requests"), ("ok", lambda sc: sc.ok, "count", "ok"),
-              ("error_rate", lambda sc: sc.error_rate, "pct", "error rate"),
-              ("aborted_rate", lambda sc: sc.aborted_rate, "pct", "aborted (client)"),
-              ("target_qps", lambda sc: sc.target_qps, "rate", "target req/s"),
-              ("sent_qps", lambda sc: sc.sent_qps, "rate", "sent req/s"),
-              ("achieved_qps", lambda sc: sc.achieved_qps, "rate", "achieved req/s"),
-              ("input_tokens_per_s", lambda sc: sc.input_tokens_per_s, "rate", "input tokens/s"),
-              ("output_tokens_per_s", lambda sc: sc.output_tokens_per_s, "rate", "output tokens/s"),
-              ("output_tokens_per_s_per_user/percentiles/p50/value", lambda sc: _p50(sc.output_tokens_per_s_per_user),
-               "rate", "output tokens/s per user (p50)"),
-              ("goodput", lambda sc: sc.goodput, "pct", "goodput"),
-              ("goodput_qps", lambda sc: sc.goodput_qps, "rate", "good req/s"))
+#: (its path in a scope, how it is read from the scope, display kind, column label) of the rates table; the first
+#: column is what was asked: a rate in an open loop, a concurrency in a closed one.
+RATES = (("target_qps", lambda sc: None if sc.closed_loop else sc.target_qps, "rate", "target req/s"),
+         ("closed_loop/asked", lambda sc: (sc.closed_loop or ClosedLoop()).asked, "count", "concurrency asked"),
+         ("closed_loop/held", lambda sc: (sc.closed_loop or ClosedLoop()).held, "rate", "concurrency held"),
+         ("sent_qps", lambda sc: sc.sent_qps, "rate", "sent req/s"),
+         ("achieved_qps", lambda sc: sc.achieved_qps, "rate", "achieved req/s"),
+         ("goodput_qps", lambda sc: sc.goodput_qps, "rate", "good req/s"),
+         ("goodput", lambda sc: sc.goodput, "pct", "goodput"))
+#: the same, of the tokens table
+TOKEN_RATES = (("input_tokens_per_s", lambda sc: sc.input_tokens_per_s, "rate", "input tokens/s"),
+               ("output_tokens_per_s", lambda sc: sc.output_tokens_per_s, "rate", "output tokens/s"),
+               ("output_tokens_per_s_per_user/percentiles/p50/value",
+                lambda sc: _p50(sc.output_tokens_per_s_per_user), "rate", "output tokens/s per user (p50)"))
 
 
-def throughput_rows(summary: Summary, target: str) -> list[dict]:
+def _open_scope(summary: Summary, sc: Scope) -> bool:
+    """Whether ``sc`` asked a rate: an open-loop phase, or the overall scope of a run with one."""
+    if sc is not summary.overall:
+        return not sc.closed_loop
+    return any(not ph.closed_loop for ph in (summary.phases or {}).values() if ph and ph.is_recorded)
+
+
+def rate_columns(summary: Summary, table: tuple = RATES) -> list[int]:
+    """Which columns of ``table`` the run has: the rate asked where a phase is open-loop, the concurrency asked and
+    held where one is closed, goodput where the scenario defines it."""
+    scopes = [sc for _, _, sc in summary.scopes()]
+    closed = any(sc.closed_loop for sc in scopes)
+    keep = []
+    for i, (key, read, _, _) in enumerate(table):
+        if key == "target_qps" and not any(_open_scope(summary, sc) for sc in scopes):
+            continue
+        if key.startswith("closed_loop") and not closed:
+            continue
+        if key.startswith("goodput") and all(read(sc) is None for sc in scopes):
+            continue
+        keep.append(i)
+    return keep
+
+
+def rate_rows(summary: Summary, target: str, table: tuple = RATES) -> tuple[list[str], list[dict]]:
+    """(column labels, one row per scope) of what each scope asked and achieved (``table``: RATES, or TOKEN_RATES
+    for tokens)."""
+    cols = rate_columns(summary, table)
     rows = []
     for label, prefix, sc in summary.scopes():
-        cells = [num(read(sc), f"{prefix}/{key}", kind, target) for key, read, kind, _ in THROUGHPUT]
-        rows.append({"label": label, "recorded": sc.is_recorded, "cells": cells})
-    return rows
+        cells = []
+        for i in cols:
+            key, read, kind, _ = table[i]
+            value = read(sc) if key != "target_qps" or _open_scope(summary, sc) else None
+            cells.append(num(value, f"{prefix}/{key}", kind, target) if value is not None else Cell(""))
+        rows.append({"label": scope_label(summary, label, sc), "recorded": sc.is_recorded, "cells": cells})
+    return [table[i][-1] for i in cols], rows
+
+
+def scope_label(summary: Summary, label: str, sc: Scope) -> str:
+    """A scope's row label: a phase with no request says so (and why, when the run stopped before it)."""
+    if sc.count or sc is summary.overall:
+        return label
+    return f"{label} (not run: the run stopped before it)" if summary.complete is False else f"{label} (no requests)"
+
+
+def outcome_rows(summary: Summary, target: str) -> tuple[list[str], list[dict]]:
+    """(column labels, one row per scope) of how its requests ended, in the outcome vocabulary of
+    :data:`loadgen.metric_registry.OUTCOMES`: requests, ok, each error class seen (``cancelled`` among them),
+    aborted, and the error rate."""
+    scopes = summary.scopes()
+    classes = sorted({c for _, _, sc in scopes for c in (sc.errors or {})}, key=lambda c: (c == "cancelled", c))
+    aborted = any(sc.aborted for _, _, sc in scopes)
+    cols = ["requests", metric_registry.outcome("ok").label, *(f"error: {c}" if c != "cancelled" else c
+                                                              for c in classes)]
+    cols += [metric_registry.outcome("aborted").label] if aborted else []
+    cols += ["error rate"] + (["aborted rate"] if aborted else [])
+    rows = []
+    for label, prefix, sc in scopes:
+        cells = [num(sc.count, f"{prefix}/count", "count", target), num(sc.ok, f"{prefix}/ok", "count", target)]
+        cells += [num((sc.errors or {}).get(c), f"{prefix}/errors/{c}", "count0", target) for c in classes]
+        cells += [num(sc.aborted, f"{prefix}/aborted", "count0", target)] if aborted else []
+        cells.append(num(sc.error_rate, f"{prefix}/error_rate", "pct", target))
+        cells += [num(sc.aborted_rate, f"{prefix}/aborted_rate", "pct", target)] if aborted else []
+        rows.append({"label": scope_label(summary, label, sc), "recorded": sc.is_recorded, "cells": cells})
+    return cols, rows
+
+
+def outcome_note(summary: Summary) -> str:
+    """The outcomes of this table defined, from the registry: ok and errors always, cancelled and aborted where
+    they occur."""
+    seen = {"ok", "error"}
+    seen |= {"cancelled"} if any("cancelled" in (sc.errors or {}) for _, _, sc in summary.scopes()) else set()
+    seen |= {"aborted"} if any(sc.aborted for _, _, sc in summary.scopes()) else set()
+    return " ".join(f"{o.label}: {o.definition}." for o in metric_registry.outcomes() if o.name in seen)
+
+
+def rates_note(summary: Summary) -> str:
+    """What the rates table's rates are, from the registry's definitions (said once, here)."""
+    note = [f"achieved req/s: {metric_registry.metric('achieved_qps').definition}",
+            f"sent req/s: {metric_registry.metric('sent_qps').definition}"]
+    if any(sc.closed_loop for _, _, sc in summary.scopes()):
+        note.append("a closed-loop phase asks a concurrency, not a rate: concurrency held is "
+                    + metric_registry.metric("closed_loop.held").definition.split(": ", 1)[1])
+    return "; ".join(note) + "."
 
 
 #: (its path in a phase's closed_loop, how it is read from it, display kind, column label)
@@ -170,17 +253,6 @@ def conversation_note(summary: Summary) -> str:
             "the previous turn's end plus the think time.")
 
 
-def error_rows(summary: Summary, target: str) -> tuple[list[str], list[dict]]:
-    """(scope labels, one row per error class seen) of error counts."""
-    sc = summary.scopes()
-    classes = sorted({c for _, _, scope in sc for c in (scope.errors or {})})
-    rows = []
-    for c in classes:
-        cells = [num((scope.errors or {}).get(c), f"{p}/errors/{c}", "count0", target) for _, p, scope in sc]
-        rows.append({"label": c, "cells": cells})
-    return [s[0] for s in sc], rows
-
-
 def target_label(td: TargetData) -> str:
     """How a target is named in a report: a fresh start of a cold-start study, or one run of a repeated
     run, under its target (architecture)."""
@@ -201,72 +273,101 @@ def slo_rows(targets: list[TargetData]) -> list[dict]:
                 "target": target_label(td), "expr": r.expr or "", "passed": bool(r.passed),
                 "value": num(r.value, f"slo/{i}/value", kind, td.name),
                 "ci": Cell(fmt.ci(r.ci, kind), f"slo/{i}/ci", "ci", td.name) if r.ci else Cell(fmt.DASH),
-                "reason": r.reason or "", "runs": "",
+                "reason": r.reason or (unmeasured(r.to_json(), td.summary or {}) if r.value is None else ""),
+                "runs": "",
             })
     return rows
 
 
-def _overall_pct(s: Summary, metric: str, p: str):
-    return pct((s.overall or Scope()).metric(metric), p).value
+def _overall_pct(s: Summary, metric: str, p: str) -> tuple:
+    """(value, interval or None when too few samples) of percentile ``p`` of ``metric`` over the overall scope."""
+    e = pct((s.overall or Scope()).metric(metric), p)
+    return e.value, interval_of(e.ci, e.too_few_samples)
 
 
-#: (column, (summary.json path, how it is read from the summary), display kind, ratio word, lower is better,
-#: repeats.json statistic)
-COMPARE = (("mean", ("overall/metrics/latency/mean", lambda s: ((s.overall or Scope()).metric("latency")
-                                                                 or MetricStats()).mean),
-            "ms", "mean", True, "latency.mean"),
-           ("p50", ("overall/metrics/latency/percentiles/p50/value", lambda s: _overall_pct(s, "latency", "p50")),
-            "ms", "p50", True, "latency.p50"),
-           ("p99", ("overall/metrics/latency/percentiles/p99/value", lambda s: _overall_pct(s, "latency", "p99")),
-            "ms", "p99", True, "latency.p99"),
-           ("TTFT p50", ("overall/metrics/ttft/percentiles/p50/value", lambda s: _overall_pct(s, "ttft", "p50")),
-            "ms", "TTFT p50", True, "ttft.p50"),
-           ("TTFT p99", ("overall/metrics/ttft/percentiles/p99/value", lambda s: _overall_pct(s, "ttft", "p99")),
-            "ms", "TTFT p99", True, "ttft.p99"),
-           ("QPS held", ("overall/achieved_qps", lambda s: (s.overall or Scope()).achieved_qps),
-            "rate", "QPS", False, "achieved_qps"),
-           ("error rate", ("overall/error_rate", lambda s: (s.overall or Scope()).error_rate),
-            "pct", "", True, "error_rate"))
+#: (column, (summary.json path, how (value, interval) is read from the summary), display kind, ratio word (none:
+#: no ratio), lower is better, repeats.json statistic, why a ratio has no interval when it has none)
+FEW = "no interval: too few requests for one"
+COMPARE = (("mean (ms)", ("overall/metrics/latency/mean", lambda s: (((s.overall or Scope()).metric("latency")
+                                                                       or MetricStats()).mean, None)),
+            "ms", "mean", True, "latency.mean", "no interval: a mean has none here"),
+           ("p50 (ms)", ("overall/metrics/latency/percentiles/p50/value", lambda s: _overall_pct(s, "latency", "p50")),
+            "ms", "p50", True, "latency.p50", FEW),
+           ("p99 (ms)", ("overall/metrics/latency/percentiles/p99/value", lambda s: _overall_pct(s, "latency", "p99")),
+            "ms", "p99", True, "latency.p99", FEW),
+           ("TTFT p50 (ms)", ("overall/metrics/ttft/percentiles/p50/value", lambda s: _overall_pct(s, "ttft", "p50")),
+            "ms", "TTFT p50", True, "ttft.p50", FEW),
+           ("TTFT p99 (ms)", ("overall/metrics/ttft/percentiles/p99/value", lambda s: _overall_pct(s, "ttft", "p99")),
+            "ms", "TTFT p99", True, "ttft.p99", FEW),
+           ("achieved req/s", ("overall/achieved_qps", lambda s: ((s.overall or Scope()).achieved_qps, None)),
+            "rate", "", False, "achieved_qps", ""),
+           ("error rate", ("overall/error_rate", lambda s: ((s.overall or Scope()).error_rate, None)),
+            "pct", "", True, "error_rate", ""))
+
+
+#: what the entries of a comparison are: (singular, plural)
+COMPARED = {"architecture": ("architecture", "architectures"), "run": ("run", "runs"),
+            "engine": ("engine", "engines"), "target": ("target", "targets")}
+
+
+def compared(items: list[tuple[RunData, TargetData]]) -> str:
+    """What a comparison puts side by side, from the RunDirs' own metadata (a key of :data:`COMPARED`): engines when
+    the entries come from several RunDirs run with different engines; runs when from several RunDirs (of one
+    scenario and target, or not); architectures when every entry is a reference server and their architectures
+    differ; otherwise targets."""
+    runs = {str(run.path): run for run, _ in items}
+    if len(runs) > 1:
+        return "engine" if len({run.meta.engine for run in runs.values()}) > 1 else "run"
+    servers = [td.meta.server for _, td in items]
+    if all(sv is not None and sv.arch for sv in servers) and len({sv.arch for sv in servers}) > 1:
+        return "architecture"
+    return "target"
 
 
 def comparison(entries: list[tuple[str, Summary | None]],
-               groups: dict[str, tuple[str, RepeatTarget]] | None = None) -> dict | None:
-    """'architecture | mean | p50 | p99 | TTFT p50 | TTFT p99 | QPS held' with ratios against the first entry.
+               groups: dict[str, tuple[str, RepeatTarget]] | None = None, what: str = "target") -> dict | None:
+    """Each entry's mean, p50, p99, TTFT p50/p99, achieved req/s and error rate; under each latency, its ratio
+    against the first entry as :func:`reports.claims.ratio_claim` says it (with its interval, or why none).
+    ``what``: what an entry is (target, architecture, run, engine), the head of the label column.
 
     ``groups``: repeated targets by label (their name and entry in repeats.json): such an entry shows the median of
-    its runs (``src`` then points into repeats.json) with one dot per run beside it; its summary may be None."""
+    its runs (``src`` then points into repeats.json) with one dot per run beside it, and its ratios use the
+    between-run intervals; its summary may be None."""
     groups = groups or {}
     entries = [(label, s) for label, s in entries if s or label in groups]
     if len(entries) < 2:
         return None
     values = [[_compare_value(label, s, groups, col) for col in COMPARE] for label, s in entries]
-    strips = [strips_for([v[j][2] for v in values], [v[j][3] for v in values], COMPARE[j][2])
+    strips = [strips_for([v[j][2] for v in values], [v[j][3] if label in groups else None
+                                                      for v, (label, _) in zip(values, entries)], COMPARE[j][2])
               for j in range(len(COMPARE))]
     rows = []
     for i, (label, _) in enumerate(entries):
-        cells, ratios = [], []
-        for j, (_, _, kind, what, lower, _) in enumerate(COMPARE):
-            value, src, _, _ = values[i][j]
+        cells = []
+        for j, (_, _, kind, word, lower, _, why) in enumerate(COMPARE):
+            value, src, _, ci = values[i][j]
             c = Cell(fmt.fmt(value, kind), src, kind, label)
             if label in groups:
                 c.dots = strips[j][i]
+            if word and i > 0:
+                base = values[0][j]
+                c.note = ratio_claim((base[0], base[3]), (value, ci), "", lower, why)
             cells.append(c)
-            if what and i > 0:
-                ratios.append(fmt.ratio_text(values[0][j][0], value, what, lower))
-        rows.append({"label": label, "cells": cells, "ratios": ratios if i else ["baseline"]})
-    return {"columns": [c[0] for c in COMPARE], "rows": rows, "base": entries[0][0],
+        rows.append({"label": label, "cells": cells})
+    return {"columns": [c[0] for c in COMPARE], "rows": rows, "base": entries[0][0], "what": what,
             "repeated": bool(groups)}
 
 
 def _compare_value(label: str, s: Summary | None, groups: dict[str, tuple[str, RepeatTarget]], col) -> tuple:
-    """(value shown, its src, the per-run values, their between-run interval) of one comparison cell."""
-    _, (path, read), _, _, _, key = col
+    """(value shown, its src, the per-run values, its interval) of one comparison cell: a repeated target's
+    between-run interval, else the percentile's own (None for a mean or a rate, or too few samples)."""
+    _, (path, read), _, _, _, key, _ = col
     if label in groups:
         name, g = groups[label]  # the target's name in repeats.json, its entry there
         st = g.stat(key)
         return st.median, f"{REPEATS_SRC}targets/{name}/stats/{key}/median", st.values or [], st.ci
-    v = read(s) if s is not None else None
-    return v, path, [v], None
+    v, ci = read(s) if s is not None else (None, None)
+    return v, path, [v], ci
 
 
 def stored_verdict(run: RunData) -> Verdict | None:
@@ -318,9 +419,9 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
         warnings.insert(0, "INCOMPLETE RUN: the run was interrupted or crashed; the report shows the requests "
                            "recorded before it stopped")
     if failed:
-        headline = f"{len(failed)} of {total} objectives missed"
+        headline = f"{len(failed)} of {total} objectives missed" if total > 1 else "its one objective missed"
     elif total:
-        headline = f"all {total} objectives met"
+        headline = f"all {total} objectives met" if total > 1 else "its one objective met"
     else:
         headline = "no objectives defined"
     if state == "invalid":
@@ -356,7 +457,7 @@ def target_info(td: TargetData) -> list[tuple[str, str]]:
     m, s = td.meta, td.result or Summary()
     count = m.requests if m.requests is not None else (s.overall.count if s.overall else None)
     rows = [("url", _given(m, "url")), ("model", str(s.model or m.model or fmt.DASH)),
-            ("requests", fmt.count(count)), ("duration", fmt.seconds(s.duration_s))]
+            ("requests (all phases)", fmt.count(count)), ("duration", fmt.seconds(s.duration_s))]
     server = m.server
     for k in ("arch", "backend", "model", "device") if server else ():
         if k in server.model_fields_set:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from loadgen.analysis.closedloop import HELD_MIN
 from loadgen.records.rundir import write_text
-from reports import repeated, report_model
+from reports import breakdowns, repeated, report_model
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
 from reports.html import render
@@ -19,15 +19,22 @@ def target_section(td, i: int) -> dict:
            "info": report_model.target_info(td), "ran": s is not None, "notes": list((s.notes if s else None) or []),
            "complete": bool(s and s.complete is not False) and not td.recomputed}
     if s is None:
-        return sec | {"scopes": [], "throughput": [], "error_scopes": [], "errors": [], "figures": [], "turns": [],
-                      "turns_note": "", "closed": []}
+        return sec | {"scopes": [], "outcomes": None, "rates": None, "tokens": None, "figures": [], "turns": [],
+                      "turns_note": "", "closed": [], "image_sizes": [], "tools": [], "tools_note": "",
+                      "structured_note": ""}
     sec["scopes"] = [{"label": label, "recorded": sc.is_recorded,
                       "rows": report_model.percentile_table(sc, td.name, prefix)}
                      for label, prefix, sc in s.scopes()]
-    sec["throughput"] = report_model.throughput_rows(s, td.name)
+    cols, rows = report_model.outcome_rows(s, td.name)
+    sec["outcomes"] = {"cols": cols, "rows": rows, "note": report_model.outcome_note(s)}
+    cols, rows = report_model.rate_rows(s, td.name)
+    sec["rates"] = {"cols": cols, "rows": rows, "note": report_model.rates_note(s)}
+    cols, rows = report_model.rate_rows(s, td.name, report_model.TOKEN_RATES)
+    sec["tokens"] = {"cols": cols, "rows": rows}
     sec["closed"] = report_model.closed_loop_rows(s, td.name)
-    sec["error_scopes"], sec["errors"] = report_model.error_rows(s, td.name)
     sec["turns"], sec["turns_note"] = report_model.turn_rows(s, td.name), report_model.conversation_note(s)
+    sec["image_sizes"], sec["tools"] = breakdowns.image_rows(s, td.name), breakdowns.tool_rows(s, td.name)
+    sec["tools_note"], sec["structured_note"] = breakdowns.tool_note(s), breakdowns.structured_note(s)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)
@@ -88,8 +95,8 @@ def run_context(run: RunData) -> dict:
         "overview": overview_figures(labelled),
         "groups": groups_context(run, sections),
         "pcts": report_model.PCTS,
-        "throughput_cols": [c[-1] for c in report_model.THROUGHPUT],
         "turn_cols": [c[-1] for c in report_model.TURN_COLUMNS],
+        "image_cols": breakdowns.IMAGE_COLUMNS, "tool_cols": breakdowns.TOOL_COLUMNS,
         "closed_cols": [c[-1] for c in report_model.CLOSED_COLUMNS],
         "held_min": f"{HELD_MIN:.0%}",
     }
@@ -100,7 +107,8 @@ def run_comparison(run: RunData) -> dict | None:
     if run.repeated:
         groups = {name: (name, g) for name, g in (run.repeated.targets or {}).items()}
         return report_model.comparison([(name, None) for name in groups], groups)
-    return report_model.comparison([(td.name, td.result) for td in run.targets])
+    what = report_model.compared([(run, td) for td in run.targets if td.result])
+    return report_model.comparison([(td.name, td.result) for td in run.targets], what=what)
 
 
 def render_run(run: RunData) -> str:

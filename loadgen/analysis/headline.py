@@ -90,6 +90,22 @@ def in_flight_events(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return t[order], np.cumsum(step[order])
 
 
+def in_flight_peaks(df: pd.DataFrame, edges: np.ndarray) -> np.ndarray:
+    """Per bin ``[edges[i], edges[i+1])``: the most requests in flight at any moment of it, exact from send and
+    completion times (:func:`in_flight_events`); the chart of requests in flight draws these, so its peaks are the
+    peaks a headline quotes (:func:`_peak` over a phase is the largest of its bins')."""
+    nb = len(edges) - 1
+    t, n = in_flight_events(df)
+    if not t.size:
+        return np.zeros(nb, dtype=np.int64)
+    before = np.searchsorted(t, edges[:-1], "right") - 1  # the level each bin starts at
+    peaks = np.where(before >= 0, n[np.maximum(before, 0)], 0).astype(np.int64)
+    inside = (t >= edges[0]) & (t < edges[-1])
+    bins = np.searchsorted(edges, t[inside], "right") - 1
+    np.maximum.at(peaks, bins, n[inside].astype(np.int64))
+    return peaks
+
+
 def _peak(t: np.ndarray, n: np.ndarray, start: float, end: float) -> int:
     before = np.searchsorted(t, start, "right") - 1
     inside = n[(t >= start) & (t < end)]
@@ -194,7 +210,8 @@ def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expe
 def architectures(entries: list[tuple[str, dict, dict]]) -> dict | None:
     """The article's comparison of ``(label, summary, server config)`` entries: mean and p99 latency of
     each over the overall scope; ``p99_vs_first``: how many times lower (``lower``) or higher each one's p99
-    is than the first's, as a factor of at least 1 with its interval; and the knobs that differ."""
+    is than the first's, as a factor of at least 1 with its interval; the knobs that differ; and
+    ``interval_needs``: the fewest requests whose p99 has an interval (a ratio without one says so)."""
     entries = [(label, s, cfg or {}) for label, s, cfg in entries if s]
     if len(entries) < 2:
         return None
@@ -215,4 +232,4 @@ def architectures(entries: list[tuple[str, dict, dict]]) -> dict | None:
         values = [cfg.get(k) for _, _, cfg in entries]
         if any(k in cfg for _, _, cfg in entries) and len({repr(v) for v in values}) > 1:
             knobs[k] = values
-    return {"rows": rows, "base": entries[0][0], "knobs": knobs}
+    return {"rows": rows, "base": entries[0][0], "knobs": knobs, "interval_needs": samples_for_interval(99.0)}

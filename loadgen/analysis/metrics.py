@@ -40,8 +40,9 @@ import pyarrow.compute as pc
 from loadgen import metric_registry
 from loadgen.analysis.closedloop import closed_loop_stats
 from loadgen.analysis.conversations import conversation_stats
+from loadgen.analysis.features import image_block, structured_block, tool_call_block
 from loadgen.analysis.goodput import good_column, good_within
-from loadgen.analysis.headline import burst_effects, headroom
+from loadgen.analysis.headline import burst_effects, headroom, in_flight_peaks
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted, stat_value
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.results import Generator, Summary
@@ -70,6 +71,8 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     if "first_answer" in df:  # a reader may select fewer columns (the reports' plots)
         df["ttfat"] = df["first_answer"] - df["scheduled"]
         df["reasoning_time"] = np.where(df["reasoning_tokens"] > 0, df["first_answer"] - df["first_token"], np.nan)
+    if "first_tool_call" in df:
+        df["ttftc"] = df["first_tool_call"] - df["scheduled"]
     n = df["output_tokens"].astype(np.float64)
     df["tpot"] = np.where(n > 1, (df["done"] - df["first_token"]) / (n - 1), np.nan)
     df["send_lag"] = df["sent"] - df["scheduled"]
@@ -193,6 +196,8 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     metrics = {}
     pcts = tuple(sorted(set(PERCENTILES) | set(extra_pcts)))
     for m in map(metric_registry.metric, metric_registry.distributions()):
+        if m.needs is not None and not (m.needs in df and (df[m.needs] > 0).any()):
+            continue  # a workload feature this scope's requests did not have (tool calls...)
         metrics[m.name] = describe(metric_samples(df if m.of_all else ok, m.name), pcts)
     judged_lat = df[~df["aborted"]]
     lat_inf = np.where(judged_lat["ok"], judged_lat["latency"], np.inf)
@@ -200,6 +205,14 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     judged = ~np.isnan(good)
     done = df["done"].to_numpy()
     n_good_in_window = int(((good == 1) & (done >= start) & (done < end)).sum())
+    features = {k: v for k, v in (("images", image_block(df, ok)), ("tool_calls", tool_call_block(df, ok)))
+                if v is not None}  # only where the scope's requests had them (loadgen.analysis.features)
+    if "tool_calls" in features:
+        features["tool_call_rate"] = features["tool_calls"]["tool_call_rate"]
+    structured = structured_block(ok)
+    if structured is not None:
+        features.update(structured=structured, json_valid_rate=structured["json_valid_rate"],
+                        schema_valid_rate=structured["schema_valid_rate"])
     return {
         "start": start,
         "end": end,
@@ -223,6 +236,7 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
         "tokens": token_counts(ok),
         "metrics": metrics,
         "latency_errors_inf": describe(lat_inf, pcts)["percentiles"],
+        **features,
     }
 
 
@@ -304,7 +318,8 @@ def recovery(df: pd.DataFrame, plans: list[PhasePlan], slos: list[SLO]) -> list[
 
 
 def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: float = 1.0) -> dict:
-    """Per-second series over the whole run (all phases, recorded or not)."""
+    """Per-second series over the whole run (all phases, recorded or not); ``in_flight``: the most requests in flight
+    at any moment of each second."""
     nb = max(1, int(math.ceil(duration / step)))
     edges = np.arange(nb + 1) * step
     done = df["done"].to_numpy()
@@ -323,8 +338,7 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
             p50[i] = nearest_rank(seg, 50)  # seg is sorted: the lexsort ordered latencies within a bin
             p99[i] = nearest_rank(seg, 99)
     sent_sorted = np.sort(sent[~np.isnan(sent)])
-    done_sent = np.sort(done[~np.isnan(sent)])
-    in_flight = np.searchsorted(sent_sorted, edges[1:], "right") - np.searchsorted(done_sent, edges[1:], "right")
+    in_flight = in_flight_peaks(df, edges)  # each bin's peak: the headline's peaks are the chart's
     mid = edges[:-1] + step / 2
     target = [sum(p.rate_at(t) for p in plans) for t in mid]
     errs = {}
@@ -420,7 +434,9 @@ def slo_value(scope: dict, slo: SLO):
     """(value, ci) of an objective within one scope's statistics."""
     if slo.stat is None:
         return scope.get(slo.metric), None
-    desc = scope["metrics"][slo.metric]
+    desc = scope["metrics"].get(slo.metric)
+    if desc is None:  # a metric of a workload feature the scope's requests did not have (ttftc without tool calls)
+        return None, None
     value = stat_value(desc, slo.stat)
     ci = desc["percentiles"].get(slo.stat, {}).get("ci") if slo.stat.startswith("p") else None
     return value, ci

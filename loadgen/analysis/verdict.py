@@ -153,8 +153,33 @@ def target_reasons(t: TargetOutcome) -> list[Reason]:
         if slo["applies"] and not slo["passed"]:
             basis = f", {slo['basis']}" if slo.get("basis") else ""
             why = f"; {slo['reason']}" if slo.get("reason") else ""
-            out.append(Reason(Kind.SLO, t.name, f"{t.name}: {slo['expr']} (measured {show_value(slo)}{basis}{why})"))
+            measured = (f"measured {show_value(slo)}{basis}{why}" if slo.get("value") is not None
+                        else unmeasured(slo, s or {}) + why)
+            out.append(Reason(Kind.SLO, t.name, f"{labelled(t.name, slo['expr'])} ({measured})"))
     return out
+
+
+def labelled(name: str, expr: str) -> str:
+    """An objective named for its target, once: 'naive: latency.p99 < 1s', and 'optimized: latency.p99 < 1s' for
+    an objective already scoped to it (not 'optimized: optimized: ...')."""
+    scope = expr.split(":", 1)[0].strip() if ":" in expr else ""
+    return expr if scope == name or scope.startswith(f"{name}/") else f"{name}: {expr}"
+
+
+def unmeasured(slo: dict, s: dict) -> str:
+    """Why an objective has no value, in words: its phase recorded no request (the run stopped before it, or the
+    phase never ran), or none of its requests succeeded."""
+    name = (slo.get("scope") or "").split("/")[-1]
+    phases = s.get("phases") or {}
+    if name in phases:
+        if not (phases[name] or {}).get("count"):
+            if s.get("complete") is False:
+                return f"not measured: the run stopped before {name}, so no request was recorded in it"
+            return f"not measured: no request was recorded in {name}"
+        return f"not measured: no request of {name} succeeded"
+    if not (s.get("overall") or {}).get("count"):
+        return "not measured: no request was recorded"
+    return "not measured: no request succeeded"
 
 
 def generator_limited_text(g: dict) -> str:

@@ -12,18 +12,24 @@ from rich.text import Text
 
 from loadgen.analysis.closedloop import held_share
 from loadgen.analysis.stats import stat_value
+from loadgen.metric_registry import outcome_counts
 from loadgen.units import fmt_ms
 
 
 def status_line(engine) -> str:
     """Elapsed, the phase, the achieved rate against what the phase asks (an arrival rate in an open loop, its
-    workers in a closed one), requests in flight, errors, and the recent p50/p99."""
+    workers in a closed one), requests in flight, errors, and the recent p50/p99. After the last phase, while
+    requests still in flight get the grace to finish: ``draining`` instead of a phase (nothing more is asked)."""
     live = engine.live
     now = engine.now() if engine.t0 else 0.0
     w = live.window(now)
-    asked = f"concurrency {live.concurrency}" if live.concurrency else f"target {live.target_rate:.0f}"
-    return (f"{now:6.1f}/{live.total_duration:.0f}s  phase {live.phase or '-':<10} "
-            f"qps {w['qps']:7.1f} ({asked})  in-flight {live.in_flight:5d}  "
+    if live.draining:
+        where = f"{now:6.1f}s  draining (after the last phase) "
+        asked = "nothing asked"
+    else:
+        where = f"{now:6.1f}/{live.total_duration:.0f}s  phase {live.phase or '-':<10} "
+        asked = f"concurrency {live.concurrency}" if live.concurrency else f"target {live.target_rate:.0f}"
+    return (f"{where}qps {w['qps']:7.1f} ({asked})  in-flight {live.in_flight:5d}  "
             f"errors {live.errors:5d}  p50 {fmt_ms(w['p50'])}  p99 {fmt_ms(w['p99'])}")
 
 
@@ -98,21 +104,40 @@ def summary_table(name: str, summary: dict) -> Table:
     for label, s in rows:
         m = s["metrics"]
         lat, ttft, itl = m["latency"], m["ttft"], m["itl"]
-        tq = s.get("target_qps")
         err = f"{s['error_rate'] * 100:.2f}%" if s.get("error_rate") is not None else "-"
         if s.get("aborted"):
             err += f" (+{s['aborted_rate'] * 100:.1f}% aborted)"
         extra = ([f"{s['goodput'] * 100:.1f}%" if s.get("goodput") is not None else "-"] if goodput else [])
         extra += _held_cells(s.get("closed_loop")) if closed else []
         name_cell = label + ("" if s.get("recorded", True) else " (not recorded)")
+        asked = _asked(label, s, summary)
         t.add_row(name_cell, str(s["count"]), err,
-                  (f"{s['achieved_qps']:.1f} (c {s['concurrency']})" if s.get("concurrency")
-                   else f"{s['achieved_qps']:.1f} ({tq:.0f})" if tq is not None and not math.isnan(tq)
-                   else f"{s['achieved_qps']:.1f}"),
+                  f"{s['achieved_qps']:.1f} ({asked})" if asked else f"{s['achieved_qps']:.1f}",
                   fmt_ms(stat_value(lat, "p50")), fmt_ms(stat_value(lat, "p99")), fmt_ms(stat_value(lat, "max")),
                   fmt_ms(stat_value(ttft, "p50")), fmt_ms(stat_value(ttft, "p99")), fmt_ms(stat_value(itl, "p50"), 2),
                   *extra)
     return t
+
+
+def _asked(label: str, s: dict, summary: dict) -> str:
+    """What a scope asked, beside the rate it achieved: 'c 4' (a closed loop's concurrency), '10' (an open loop's
+    target rate), or '' (the overall scope of phases that asked different things, or nothing known)."""
+    cl = s.get("closed_loop")
+    if cl and cl.get("asked") is not None:
+        return f"c {cl['asked']}"
+    if label == "overall":
+        recorded = [ph for ph in summary["phases"].values() if ph.get("recorded", True)]
+        if any(ph.get("closed_loop") for ph in recorded):  # its target_qps would count a closed loop's as 0
+            asks = {f"c {ph['closed_loop']['asked']}" for ph in recorded if ph.get("closed_loop")}
+            return asks.pop() if len(asks) == 1 and len(recorded) == 1 else ""
+    tq = s.get("target_qps")
+    return f"{tq:.0f}" if tq is not None and not math.isnan(tq) else ""
+
+
+def outcomes_line(summary: dict) -> str:
+    """How the run's requests ended, in the outcome vocabulary of loadgen.metric_registry.OUTCOMES, with counts."""
+    o = summary["overall"]
+    return "requests: " + outcome_counts(o["count"], o["ok"], o.get("errors"), o.get("aborted"))
 
 
 def _held_cells(cl: dict | None) -> list[str]:

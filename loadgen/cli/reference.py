@@ -256,7 +256,10 @@ def metrics_page() -> str:
            "latbench (milliseconds on display), measured on one monotonic clock from the run's start; "
            "`scheduled` is a request's intended send time, `sent` when it left, `first_token` its first token, "
            "`done` its last byte (the [RunDir](rundir.md#requestsparquet) columns).\n",
-           METRIC_TABLE_START + metric_registry.doc_table() + METRIC_TABLE_END]
+           METRIC_TABLE_START + metric_registry.doc_table() + METRIC_TABLE_END,
+           "## Outcomes {#outcomes}\n",
+           "Every request ends in exactly one of these; the terminal, summary.md, report.html and summary.json use "
+           "these words and show each with its count.\n", metric_registry.outcome_doc()]
     for m in metric_registry.metrics():
         out.append(f"## {m.name}\n")
         out.append((m.doc or m.definition) + "\n")

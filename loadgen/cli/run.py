@@ -21,7 +21,7 @@ from loadgen.cli.common import (
     print_reasons,
     redact_output,
 )
-from loadgen.cli.display import StatusDisplay, summary_table, tokens_line
+from loadgen.cli.display import StatusDisplay, outcomes_line, summary_table, tokens_line
 from loadgen.cli.repeated import between_table
 from loadgen.engine.options import EngineOptions
 from loadgen.errors import RunDirWriteError
@@ -126,6 +126,7 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_
     for tr in result.targets:
         if tr.summary and not repeats_file.is_file():
             out_console.print(summary_table(tr.name, tr.summary))
+            out_console.print(outcomes_line(tr.summary), highlight=False)
             out_console.print(tokens_line(tr.summary), highlight=False)
             for r in tr.summary.get("recovery", []):
                 when = (f"recovered {r['seconds']:.1f} s into {r['phase']}" if r["recovered"]

@@ -21,6 +21,7 @@ class LiveStats:
     def __init__(self, total_duration: float):
         self.total_duration = total_duration
         self.phase = ""
+        self.draining = False  # after the last phase: waiting out the grace for requests still in flight
         self.target_rate = 0.0  # open-loop phase: the arrival rate asked for (req/s)
         self.concurrency = 0  # closed-loop phase: its workers (0 in an open-loop phase)
         self.sent = 0
@@ -67,7 +68,8 @@ class LiveStats:
         new = min(i - last, limit, RING)
         idx = np.arange(i - new, i) & (RING - 1)
         snap = {"sent": self.sent, "completed": self.completed, "errors": self.errors, "in_flight": self.in_flight,
-                "phase": self.phase, "target_rate": self.target_rate, "concurrency": self.concurrency,
+                "phase": self.phase, "draining": self.draining, "target_rate": self.target_rate,
+                "concurrency": self.concurrency,
                 "t": self._t[idx].copy(), "lat": self._lat[idx].copy(), "ok": self._ok[idx].copy()}
         return snap, i
 
@@ -110,6 +112,7 @@ class GroupLive(LiveStats):
         for name in ("sent", "completed", "errors", "in_flight", "concurrency"):
             setattr(self, name, sum(s.get(name, 0) for s in snaps))
         self.phase, self.target_rate = snap["phase"], sum(s["target_rate"] for s in snaps)
+        self.draining = all(s.get("draining") for s in snaps)
         n = len(snap["t"])
         i = (self._i + np.arange(n)) & (RING - 1)
         self._t[i], self._lat[i], self._ok[i] = snap["t"], snap["lat"], snap["ok"]

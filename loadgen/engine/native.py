@@ -328,6 +328,7 @@ class NativeEngine(InFlight):
                 else:
                     self.live.target_rate, self.live.concurrency = plan.rate_start, 0
                     await self._open_phase(plan)
+            self.live.draining = True
             await self._finish_in_flight(notes)
         except asyncio.CancelledError:
             self.interrupted = True

@@ -134,6 +134,60 @@ class ClosedLoop(ResultModel):
     gap: Gap | None = None
 
 
+class ImageSizeRow(ResultModel):
+    """The requests of one image size (their images' pixels, summed): how many, and their TTFT and latency."""
+
+    image_pixels: int | None = None
+    n: int | None = None
+    ttft: MetricStats | None = None
+    latency: MetricStats | None = None
+
+
+class ScopeImages(ResultModel):
+    """A scope's requests that sent images (workload.images): how many, their images, mean pixels and bytes per
+    request (known sizes: a URL's are not), and TTFT by image size."""
+
+    requests: int | None = None
+    images: int | None = None
+    pixels_mean: Num = None
+    bytes_mean: Num = None
+    by_size: list[ImageSizeRow] | None = None
+
+
+class ToolCountRow(ResultModel):
+    """The requests offered one number of tools: how many, their TTFT and time to the first tool-call token."""
+
+    tools: int | None = None
+    n: int | None = None
+    ttft: MetricStats | None = None
+    ttftc: MetricStats | None = None
+
+
+class ScopeToolCalls(ResultModel):
+    """A scope's successful requests offered tools (workload.tools): how many called one (``tool_call_rate``),
+    the calls, their argument tokens, and TTFT by the number of tools offered."""
+
+    requests: int | None = None
+    called: int | None = None
+    tool_call_rate: Num = None
+    calls: int | None = None
+    argument_tokens: int | None = None
+    argument_tokens_mean: Num = None
+    by_tools: list[ToolCountRow] | None = None
+
+
+class ScopeStructured(ResultModel):
+    """A scope's answers checked against workload.response_format: how many, how many parsed as JSON, how many
+    were checked against a schema and matched it, and the two rates."""
+
+    checked: int | None = None
+    json_valid: int | None = None
+    json_valid_rate: Num = None
+    schema_checked: int | None = None
+    schema_valid: int | None = None
+    schema_valid_rate: Num = None
+
+
 class Scope(ResultModel):
     """The whole run (``overall``) or one phase: counts, rates, and each metric's statistics."""
 
@@ -144,6 +198,7 @@ class Scope(ResultModel):
     ok: int | None = None
     errors: dict[str, int] | None = None
     error_rate: Num = None
+    aborted: int | None = None
     target_qps: Num = None
     sent_qps: Num = None
     achieved_qps: Num = None
@@ -157,6 +212,12 @@ class Scope(ResultModel):
     goodput_qps: Num = None
     tokens: ScopeTokens | None = None
     closed_loop: ClosedLoop | None = None
+    images: ScopeImages | None = None
+    tool_calls: ScopeToolCalls | None = None
+    tool_call_rate: Num = None
+    structured: ScopeStructured | None = None
+    json_valid_rate: Num = None
+    schema_valid_rate: Num = None
 
     @property
     def is_recorded(self) -> bool:
@@ -302,7 +363,7 @@ class Conversations(ResultModel):
 
 class Timeseries(ResultModel):
     """The run in bins of ``step_s`` seconds from its start (``t``: each bin's start): counts, latency p50/p99
-    of the requests completed in it, requests in flight at its end, and errors by class."""
+    of the requests completed in it, the most requests in flight at any moment of it, and errors by class."""
 
     t: list[Num] | None = None
     step_s: Num = None

@@ -140,7 +140,8 @@ def test_headroom_headline_compares_120_with_100_and_places_it_on_the_capacity_c
     assert "The headroom holds: at_120: latency.p99 < 500ms measured" in words
     assert "needs at least 368" in words and "80%" in words
     md = (step_run / "summary.md").read_text()
-    assert f"**{fmt.ms(hr['high']['p99']['value'])}** ms, **{fmt.times(hr['ratio']['value'])}**" in md
+    assert (f"**{fmt.ms(hr['high']['p99']['value'])}** ms against **{fmt.ms(hr['base']['p99']['value'])}** ms at "
+            in md and f": **{fmt.times(hr['ratio']['value'])}**, with no interval: too few requests" in md)
 
 
 # -- architectures ------------------------------------------------------------------------------------
@@ -172,16 +173,21 @@ def test_architectures_headline_is_the_articles_sentence(two_targets):
     assert row["label"] == "slow" and row["p99_vs_first"]["lower"] is False
     assert row["p99_vs_first"]["value"] > 1.5  # 90 ms against 30 ms (less on a loaded machine)
     h = read_headline(two_targets / "report.html")
-    # two means, two p99s, the ratio, and its interval when both p99s have one (24 requests each: not here)
-    assert check_cells(h.cells, {"@architectures": a}) == 5 + (row["p99_vs_first"]["ci"] is not None)
+    # two means, two p99s (each from its summary), the ratio, and its interval when both p99s have one; without
+    # one, why: how many requests each had and how many an interval needs (24 requests each: not here)
+    sources = {"@architectures": a} | {td.name: td.summary for td in run_.targets}
+    assert check_cells(h.cells, sources) == 5 + (1 if row["p99_vs_first"]["ci"] is not None else 3)
     assert all(get(a, f"rows/{i}/p99/value") == get(td.summary, "overall/metrics/latency/percentiles/p99/value")
                and get(a, f"rows/{i}/mean") == get(td.summary, "overall/metrics/latency/mean")
                for i, td in enumerate(run_.targets))
     words = "".join(h.text)
-    assert words.count("fast: mean") == 1 and "slow: mean" in words and "higher than fast" in words
-    # the side-by-side table says the same factor
+    assert words.count("fast: mean") == 1 and "slow: mean" in words and "higher than fast's (" in words
+    if row["p99_vs_first"]["ci"] is None:
+        n = [get(td.summary, "overall/metrics/latency/n") for td in run_.targets]
+        assert f"(no interval: from {n[0]} and {n[1]} requests; a p99's 95% interval needs at least 368 each)" in words
+    # the side-by-side table says the same factor, under slow's p99
     html = (two_targets / "report.html").read_text()
-    assert f"{fmt.times(row['p99_vs_first']['value'])} higher p99" in html
+    assert f"{fmt.times(row['p99_vs_first']['value'])} higher (" in html
 
 
 # -- steady -------------------------------------------------------------------------------------------

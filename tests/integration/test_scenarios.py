@@ -19,7 +19,7 @@ SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.y
 def test_the_scenario_library_is_complete():
     names = {p.stem for p in SCENARIOS}
     assert {"burst", "steady", "capacity_120", "cold_start", "architectures", "sweep", "dataset",
-            "request_options", "conversation", "prefix", "trace"} <= names
+            "request_options", "conversation", "prefix", "trace", "vision", "agent"} <= names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
@@ -68,8 +68,9 @@ def test_architectures_runs_and_compares_naive_with_optimized(tmp_path):
 
     write_outputs(res.rundir.path)
     html = (res.rundir.path / "report.html").read_text()
-    # the comparison sentence is there; which way it goes at 4 req/s for 3 s is the machine's (same within 5%)
-    assert "naive" in html and "optimized" in html and any(f"{w} p99" in html for w in ("lower", "higher", "same"))
+    # the comparison sentence is there; which way it goes at 4 req/s for 3 s is the machine's (or no clear difference)
+    assert "naive" in html and "optimized" in html
+    assert any(w in html for w in ("lower than naive&#39;s", "higher than naive&#39;s", "no clear difference in p99"))
 
 
 @pytest.mark.alone  # timing-sensitive (conftest.py)

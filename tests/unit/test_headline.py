@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -10,6 +11,7 @@ from loadgen.analysis.headline import (
     burst_effects,
     headroom,
     in_flight_events,
+    in_flight_peaks,
     ratio,
     samples_for_interval,
 )
@@ -30,6 +32,21 @@ def test_burst_effects_on_a_known_timeline():
     (b,) = burst_effects(df, plans, phases, [])
     assert b["in_flight"] == {"baseline_peak": 1, "peak": 10, "drain_s": pytest.approx(2.1 + 8 * 0.03 - 2.0)}
     assert b["recovery"] is None and b["tail"]["ratio"] == {"value": None, "ci": None}
+
+
+@pytest.mark.parametrize("rows, peaks", [
+    ([], [0, 0, 0]),
+    ([(0.1, 0.2), (0.5, 0.6)], [1, 0, 0]),  # one at a time, done within the first second
+    ([(0.5, 2.5)], [1, 1, 1]),  # one request across three seconds: in flight in each
+    ([(0.2, 0.9), (0.3, 0.4), (0.35, 0.8), (1.0, 1.1)], [3, 1, 0]),  # three at 0.35 s, never at a second's end
+    ([(0.5, 1.0), (1.0, 1.5)], [1, 1, 0]),  # one ends as the next starts: completions first, never two
+])
+def test_in_flight_peaks_are_each_seconds_most(rows, peaks):
+    """What the chart of requests in flight draws: each second's peak, from exact send and completion times (a
+    count at each second's end would miss a burst inside it, and then the chart would not show the headline's
+    peak)."""
+    df = pd.DataFrame(rows, columns=["sent", "done"], dtype=float)
+    assert in_flight_peaks(df, np.arange(4.0)).tolist() == peaks
 
 
 def test_headroom_picks_the_expected_rate_and_the_step_above_it_never_a_spike():

@@ -58,6 +58,25 @@ def test_an_open_phase_shows_its_target_and_a_slow_one_its_rate():
     assert "(target 50)" in status_line(_Engine(live, 3.0))
 
 
+def test_after_the_last_phase_the_line_says_draining_not_a_phase_past_its_end():
+    """During the grace after the last phase the line said '24.6/22s  phase recovery': a phase past its length."""
+    live = LiveStats(22.0)
+    live.phase, live.target_rate, live.in_flight = "recovery", 10.0, 3
+    assert "phase recovery" in status_line(_Engine(live, 21.0))
+    live.draining = True
+    line = status_line(_Engine(live, 24.6))
+    assert line.lstrip().startswith("24.6s  draining") and "recovery" not in line and "/22s" not in line, line
+    assert "in-flight     3" in line and "target" not in line, line
+    group = GroupLive(22.0, 2)
+    for k in range(2):
+        child = LiveStats(22.0)
+        child.draining = k == 1
+        group.update(k, child.snapshot(0, 10)[0])
+    assert not group.draining  # draining once every process is
+    group.update(0, live.snapshot(0, 10)[0])
+    assert group.draining
+
+
 def test_the_group_of_processes_sums_rates_and_workers():
     group = GroupLive(10.0, 2)
     children, marks = [LiveStats(10.0), LiveStats(10.0)], [0, 0]

@@ -63,12 +63,14 @@ def test_compare_two_rundirs_computes_the_ratios(tmp_path):
     entries = entries_of([f"{naive}:naive", f"{opt}:optimized"])
     assert [e.label for e in entries] == ["naive", "optimized"]
     cmp = comparison([(e.label, e.target.result) for e in entries])
-    assert cmp["rows"][0]["ratios"] == ["baseline"]
-    ratios = cmp["rows"][1]["ratios"]  # same random draws, latencies scaled by 4 exactly
-    # TTFT counts the send lag too, which is not scaled: at p50 it shows (3.94x)
-    assert ratios[:5] == ["4.0x lower mean", "4.0x lower p50", "4.0x lower p99", "3.9x lower TTFT p50",
-                          "4.0x lower TTFT p99"]
-    assert ratios[5] == "same QPS"
+    assert [c.note for c in cmp["rows"][0]["cells"]] == [""] * 7  # the baseline of the ratios
+    notes = [c.note for c in cmp["rows"][1]["cells"]]  # same random draws, latencies scaled by 4 exactly
+    # a mean has no interval: said so; each percentile's ratio has one (4,000 requests); TTFT counts the send lag
+    # too, which is not scaled: at p50 it shows (3.94x)
+    assert notes[0] == "4.0x lower (no interval: a mean has none here)"
+    for note, factor in zip(notes[1:5], ("4.0x", "4.0x", "3.9x", "4.0x")):
+        assert note.startswith(f"{factor} lower (interval [") and note.endswith("x])"), note
+    assert notes[5:] == ["", ""]  # a rate and an error rate: shown, no ratio claimed
     g = click.Group()
     g.add_command(compare)
     out = tmp_path / "compare.html"
@@ -76,13 +78,14 @@ def test_compare_two_rundirs_computes_the_ratios(tmp_path):
     assert r.exit_code == 0, r.output
     page = parse(out)
     text = " ".join(page.text)
-    assert "4.0x lower p99" in text and {"comparison", "fig-cdf", "fig-overlay"} <= page.ids
+    assert notes[2] in text and {"comparison", "fig-cdf", "fig-overlay"} <= page.ids
+    assert "Runs compared: naive vs optimized" in text  # two RunDirs: runs, from their metadata
     sums = {"naive": entries[0].target.summary, "optimized": entries[1].target.summary,
             "@architectures": architectures_data([(e.label, e.target) for e in entries])}
     for c in page.cells:
         assert c["text"] == formatted(get(sums[c["target"]], c["src"]), c["fmt"]), c
     words = "".join(page.text)
-    assert "naive: mean" in words and "(p99 4.0x lower than naive" in words  # the article's sentence
+    assert "naive: mean" in words and "p99 4.0x lower than naive's (interval [" in words  # the article's sentence
     # unlabelled RunDirs whose targets share a name are told apart by their folders
     assert [e.label for e in entries_of([str(naive), str(opt)])] == ["naive/ref", "opt/ref"]
     assert parse_spec("runs/x:lbl") == ("runs/x", "lbl") and parse_spec(str(naive)) == (str(naive), None)

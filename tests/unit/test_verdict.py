@@ -115,3 +115,23 @@ def test_a_lost_worker_is_named_in_an_interrupted_reason_of_its_target():
 def test_host_contended_names_the_process_its_share_and_the_phase(contended, text):
     v = judge([TargetOutcome("a", summary(contended=contended))])
     assert v.outcome == "invalid" and v.texts() == [text] and v.reasons[0].kind.invalid
+
+
+@pytest.mark.parametrize("name, expr, slo, text", [
+    ("naive", "latency.p99 < 1s", {}, "naive: latency.p99 < 1s (measured 400.0 ms)"),
+    # scoped to the target already: its name once, not 'optimized: optimized: ...'
+    ("optimized", "optimized: latency.p99 < 1s", {"scope": "optimized"}, "optimized: latency.p99 < 1s (measured"),
+    ("naive", "naive/first: latency.max < 1s", {"scope": "naive/first"}, "naive/first: latency.max < 1s (measured"),
+    ("opt", "optimized: latency.p99 < 1s", {"scope": "optimized"}, "opt: optimized: latency.p99 < 1s (measured"),
+    # no value: what is missing and why, not 'measured no value'
+    ("a", "recovery: latency.p99 < 1s", {"scope": "recovery", "value": None},
+     "a: recovery: latency.p99 < 1s (not measured: the run stopped before recovery, so no request was recorded in it)"),
+    ("a", "latency.p99 < 1s", {"value": None}, "a: latency.p99 < 1s (not measured: no request succeeded)"),
+])
+def test_a_missed_objective_names_its_target_once_and_says_why_it_has_no_value(name, expr, slo, text):
+    s = summary(slos=[(expr, True, False)])
+    s["slo"][0].update(slo)
+    s["phases"] = {"recovery": {"count": 0}}
+    s["complete"] = False
+    (reason,) = [r for r in judge([TargetOutcome(name, s)]).reasons if r.kind is Kind.SLO]
+    assert reason.text.startswith(text), reason.text
