@@ -15,8 +15,9 @@ from loadgen.analysis.repeated import spread_headline
 from loadgen.records.results import Capacity
 from loadgen.records.rundir import CAPACITY, read_result, write_text
 from loadgen.scenario.slo import parse_slo
+from reports.drawing import figure, plot_style, to_uri
 from reports.html import render
-from reports.plots import figure, ms_log_axis, plot_style, to_uri
+from reports.plots import ms_log_axis
 
 
 def _curve(result: Capacity) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from loadgen.records.results import Repeats, RunStat
 from reports import fmt
-from reports.plots import PALETTE, figure, ms_log_axis, plot_style, to_uri
+from reports.drawing import figure, plot_style, to_uri
+from reports.plots import PALETTE, ms_log_axis
 from reports.report_model import Cell, Headline
 from reports.strips import REPEATS_SRC, strips_for
 

@@ -41,9 +41,10 @@ from loadgen.records.schema import SCHEMA, read_records, records_exist
 from loadgen.scenario.model import GoodputObjectives, Load, slo_line
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
-#: Record columns the plots read (token times are read separately, for a sample only).
+#: Record columns the plots read (token times are read separately, for a sample only: :data:`TOKEN_COLUMNS`).
 PLOT_COLUMNS = ("phase", "recorded", "scheduled", "sent", "connect_start", "connected", "tls",
                 "first_byte", "first_token", "done", "error", "output_tokens")
+TOKEN_COLUMNS = ("token_times", "chunk_tokens")
 
 
 @dataclass
@@ -57,8 +58,9 @@ class TargetData:
     summary: dict | None  # summary.json as read: what a report Cell's ``src`` points into (readers take result)
     recomputed: bool = False
     unreadable: str | None = None  # why requests.parquet could not be read (the report then shows summary.json's)
-    _table: pa.Table | None = None
+    _tables: dict = field(default_factory=dict)  # columns asked (None: all) -> the records, read once each
     _frame: pd.DataFrame | None = None
+    _ok: pd.DataFrame | None = None
     _server: pd.DataFrame | None = None
     _host: pd.DataFrame | None = None
     _result: Summary | None = None
@@ -72,30 +74,39 @@ class TargetData:
 
     @property
     def has_records(self) -> bool:
-        """Records were written and can be read (reading them once, to know)."""
+        """Records were written and can be read (reading the figures' columns once, to know)."""
         if not records_exist(self.dir / REQUESTS):
             return False
-        self.table()
+        self.table(PLOT_COLUMNS)
         return self.unreadable is None
 
-    def table(self) -> pa.Table:
-        """All records (read once); none, with :attr:`unreadable` saying why, when the file cannot be read (a
-        truncated parquet): the report still renders, from summary.json, without the figures drawn from records."""
-        if self._table is None:
+    def table(self, columns: tuple[str, ...] | None = None) -> pa.Table:
+        """The records (read once; ``columns``: those alone, in the schema's order); none, with :attr:`unreadable`
+        saying why, when the file cannot be read (a truncated parquet): the report still renders, from
+        summary.json, without the figures drawn from the records."""
+        if columns not in self._tables:
             try:
-                self._table = read_records(self.dir / REQUESTS)
+                table = read_records(self.dir / REQUESTS, columns)
             except (OSError, ValueError, TypeError, pa.ArrowException) as exc:
                 self.unreadable = (f"{REQUESTS} cannot be read ({type(exc).__name__}): the numbers are summary.json's, "
                                    "the figures drawn from the records are left out")
-                self._table = SCHEMA.empty_table()
-        return self._table
+                table = SCHEMA.empty_table()
+                table = table if columns is None else table.select([c for c in SCHEMA.names if c in columns])
+            self._tables[columns] = table
+        return self._tables[columns]
 
     def frame(self) -> pd.DataFrame:
         """Records without token times, with the derived columns of :func:`loadgen.analysis.metrics.records_frame`."""
         if self._frame is None:
-            t = self.table()
-            self._frame = records_frame(t.select([c for c in PLOT_COLUMNS if c in t.column_names]))
+            self._frame = records_frame(self.table(PLOT_COLUMNS))
         return self._frame
+
+    def ok_recorded(self) -> pd.DataFrame:
+        """The frame's successful requests of recorded phases (selected once: every figure starts from them)."""
+        if self._ok is None:
+            df = self.frame()
+            self._ok = df[df["ok"] & df["recorded"]]
+        return self._ok
 
     def server_metrics(self) -> pd.DataFrame | None:
         """server_metrics.csv (time, metric, labels, value) or None when it was not scraped."""

@@ -49,11 +49,13 @@ def _time_average(starts: np.ndarray, ends: np.ndarray, a: float, b: float) -> f
 
 def _gaps(df: pd.DataFrame) -> np.ndarray:
     """Per user, the time from each answer to the user's next send (a later turn: from its due time)."""
-    d = df.sort_values(["worker", "user", "scheduled"])
-    worker, user = d["worker"].to_numpy(), d["user"].to_numpy()
+    # by worker, user, scheduled (a stable sort, NaN last): of the columns it needs, not of the whole frame
+    order = np.lexsort((df["scheduled"].to_numpy(), df["user"].to_numpy(), df["worker"].to_numpy()))
+    worker, user, sched, sent, done, turn = (df[c].to_numpy()[order]
+                                             for c in ("worker", "user", "scheduled", "sent", "done", "turn"))
     same = (worker[1:] == worker[:-1]) & (user[1:] == user[:-1])
-    sent, sched = d["sent"].to_numpy()[1:], d["scheduled"].to_numpy()[1:]
-    since = np.where(d["turn"].to_numpy()[1:] > 0, sched, d["done"].to_numpy()[:-1])
+    sent, sched = sent[1:], sched[1:]
+    since = np.where(turn[1:] > 0, sched, done[:-1])
     gaps = (sent - since)[same]
     return np.sort(gaps[np.isfinite(gaps)])
 

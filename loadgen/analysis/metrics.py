@@ -35,6 +35,7 @@ import math
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from loadgen import metric_registry
 from loadgen.analysis.closedloop import closed_loop_stats
@@ -63,9 +64,15 @@ from loadgen.schedule.arrivals import PhasePlan
 from loadgen.units import json_num
 
 
+def _arrow_lists(dtype: pa.DataType):
+    return pd.ArrowDtype(dtype) if pa.types.is_list(dtype) else None
+
+
 def records_frame(table: pa.Table) -> pd.DataFrame:
-    """The records as a DataFrame with the derived per-request columns added (token_times kept as arrays)."""
-    df = table.to_pandas()
+    """The records as a DataFrame with the derived per-request columns added. The list columns (token_times,
+    chunk_tokens) stay Arrow lists (``pd.ArrowDtype``; an element reads as a Python list): a conversion to an
+    array object per request cost more than the rest of the frame, and the stream metrics read them as Arrow."""
+    df = table.to_pandas(types_mapper=_arrow_lists)
     df["ok"] = df["error"] == ""
     df["aborted"] = df["error"] == ABORTED  # the client aborted it on purpose: neither success nor error
     df["failed"] = ~df["ok"] & ~df["aborted"]
@@ -111,11 +118,27 @@ def token_counts(ok: pd.DataFrame) -> dict:
     }
 
 
+def _list_array(column: pd.Series, value_type: pa.DataType) -> pa.Array:
+    """A list column of a records frame as one Arrow list array: as :func:`records_frame` keeps it, or from a
+    column of arrays (a frame built by hand)."""
+    if isinstance(column.dtype, pd.ArrowDtype):
+        arr = pa.array(column.array)
+        return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    return pa.array([None if v is None else np.asarray(v) for v in column], type=pa.list_(value_type))
+
+
+def _flat(lists: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, each value's row, each row's length) of a list array; a null list is an empty one."""
+    lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = lists.flatten().to_numpy(zero_copy_only=False)
+    return values, np.repeat(np.arange(len(lengths)), lengths), lengths
+
+
 def chunk_gap_samples(df: pd.DataFrame) -> np.ndarray:
     """Gaps between consecutive token chunks of each stream (seconds), whatever each chunk carried."""
-    tt = df["token_times"]
-    parts = [np.diff(np.asarray(a, dtype=np.float64)) for a in tt if a is not None and len(a) > 1]
-    return np.concatenate(parts) if parts else np.empty(0)
+    t, row, _ = _flat(_list_array(df["token_times"], pa.float32()))
+    t = t.astype(np.float64)
+    return np.diff(t)[row[1:] == row[:-1]]
 
 
 def itl_samples(df: pd.DataFrame) -> np.ndarray:
@@ -124,21 +147,21 @@ def itl_samples(df: pd.DataFrame) -> np.ndarray:
     The tokens of one chunk were produced during the gap before it, so this is the time per token a decode
     step took, right when chunks carry several tokens; with one token a chunk it equals :func:`chunk_gap_samples`.
     A chunk counted as zero tokens (per-chunk usage that did not move) adds its gap to the next chunk's.
+    A stream whose chunk counts are missing or do not match its chunks counts one token a chunk. One vectorised
+    pass over all streams, in row order (the samples a loop over the streams would give, in its order).
     """
-    parts = []
-    for times, counts in zip(df["token_times"], df["chunk_tokens"]):
-        if times is None or len(times) < 2:
-            continue
-        t = np.asarray(times, dtype=np.float64)
-        n = np.asarray(counts, dtype=np.int64) if counts is not None and len(counts) == len(t) else None
-        if n is None or (n == 1).all():
-            parts.append(np.diff(t))
-            continue
-        keep = n > 0
-        t, n = t[keep], n[keep]
-        if len(t) > 1:
-            parts.append(np.repeat(np.diff(t) / n[1:], n[1:]))
-    return np.concatenate(parts) if parts else np.empty(0)
+    t, row, lengths = _flat(_list_array(df["token_times"], pa.float32()))
+    t = t.astype(np.float64)
+    n = np.ones(t.size, dtype=np.int64)
+    counts, crow, clengths = _flat(_list_array(df["chunk_tokens"], pa.int16()))
+    valid = clengths == lengths  # per row: a count for each chunk
+    if valid.any():
+        n[valid[row]] = counts[valid[crow]]  # the same rows, in the same order, the same lengths
+    keep = (lengths >= 2)[row] & (n > 0)
+    t, n, row = t[keep], n[keep], row[keep]
+    same = row[1:] == row[:-1]  # a gap within one stream (a row's first kept chunk starts no gap)
+    per = n[1:][same]
+    return np.repeat(np.diff(t)[same] / per, per)
 
 
 def metric_samples(df: pd.DataFrame, metric: str) -> np.ndarray:
@@ -164,11 +187,11 @@ def chunk_stats(df: pd.DataFrame) -> dict:
     ``tokens_per_chunk``: tokens / chunks after each stream's first chunk (the first holds what the prefill
     gave); ``multi_token_fraction``: the share of those chunks that carried more than one token; ``sources``:
     streams per ``chunk_tokens_source``. None where no stream had a second chunk."""
-    counts = [np.asarray(c)[1:] for c in df["chunk_tokens"] if c is not None and len(c) > 1]
+    counts, row, _ = _flat(_list_array(df["chunk_tokens"], pa.int16()))
+    allc = counts[1:][row[1:] == row[:-1]]  # every chunk but each stream's first
     sources = {str(k): int(v) for k, v in df["chunk_tokens_source"].value_counts().items() if k}
-    if not counts:
+    if not allc.size:
         return {"tokens_per_chunk": None, "multi_token_fraction": None, "sources": sources}
-    allc = np.concatenate(counts)
     return {"tokens_per_chunk": float(allc.mean()), "multi_token_fraction": float((allc > 1).mean()),
             "sources": sources}
 
