@@ -372,7 +372,7 @@ class RecordBuffer:
     :meth:`drain` turns the rows into Arrow columns.
     """
 
-    def __init__(self, capacity: int = 16384):
+    def __init__(self, capacity: int = 2048):
         self._cap = capacity
         self.n = 0  # rows buffered; public, read per record on the hot path (cheaper than len())
         self._rows = _feature_defaults(np.empty(capacity, dtype=_ROW))
