@@ -158,7 +158,7 @@ def _alone(item) -> bool:
     return item.get_closest_marker("alone") is not None
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: a wait for the lock is outside pytest-timeout's
 def pytest_runtest_protocol(item, nextitem):
     base = _base()
     if base is None:  # not distributed
