@@ -137,7 +137,7 @@ def test_capacity_repeat_reports_each_bracket_and_their_spread(tmp_path, known_s
         - {{name: steady, duration: 2s, qps: 10}}
     slo: ["latency.p99 < 150ms"]
     """)
-    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "80", "--step-duration", "2s",
+    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "80", "--step-duration", "1s",
                                    "--warmup", "0.5s", "--tolerance", "45%", "--repeat", "2",
                                    "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300)
     (rd,) = list((tmp_path / "runs").iterdir())
