@@ -75,7 +75,7 @@ def main() -> None:
         rows = {True: [], False: []}
         for r in range(args.rounds):
             for cold in ((True, False) if r % 2 == 0 else (False, True)):
-                rows[cold].append(one_start(ref, weights["path"], cold))
+                rows[cold].append(one_start(ref, weights.path, cold))
         med = {c: {k: statistics.median(x[k] for x in rows[c]) for k in ("first", "second", "load")} for c in rows}
         for cold in (True, False):
             m = med[cold]

@@ -52,6 +52,7 @@ from loadgen.analysis.metrics import records_frame  # noqa: E402
 from loadgen.analysis.regression import compare_frames  # noqa: E402
 from loadgen.analysis.repeated import run_value  # noqa: E402
 from loadgen.analysis.repeated_baseline import compare_run_sets  # noqa: E402
+from loadgen.records.results import Check, Summary  # noqa: E402
 from loadgen.records.rundir import REGRESSION, REQUESTS, SUMMARY  # noqa: E402
 from loadgen.records.schema import read_records  # noqa: E402
 from loadgen.run.runner import run_scenario  # noqa: E402
@@ -100,8 +101,8 @@ def build_pool(port: int, folder: Path, rounds: int, duration: float, qps: float
             res = run_scenario(loaded, out=str(folder / "runs"), target_url=url)
             tdir = res.rundir.path / res.targets[0].dir
             frame = records_frame(read_records(tdir / REQUESTS))
-            pool[float(slow)].append({"drift": drift, "summary": json.loads((tdir / SUMMARY).read_text()),
-                                      "frame": frame[list(FRAME_COLUMNS)]})
+            summary = Summary.model_validate_json((tdir / SUMMARY).read_text())
+            pool[float(slow)].append({"drift": drift, "summary": summary, "frame": frame[list(FRAME_COLUMNS)]})
             done += 1
             if done % 25 == 0 or done == total:
                 print(f"  pool: {done}/{total} runs, {time.perf_counter() - t0:.0f} s", flush=True)
@@ -114,15 +115,15 @@ def machine_noise(pool: dict[float, list[dict]]) -> None:
     runs = [(slow, r) for slow, rs in pool.items() for r in rs]
     excess = np.array([run_value(r["summary"], "latency.p50") * 1e3 / (BASE_MS * r["drift"] * slow)
                        for slow, r in runs])
-    limited = sum(bool(r["summary"]["generator_limited"]) for _, r in runs)
+    limited = sum(bool(r["summary"].generator_limited) for _, r in runs)
     q = np.quantile(excess, [0.1, 0.5, 0.9, 1.0])
     print(f"  this machine's own noise: measured p50 / the server's, per run: p10 {q[0]:.2f}, median {q[1]:.2f}, "
           f"p90 {q[2]:.2f}, max {q[3]:.2f}; {limited} of {len(runs)} runs generator-limited by latbench's rule "
           "(kept: a busy CI host is what the gate must survive)", flush=True)
 
 
-def gate_fails(rows: list[dict]) -> bool:
-    return any(r["regressed"] for r in rows)
+def gate_fails(rows: list[Check]) -> bool:
+    return any(r.regressed for r in rows)
 
 
 def within_run(cur: list[dict], base: list[dict]) -> bool:
@@ -215,7 +216,7 @@ def reference_sanity(folder: Path, runs: int = 3) -> None:
     frames = [[records_frame(read_records(rd.rundir.path / d / REQUESTS)) for d in dirs]
               for rd, dirs in ((b, cur_dirs), (a, base_dirs))]
     within = compare_frames(pd.concat(frames[0], ignore_index=True), pd.concat(frames[1], ignore_index=True), 0.0)
-    bad = [f"{r['metric']}.{r['stat']} x{r['ratio']:.2f}" for r in within if r["regressed"]]
+    bad = [f"{r.metric}.{r.stat} x{r.ratio:.2f}" for r in within if r.regressed]
     print(f"  the within-run bootstrap on the same runs, pooled: {'FAILED: ' + ', '.join(bad) if bad else 'passed'}")
 
 

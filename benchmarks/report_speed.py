@@ -10,7 +10,6 @@ loadgen.analysis.metrics.summarize for summary.json), then times write_outputs a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.analysis.metrics import build_summary  # noqa: E402
 from loadgen.analysis.repeated import RepeatRun, build_repeats  # noqa: E402
+from loadgen.records.results import Summary  # noqa: E402
 from loadgen.records.rundir import REPEATS, REQUESTS, SUMMARY, RunDir, RunMeta, write_json  # noqa: E402
 from loadgen.records.schema import SCHEMA, RecordWriter, read_records  # noqa: E402
 from loadgen.scenario.model import Load  # noqa: E402
@@ -63,6 +63,11 @@ def _batch(rng, scheduled, phase, recorded, base, tokens, error_rate) -> pa.Reco
         "first_answer": first_token, "reasoning_tokens": np.zeros(n, np.int32),
         "chunk_tokens_source": np.where(counts > 0, "chunks", ""),
         "session": np.full(n, -1, np.int64), "turn": np.full(n, -1, np.int16), "user": np.full(n, -1, np.int32),
+        "images": np.zeros(n, np.int16), "image_pixels": np.zeros(n, np.int64), "image_bytes": np.zeros(n, np.int64),
+        "tools": np.zeros(n, np.int16), "tool_calls": np.zeros(n, np.int16), "tool_call_tokens": np.zeros(n, np.int32),
+        "first_tool_call": np.full(n, np.nan), "json_valid": np.full(n, -1, np.int8),
+        "audio": np.zeros(n, np.int16), "audio_seconds": np.zeros(n),
+        "schema_valid": np.full(n, -1, np.int8),
     }
     lists = {"token_times": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32())),
              "chunk_tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(len(values), np.int16)))}
@@ -131,7 +136,8 @@ def synthetic_repeated_rundir(path, groups: dict[str, list[float]], rows: int = 
     for entry, (g, k) in zip(meta.targets, order):
         entry.update(group=g, repetition=k)
     meta.update(repeat={"runs": n, "pause": 0.0, "judge": judge})
-    runs = [RepeatRun(g, k, f"{g}-rep{k}", json.loads((root / f"{g}-rep{k}" / SUMMARY).read_text())) for g, k in order]
+    runs = [RepeatRun(g, k, f"{g}-rep{k}", Summary.model_validate_json((root / f"{g}-rep{k}" / SUMMARY).read_text()))
+            for g, k in order]
     write_json(root / REPEATS, build_repeats(runs, [parse_slo(x) for x in slos], judge, [r.dir for r in runs]))
     return root
 

@@ -34,7 +34,9 @@ class Metric:
     report's percentile table (None: no row); ``watch``: the help text of its ``latbench watch`` histogram
     (None: not served); ``of_all``: its samples come from every request, not only the successful ones;
     ``computed_by``: the function that computes its samples, when it is not the records column ``name``;
-    ``doc``: its definition in the documentation's table, in Markdown (``definition`` when empty)."""
+    ``doc``: its definition in the documentation's table, in Markdown (``definition`` when empty); ``needs``: a
+    records column of a workload feature (``tool_calls``...): the metric is in a scope of summary.json only when
+    some request of it has that column above 0 (a run without tool calls has no ``ttftc``)."""
 
     name: str
     unit: str
@@ -50,6 +52,7 @@ class Metric:
     computed_by: Optional[str] = None
     scopes: tuple[str, ...] = SCOPES
     doc: str = ""  # the documentation's definition (Markdown); the definition when empty
+    needs: Optional[str] = None  # a records column: in summary.json only where some request has it above 0
 
     @property
     def display(self) -> str:
@@ -231,6 +234,17 @@ for _m in (
            doc=("`first_answer - scheduled`: time to the first *answer* token (content, a tool call or text; "
                 "reasoning alone does not count) — what the user of a reasoning model waits for; equals ttft for a "
                 "model that does not reason")),
+    Metric("ttftc", "s",
+           ("first_tool_call - scheduled: time to the first tool-call token of a stream (the first chunk carrying "
+            "a tool call: OpenAI delta.tool_calls, Responses function_call, Anthropic tool_use), for requests "
+            "whose answer called a tool"),
+           dist=True,
+           slo="duration",
+           label="time to first tool-call token",
+           needs="tool_calls",
+           doc=("`first_tool_call - scheduled`: time to the first *tool-call* token of a stream (OpenAI "
+                "`delta.tool_calls`, a Responses `function_call`, an Anthropic `tool_use` block), for requests whose "
+                "answer called a tool")),
     Metric("reasoning_time", "s",
            "first_answer - first_token, for requests that reasoned: how long the model thought before answering",
            dist=True,
@@ -347,6 +361,23 @@ for _m in (
     Metric("usage_vs_counted", "requests",
            ("where the server sent usage and latbench counted the prompt: how many of them agree exactly "
             "(usage.prompt_tokens == input_tokens + added_tokens), and the smallest and largest difference")),
+    Metric("tool_call_rate", "fraction",
+           ("successful requests offered tools (workload.tools) whose answer called one / successful requests "
+            "offered tools; absent without tools"),
+           slo="fraction",
+           needs="tools"),
+    Metric("tool_call_tokens", "tokens",
+           ("tokens of the tool calls' arguments: one per streamed argument chunk, else the arguments' text "
+            "approximated (4 characters a token); per scope: total and mean per calling request")),
+    Metric("json_valid_rate", "fraction",
+           ("workload.response_format: successful requests whose answer parsed as JSON / successful requests "
+            "whose answer was checked; absent without a response_format (an invalid answer is a result, not an "
+            "error: an SLO on this rate makes it one)"),
+           slo="fraction"),
+    Metric("schema_valid_rate", "fraction",
+           ("workload.response_format json_schema: successful requests whose answer matched the schema / "
+            "successful requests whose answer was checked against it; absent without a schema"),
+           slo="fraction"),
     Metric("closed_loop.held", "requests",
            ("closed loop: the concurrency held, the time-average of requests in flight (sent -> done; for "
             "conversations, of sessions in progress: first turn sent -> last turn done, think times included) "

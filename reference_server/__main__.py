@@ -59,6 +59,16 @@ def build_parser(exit_on_error: bool = True) -> argparse.ArgumentParser:
     k.add_argument("--prefix-cache-blocks", type=int, default=None,
                    help="prefix cache capacity in blocks, least recently used evicted first "
                         "(default 0: as many as 256 MiB of keys and values hold)")
+    k.add_argument("--image-patch-size", type=int, default=None,
+                   help="pixels a side of an image patch, the vision encoder's unit of work (default 16)")
+    k.add_argument("--image-merge", type=int, default=None,
+                   help="merge x merge image patches become one prompt token (default 2)")
+    k.add_argument("--image-encoder-layers", type=int, default=None,
+                   help="MLP blocks of the vision encoder: its work per patch (default 4)")
+    k.add_argument("--audio-tokens-per-s", type=int, default=None,
+                   help="prompt tokens a second of input audio: the audio encoder's frames (default 25)")
+    k.add_argument("--image-cache-size", type=int, default=None,
+                   help="images whose encoder output is kept by content hash, LRU; 0 = off (256 in optimized)")
     k.add_argument("--precision", choices=PRECISIONS, default=None)
     k.add_argument("--threads", type=int, default=None, help="torch CPU intra-op threads (default 1)")
     k.add_argument("--step-threads", type=int, default=None,

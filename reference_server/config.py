@@ -36,6 +36,11 @@ class ServerConfig:
     cache_size: int = 0  # LRU result cache entries; 0 = off
     prefix_cache: bool = False  # keep prompt blocks' keys and values for later prompts (vLLM's prefix caching)
     prefix_cache_blocks: int = 0  # prefix cache capacity in blocks of 16 tokens; 0 = what 256 MiB of KV hold
+    image_patch_size: int = 16  # pixels of a side of one image patch (the vision encoder's unit of work)
+    image_merge: int = 2  # merge x merge patches become one prompt token (Qwen2-VL's spatial merge)
+    image_encoder_layers: int = 4  # MLP blocks of the vision encoder (its work per patch)
+    image_cache_size: int = 0  # images (and audio clips) whose encoder tokens are kept, by content hash; 0 = off
+    audio_tokens_per_s: int = 25  # prompt tokens a second of audio (an audio clip's encoder frames)
     precision: str = "fp32"
     threads: int = 1  # torch's CPU intra-op threads (BLAS itself always runs one thread)
     step_threads: int = 1  # numpy backend: threads that split each forward pass by sequence
@@ -61,7 +66,7 @@ class ServerConfig:
 
         Presets: ``naive`` (lazy load, no warm-up, one request at a time, no cache), ``optimized``
         (preload, warm-up, continuous batching up to 32 with chunked prefill, each step split over 2
-        compute threads on numpy, LRU result cache, prefix cache), ``batching`` (batching only: preloaded,
+        compute threads on numpy, LRU result cache, prefix cache, image cache), ``batching`` (batching only: preloaded,
         no warm-up, no cache) and ``cache`` (result cache only, otherwise naive).
         """
         if arch not in ARCHS:
@@ -70,7 +75,7 @@ class ServerConfig:
         if arch in ("optimized", "batching"):
             base.update(preload=True, max_batch_size=32, max_queue_delay_s=0.002, step_threads=2)
         if arch == "optimized":
-            base.update(warmup=True, cache_size=1024, prefix_cache=True)
+            base.update(warmup=True, cache_size=1024, prefix_cache=True, image_cache_size=256)
         if arch == "cache":
             base.update(cache_size=1024)
         names = {f.name for f in dataclasses.fields(cls)}
@@ -93,7 +98,7 @@ class ServerConfig:
         if not (self.backend in ("auto", "numpy", "torch") or self.backend.startswith("sim:")):
             raise ValueError(f"backend: {self.backend!r} is not auto, numpy, torch or sim:<profile>")
         for name in ("max_batch_size", "max_queue_size", "default_max_tokens", "max_body_bytes", "threads",
-                     "max_step_tokens", "step_threads"):
+                     "max_step_tokens", "step_threads", "image_patch_size", "image_merge", "audio_tokens_per_s"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         for name in ("max_queue_delay_s", "request_timeout_s", "slow_s", "stall_s", "stall_every_s"):
@@ -104,6 +109,8 @@ class ServerConfig:
                 raise ValueError(f"{name}: must be within [0, 1], got {getattr(self, name)!r}")
         if self.prefix_cache_blocks < 0:
             raise ValueError(f"prefix_cache_blocks: must be >= 0, got {self.prefix_cache_blocks!r}")
+        if self.image_cache_size < 0 or self.image_encoder_layers < 0:
+            raise ValueError("image_cache_size and image_encoder_layers: must be >= 0")
         if self.cache_size < 0:
             raise ValueError(f"cache_size: must be >= 0, got {self.cache_size!r}")
         if self.grpc_port is not None and not 0 <= int(self.grpc_port) <= 65535:

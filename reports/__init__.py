@@ -37,8 +37,8 @@ RENDERING_MODULES = ("reports.outputs", "reports.run_report", "matplotlib.figure
 
 
 def preload() -> None:
-    """Import now what writing a report needs (about a second of CPU). ``latbench run`` calls it before any
-    load: a run stopped early (its server died, Ctrl-C) then reports within a second or two of the stop, and the
+    """Import now what writing a report needs (about 0.3 s of CPU). ``latbench run`` calls it before any
+    load: a run stopped early (its server died, Ctrl-C) then reports within a second of the stop, and the
     import's CPU never overlaps a measurement."""
     for module in RENDERING_MODULES:
         importlib.import_module(module)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from loadgen.analysis.headline import ratio
+from loadgen.records.results import Percentile
 from reports import fmt
 
 NEAR = 0.05  # without an interval, a ratio within 5% of 1 is said as "within 5%", not as higher or lower
@@ -34,12 +35,12 @@ def ratio_claim(base: tuple, other: tuple, what: str = "", lower_is_better: bool
 
     ``lower_is_better``: the words are lower/higher (times), else less/more (rates). ``why_none``: why there is no
     interval, said when there is none."""
-    r = ratio({"value": other[0], "ci": other[1]}, {"value": base[0], "ci": base[1]})
-    v = fmt.as_float(r["value"])
+    r = ratio(Percentile(value=other[0], ci=other[1]), Percentile(value=base[0], ci=base[1]))
+    v = fmt.as_float(r.value)
     if v is None or v <= 0 or math.isinf(v) or (fmt.as_float(base[0]) or 0) <= 0:
         return ""
     what = f" {what}" if what else ""
-    ci = r["ci"]
+    ci = r.ci
     if ci and includes_one(ci):
         return f"no clear difference{' in' + what if what else ''} (ratio {fmt.times(v)}, interval {fmt.ci(ci, 'x')})"
     up = v >= 1

@@ -116,11 +116,9 @@ def compare_context(entries: list[Entry]) -> dict:
                                    "clock (seconds since its start); phases of the first entry shaded."})
     if cold:
         h = cold_start_headline(cold)
-        h["figure"] = warmup_figure(cold)
+        h.figure = warmup_figure(cold)
     else:
         h = architectures_headline([(e.label, e.target) for e in single], what)
-        if h:
-            h["figure"] = None
     names = " vs ".join(e.label for e in entries)
     return {
         "title": f"latbench: {plural} compared · {names}",

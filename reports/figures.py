@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 
 from loadgen.analysis.metrics import itl_samples  # the one definition of inter-token latency
+from loadgen.records.results import StartGroup
 from reports import plots
 from reports.host import host_caption, host_plot
-from reports.rundir_loader import TargetData
+from reports.rundir_loader import PLOT_COLUMNS, TOKEN_COLUMNS, TargetData
 from reports.server import gpu_utilization, server_plot, ttft_comparison
 
 ITL_SAMPLE = 5000  # requests whose token gaps feed the ITL histogram
@@ -16,10 +17,10 @@ HIST_SAMPLE = 200_000
 
 
 def _ok_recorded(td: TargetData) -> pd.DataFrame:
+    """The successful requests of recorded phases (a view of the frame, computed once per target)."""
     if not td.has_records:
         return pd.DataFrame()
-    df = td.frame()
-    return df[df["ok"] & df["recorded"]]
+    return td.ok_recorded()
 
 
 def _sample(v: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
@@ -31,14 +32,16 @@ def _sample(v: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
 def itl_sample(td: TargetData, ok: pd.DataFrame) -> np.ndarray:
     """Per-token inter-token gaps (s) of at most ITL_SAMPLE successful requests, drawn at random with a fixed
     seed (a chunk of n tokens counts as n gaps: :func:`~loadgen.analysis.metrics.itl_samples`)."""
-    if ok.empty or "token_times" not in td.table().column_names:
+    if ok.empty:
         return np.empty(0)
     idx = ok.index.to_numpy()
     if idx.size > ITL_SAMPLE:
         idx = np.sort(np.random.default_rng(1).choice(idx, ITL_SAMPLE, replace=False))
-    table = td.table()
-    cols = ("token_times", "chunk_tokens")
-    return itl_samples(pd.DataFrame({c: table.column(c).take(idx).to_pandas() for c in cols}))
+    lists = td.table(TOKEN_COLUMNS)
+    if lists.num_rows != td.table(PLOT_COLUMNS).num_rows:  # read apart from the frame: unreadable since
+        return np.empty(0)
+    lists = lists.take(idx)
+    return itl_samples(lists.to_pandas(types_mapper=pd.ArrowDtype))  # Arrow lists, as itl_samples reads them
 
 
 def latency_samples(targets: list[tuple[str, TargetData | list[TargetData]]]) -> list[tuple[str, np.ndarray]]:
@@ -125,7 +128,7 @@ def _pooled_figures(groups: list[tuple[str, list[TargetData]]]) -> list[dict]:
     return figs
 
 
-def warmup_figure(cold_start: dict) -> dict | None:
+def warmup_figure(cold_start: dict[str, StartGroup]) -> dict | None:
     """The warm-up curve of a cold-start study (from cold_start.json)."""
     uri = plots.warmup_plot(cold_start)
     if uri is None:

@@ -24,25 +24,24 @@ from __future__ import annotations
 
 from loadgen.analysis.headline import architectures
 from loadgen.metric_registry import outcome
-from loadgen.records.results import InFlight, MetricStats, Percentile, Scope, Summary
+from loadgen.records.results import (
+    ColdRules,
+    InFlight,
+    MetricStats,
+    Percentile,
+    Scope,
+    StartGroup,
+    Summary,
+    WeightsFile,
+    WeightsPrepared,
+)
 from reports import fmt
 from reports.claims import includes_one
 from reports.repeated import repeated_headline
-from reports.report_model import COLD, COMPARED, Cell, compared, get, num, pct
+from reports.report_model import COLD, COMPARED, Cell, Headline, compared, num, pct
 from reports.rundir_loader import RunData, TargetData
 
 ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
-
-
-def _cell(data: dict, target: str, path: str, kind: str) -> Cell:
-    return Cell(fmt.fmt(get(data, path), kind), path, kind, target)
-
-
-def _ci(data: dict, target: str, path: str, kind: str = "ms") -> Cell | None:
-    v = get(data, path)
-    if not v:
-        return None
-    return Cell(fmt.ci(v, kind), path, "ci" if kind == "ms" else f"ci-{kind}", target, css="rng")  # quiet
 
 
 def _pct_parts(p: Percentile | None, src: str, target: str, kind: str = "ms", unit: str = " ms",
@@ -99,20 +98,13 @@ def _tail_parts(target: str, lead: str, a: tuple[Percentile | None, str], where_
             " ", *where_b, ": ", *_ratio_parts(target, r, needs, ns), "."]
 
 
-def _spread(data: dict, target: str, path: str, kind: str = "ms", unit: str = " ms") -> list:
-    """'425 ms (345–463)': the median over starts and its range."""
-    lo, hi = _cell(data, target, f"{path}/min", kind), _cell(data, target, f"{path}/max", kind)
-    lo.css = hi.css = "rng"  # shown quieter than the median
-    return [_cell(data, target, f"{path}/median", kind), unit, " (", lo, "–", hi, ")"]
-
-
 def choose(run: RunData) -> str:
     """What the run measures: cold_start | repeated | burst | headroom | architectures | conversation | steady |
     none."""
     summaries = [td.result for td in run.targets if td.result]
     if run.cold_start:
         return "cold_start"
-    if run.repeats:  # a run's own burst or headroom is one run's; over runs the medians speak
+    if run.repeated:  # a run's own burst or headroom is one run's; over runs the medians speak
         return "repeated"
     if any(s.burst for s in summaries):
         return "burst"
@@ -125,8 +117,8 @@ def choose(run: RunData) -> str:
     return "steady" if summaries else "none"
 
 
-def headline(run: RunData) -> dict | None:
-    """{'kind', 'title', 'sentences': [[part, ...], ...], 'notes': [str]} for the top of a report."""
+def headline(run: RunData) -> Headline | None:
+    """The :class:`~reports.report_model.Headline` for the top of a report (None: the run measured nothing)."""
     kind = choose(run)
     if kind == "cold_start":
         return cold_start_headline(run.cold_start)
@@ -148,95 +140,103 @@ def headline(run: RunData) -> dict | None:
 
 # -- cold start ------------------------------------------------------------------------------------
 
-def cold_start_headline(cs: dict) -> dict:
+def _start_spread(g: StartGroup, group: str, figure: str, kind: str = "ms", unit: str = " ms") -> list:
+    """'425 ms (345–463)': the median over starts and its range (cold_start.json's ``over_starts``)."""
+    sp, path = g.spread(figure), f"{group}/over_starts/{figure}"
+    lo, hi = num(sp.min, f"{path}/min", kind, COLD, "rng"), num(sp.max, f"{path}/max", kind, COLD, "rng")
+    return [num(sp.median, f"{path}/median", kind, COLD), unit, " (", lo, "–", hi, ")"]  # the range quieter
+
+
+def cold_start_headline(cs: dict[str, StartGroup]) -> Headline:
     """One line per architecture: time to ready, first request and its penalty over steady state, TTFT,
     when latency is warm, the server's model load; then which starts were cold and how latbench knows."""
     sentences = []
-    for group in cs:
-        o = f"{group}/over_starts"
-        s = [Cell(group), " (", _cell(cs, COLD, f"{group}/starts", "count"), " fresh starts"]
-        if get(cs, f"{group}/cold_unknown") == get(cs, f"{group}/starts"):
+    for group, g in cs.items():
+        s = [Cell(group), " (", num(g.starts, f"{group}/starts", "count", COLD), " fresh starts"]
+        if g.cold_unknown == g.starts:
             s.append(", cold or not unknown")
         else:
-            s += [", ", _cell(cs, COLD, f"{group}/cold_starts", "count"), " cold"]
-        s += ["): ready after ", *_spread(cs, COLD, f"{o}/ready_s"),
-             "; first request ", *_spread(cs, COLD, f"{o}/first_latency_s")]
-        if get(cs, f"{o}/penalty_s/n"):
-            s += [", ", *_spread(cs, COLD, f"{o}/penalty_s"), " over its steady ",
-                  _cell(cs, COLD, f"{o}/steady_latency_s/median", "ms"), " ms"]
+            s += [", ", num(g.cold_starts, f"{group}/cold_starts", "count", COLD), " cold"]
+        s += ["): ready after ", *_start_spread(g, group, "ready_s"),
+              "; first request ", *_start_spread(g, group, "first_latency_s")]
+        if g.spread("penalty_s").n:
+            s += [", ", *_start_spread(g, group, "penalty_s"), " over its steady ",
+                  num(g.spread("steady_latency_s").median, f"{group}/over_starts/steady_latency_s/median", "ms",
+                      COLD), " ms"]
         else:
             s.append(" (no later request to measure a steady latency against)")
-        if get(cs, f"{o}/first_ttft_s/n"):
-            s += ["; first TTFT ", *_spread(cs, COLD, f"{o}/first_ttft_s")]
-        if get(cs, f"{o}/first_steady_request/n"):
-            s += ["; within ", _cell(cs, COLD, f"{group}/rules/steady_within", "share"), " of steady from request ",
-                  _cell(cs, COLD, f"{o}/first_steady_request/median", "num")]
-        if get(cs, f"{o}/model_load_s/n"):
-            s += ["; model load ", *_spread(cs, COLD, f"{o}/model_load_s")]
+        if g.spread("first_ttft_s").n:
+            s += ["; first TTFT ", *_start_spread(g, group, "first_ttft_s")]
+        if g.spread("first_steady_request").n:
+            s += ["; within ", num((g.rules or ColdRules()).steady_within, f"{group}/rules/steady_within", "share",
+                                   COLD), " of steady from request ",
+                  num(g.spread("first_steady_request").median, f"{group}/over_starts/first_steady_request/median",
+                      "num", COLD)]
+        if g.spread("model_load_s").n:
+            s += ["; model load ", *_start_spread(g, group, "model_load_s")]
         sentences.append(s + ["."])
-    checks = [cold_note(cs, group) for group in cs]
+    checks = [cold_note(g, group) for group, g in cs.items()]
     notes = [*dict.fromkeys(m for m, _ in checks if m), *(t for _, t in checks)]  # the method once, then each group
-    starts = {get(cs, f"{group}/starts") for group in cs}
+    starts = {g.starts for g in cs.values()}
     n = starts.pop() if len(starts) == 1 else None
     level = (f" (with {n} starts the range is a {1 - 2 * 0.5 ** n:.0%} interval of the median)"
              if isinstance(n, int) and n > 1 else "")
     notes.append(f"Medians over the starts, range in brackets{level}. Steady: the median latency of a start's "
                  "second half of requests (sent one at a time); the penalty is the first request's latency minus "
                  "it. Model load: the server's own gauge.")
-    return {"kind": "cold_start", "title": "Cold start: what the first request after a deploy costs",
-            "sentences": sentences, "notes": notes, "list": True}
+    return Headline("cold_start", "Cold start: what the first request after a deploy costs", sentences, notes,
+                    as_list=True)
 
 
-def cold_note(cs: dict, group: str) -> tuple[str | None, str]:
+def cold_note(g: StartGroup, group: str) -> tuple[str | None, str]:
     """(how latbench knows a start was cold, which starts of ``group`` were), from the per-start page-cache
     checks: the first is the same for every group (said once), the second names the group."""
-    g = cs[group]
-    rows = g.get("per_start") or []
-    w = g.get("weights") or {}
-    prepared = g.get("weights_prepared") or {}
-    cold = [r["start"] for r in rows if r.get("cold") is True]
-    warm = [r for r in rows if r.get("cold") is False]
-    unknown = [r for r in rows if r.get("cold") is None]
-    if not w:
-        reason = next(((r.get("page_cache") or {}).get("reason") for r in rows if r.get("page_cache")), None)
+    rows = g.per_start or []
+    w = g.weights or WeightsFile()
+    prepared = g.weights_prepared or WeightsPrepared()
+    cold = [r.start for r in rows if r.cold is True]
+    warm = [r for r in rows if r.cold is False]
+    unknown = [r for r in rows if r.cold is None]
+    if not g.weights:
+        reason = next((r.page_cache.reason for r in rows if r.page_cache), None)
         return None, (f"{group}: whether its starts were cold is unknown: latbench knows no weights file of this "
                       f"target ({reason or 'not the bundled reference server'}), so it could not drop one from the "
                       "page cache.")
-    limit = (g.get("rules") or {}).get("cold_resident_max", 0.01)
+    rules = g.rules or ColdRules()
+    limit = rules.cold_resident_max if "cold_resident_max" in rules.model_fields_set else 0.01
     method = ("How latbench knows a start was cold: before each start it dropped the weights file from the OS page "
               "cache (posix_fadvise DONTNEED) and checked with mincore how much of it was still cached (cold: at "
               f"most {limit:.0%}).")
-    cached = [(r.get("page_cache") or {}).get("resident_after") for r in rows]
-    cached = [c for c in cached if c is not None]
-    text = (f"{group}: {len(cold)} of {len(rows)} starts were cold ({fmt.mb(w.get('bytes'))} weights file"
+    cached = [r.page_cache.resident_after for r in rows if r.page_cache and r.page_cache.resident_after is not None]
+    text = (f"{group}: {len(cold)} of {len(rows)} starts were cold ({fmt.mb(w.bytes)} weights file"
             + (f"; at most {fmt.share(max(cached))} of it still cached" if cached else "") + ").")
     for r in warm:
-        res = (r.get("page_cache") or {}).get("resident_after")
-        text += f" Start {r['start']} was not cold: {fmt.share(res)} of the file was still cached."
+        res = r.page_cache.resident_after if r.page_cache else None
+        text += f" Start {r.start} was not cold: {fmt.share(res)} of the file was still cached."
     if unknown:
-        text += f" Starts {', '.join(str(r['start']) for r in unknown)}: unknown (the platform could not tell)."
-    if prepared.get("generated_s") is not None:
+        text += f" Starts {', '.join(str(r.start) for r in unknown)}: unknown (the platform could not tell)."
+    if prepared.generated_s is not None:
         text += (" The weights were generated once before the first start "
-                 f"({fmt.seconds(prepared['generated_s'])}, no part of any start).")
-    elif prepared.get("path"):
+                 f"({fmt.seconds(prepared.generated_s)}, no part of any start).")
+    elif prepared.path:
         text += " The weights file existed before the first start (generation is no part of any start)."
     return method, text
 
 
 # -- burst -----------------------------------------------------------------------------------------
 
-def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
+def burst_headline(spikes: list[tuple[TargetData, int]]) -> Headline:
     sentences, notes = [], []
     for td, i in spikes:
         s, name, b = td.result, td.name, f"burst/{i}"
         e = s.burst[i]
         who = f"{name}: " if len(spikes) > 1 else ""
         spike = (s.phases or {}).get(e.spike) or Scope()
-        exited = s.server_exit or {}
+        exited = s.server_exit
         first = [who]
         if exited:
-            first += [f"The {exited.get('what') or 'server'} exited during {exited.get('phase')}, ",
-                      num(exited.get("t"), "server_exit/t", "s", name), " into the run (see the warnings above): what "
+            first += [f"The {exited.what or 'server'} exited during {exited.phase}, ",
+                      num(exited.t, "server_exit/t", "s", name), " into the run (see the warnings above): what "
                       "follows is of the requests before it. "]
         first += [f"After the {e.spike} phase (", num(e.spike_qps, f"{b}/spike_qps", "rate", name), " req/s for ",
                   num(spike.duration_s, f"phases/{e.spike}/duration_s", "s", name)]
@@ -291,12 +291,12 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> dict:
     notes.append("Ratio intervals come from the ends of the two 95% intervals (they hold with at least 90% "
                  "confidence). Drain: from the spike's end until requests in flight were back at the baseline "
                  "phase's peak, from exact send and completion times.")
-    return {"kind": "burst", "title": "Burst and recovery", "sentences": sentences, "notes": notes}
+    return Headline("burst", "Burst and recovery", sentences, notes)
 
 
 # -- headroom (120%) -------------------------------------------------------------------------------
 
-def headroom_headline(targets: list[TargetData]) -> dict:
+def headroom_headline(targets: list[TargetData]) -> Headline:
     sentences, notes = [], []
     for td in targets:
         s, name, h = td.result, td.name, "headroom"
@@ -323,7 +323,7 @@ def headroom_headline(targets: list[TargetData]) -> dict:
                      "on the capacity curve.")
     share = targets[0].result.headroom.high.share
     title = f"Headroom at {fmt.share(share)} of the expected rate" if share else "Headroom"
-    return {"kind": "headroom", "title": title, "sentences": sentences, "notes": notes}
+    return Headline("headroom", title, sentences, notes)
 
 
 def _headroom_verdict(s: Summary, name: str) -> list:
@@ -371,11 +371,11 @@ KNOB_LABELS = {"preload": "preload", "warmup": "warm-up", "max_batch_size": "max
 
 def architectures_data(entries: list[tuple[str, TargetData]]) -> dict | None:
     """:func:`loadgen.headline.architectures` of labelled targets (their summaries and server configs)."""
-    return architectures([(label, td.summary, td.meta.server.to_json() if td.meta.server else {})
+    return architectures([(label, td.result, td.meta.server.to_json() if td.meta.server else {})
                           for label, td in entries])
 
 
-def architectures_headline(entries: list[tuple[str, TargetData]], what: str = "architecture") -> dict | None:
+def architectures_headline(entries: list[tuple[str, TargetData]], what: str = "architecture") -> Headline | None:
     """The article's form, one sentence per entry: "optimized: mean A ms, p99 B ms, p99 3.1x lower than naive's
     (interval [2.0x, 4.4x])", each followed by the settings that set it apart from the first; a ratio without an
     interval says why, one whose interval holds 1 says "no clear difference". ``what``: what the entries are (a key
@@ -390,8 +390,8 @@ def architectures_headline(entries: list[tuple[str, TargetData]], what: str = "a
         if not r["n"]:
             s.append("no successful request, so no latency to compare")
         else:
-            s += ["mean ", _cell_of(r["mean"], label, f"{lat}/mean", "ms"), " ms, p99 ",
-                  _cell_of(r["p99"]["value"], label, f"{lat}/percentiles/p99/value", "ms"), " ms"]
+            s += ["mean ", num(r["mean"], f"{lat}/mean", "ms", label), " ms, p99 ",
+                  num(r["p99"]["value"], f"{lat}/percentiles/p99/value", "ms", label), " ms"]
             if i:
                 s += [", "] + _versus_first(a, i)
         own = [k for k, v in a["knobs"].items() if v[i] != v[0]]
@@ -400,43 +400,37 @@ def architectures_headline(entries: list[tuple[str, TargetData]], what: str = "a
             for j, k in enumerate(own):
                 kind = "ms" if k.endswith("_s") else "setting"
                 s += ["; " if j else "", f"{KNOB_LABELS.get(k, k)} ",
-                      Cell(fmt.fmt(a["knobs"][k][i], kind), f"knobs/{k}/{i}", kind, ARCH, css="rng"),
-                      " ms" if kind == "ms" else ""]
+                      num(a["knobs"][k][i], f"knobs/{k}/{i}", kind, ARCH, css="rng"), " ms" if kind == "ms" else ""]
         lines.append(s + ["."])
     notes = ["Overall scope (recorded phases), successful requests. A p99 ratio is against the first entry's, its "
              "interval from the ends of the two 95% intervals (it holds with at least 90% confidence)."]
     plural = COMPARED.get(what, COMPARED["target"])[1]
-    return {"kind": "architectures", "title": f"{plural.capitalize()} side by side", "sentences": lines,
-            "notes": notes, "list": len(lines) > 2}
-
-
-def _cell_of(value, target: str, src: str, kind: str, css: str = "") -> Cell:
-    return Cell(fmt.fmt(value, kind), src, kind, target, css)
+    return Headline("architectures", f"{plural.capitalize()} side by side", lines, notes, as_list=len(lines) > 2)
 
 
 def _versus_first(a: dict, i: int) -> list:
     """Entry ``i``'s p99 against the first's, as a claim: the factor and its interval, "no clear difference" when
     the interval holds 1, or why there is no interval (too few requests, with how many there were)."""
     r, base, p = a["rows"][i], a["base"], f"rows/{i}/p99_vs_first"
-    vs = r.get("p99_vs_first") or {}
-    if vs.get("value") is None:
+    vs = r["p99_vs_first"]
+    if not vs or vs["value"] is None:
         return [f"no p99 ratio to {base}'s (one of them has no p99)"]
-    factor, ci = _cell(a, ARCH, f"{p}/value", "x"), vs.get("ci")
+    factor, ci = num(vs["value"], f"{p}/value", "x", ARCH), vs["ci"]
     if ci and includes_one(ci):
         return [f"no clear difference in p99 from {base}'s (ratio ", factor, ", interval ",
-                _ci(a, ARCH, f"{p}/ci", "x"), ")"]
+                _ci_cell(ci, f"{p}/ci", "x", ARCH), ")"]
     out = ["p99 ", factor, f" {'lower' if vs['lower'] else 'higher'} than {base}'s"]
     if ci:
-        return out + [" (interval ", _ci(a, ARCH, f"{p}/ci", "x"), ")"]
+        return out + [" (interval ", _ci_cell(ci, f"{p}/ci", "x", ARCH), ")"]
     lat = "overall/metrics/latency/n"
-    return out + [" (no interval: from ", _cell_of(a["rows"][0]["n"], base, lat, "count"), " and ",
-                  _cell_of(r["n"], r["label"], lat, "count"), " requests; a p99's 95% interval needs at least ",
-                  _cell(a, ARCH, "interval_needs", "count"), " each)"]
+    return out + [" (no interval: from ", num(a["rows"][0]["n"], lat, "count", base), " and ",
+                  num(r["n"], lat, "count", r["label"]), " requests; a p99's 95% interval needs at least ",
+                  num(a["interval_needs"], "interval_needs", "count", ARCH), " each)"]
 
 
 # -- steady ----------------------------------------------------------------------------------------
 
-def conversation_headline(td: TargetData) -> dict:
+def conversation_headline(td: TargetData) -> Headline:
     """What the history costs: TTFT (streams) and latency p50 at the first turn and at the last turn index that
     has successful requests, and the mean prompt between them."""
     s, name = td.result, td.name
@@ -464,11 +458,10 @@ def conversation_headline(td: TargetData) -> dict:
                  " tokens on average, as each turn resends the history. "]
     ov = s.overall or Scope()
     sent += ["Turns in all: "] + outcome_parts(ov, "overall", name) + ["."]
-    return {"kind": "conversation", "title": "Conversations: what the history costs, turn by turn",
-            "sentences": [sent], "notes": []}
+    return Headline("conversation", "Conversations: what the history costs, turn by turn", [sent], [])
 
 
-def steady_headline(td: TargetData) -> dict:
+def steady_headline(td: TargetData) -> Headline:
     """The overall p50 and p99 with their intervals, at the rate achieved against the rate asked (a closed loop:
     the concurrency asked and held), and how the requests ended."""
     s, name = td.result, td.name
@@ -481,7 +474,7 @@ def steady_headline(td: TargetData) -> dict:
     else:
         sent = ["No request succeeded, so there is no latency to report"]
     sent += _asked_parts(s, name) + ["; "] + outcome_parts(ov, "overall", name) + ["."]
-    return {"kind": "steady", "title": "Result", "sentences": [sent] + _by_phase(s, name), "notes": []}
+    return Headline("steady", "Result", [sent] + _by_phase(s, name), [])
 
 
 def _by_phase(s: Summary, name: str) -> list:

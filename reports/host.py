@@ -16,16 +16,14 @@ import pandas as pd
 
 from loadgen.analysis.host import series, wait_share_series
 from loadgen.records.results import HostSummary, Summary, Timeseries
+from reports.drawing import figure, plot_style, to_uri
 from reports.plots import (
     OUTSIDE,
     PALETTE,
-    figure,
     latency_axis,
     phase_windows,
-    plot_style,
     shade_phases,
     shade_windows,
-    to_uri,
 )
 from reports.plots import (
     series as summary_series,

@@ -49,12 +49,12 @@ def headline_lines(run: RunData) -> list[str]:
     h = headline(run)
     if h is None:
         return []
-    if h.get("list"):
-        lines = [f"**{esc(h['title'])}.**", "\n".join("- " + sentence(s) for s in h["sentences"])]
+    if h.as_list:
+        lines = [f"**{esc(h.title)}.**", "\n".join("- " + sentence(s) for s in h.sentences)]
     else:
-        lines = [f"**{esc(h['title'])}.** " + " ".join(sentence(s) for s in h["sentences"][:1])]
-        lines += [sentence(s) for s in h["sentences"][1:]]
-    lines += [f"<sub>{esc(n)}</sub>" for n in h["notes"]]
+        lines = [f"**{esc(h.title)}.** " + " ".join(sentence(s) for s in h.sentences[:1])]
+        lines += [sentence(s) for s in h.sentences[1:]]
+    lines += [f"<sub>{esc(n)}</sub>" for n in h.notes]
     return [x for line in lines for x in (line, "")]
 
 
@@ -67,7 +67,7 @@ def _slo_table(run: RunData) -> list[str]:
         return _table(["target", "objective", "measured", "95% CI", "result"],
                       [[esc(r["target"]), code(r["expr"]),
                         r["value"].text + (" ms" if r["value"].kind == "ms" else "")
-                        + (f" ({esc(r['reason'])}; runs {r['runs']})" if r.get("runs") else ""),
+                        + (f" ({esc(r['reason'])}; runs {r['runs']})" if r["runs"] else ""),
                         r["ci"].text, "✅ pass" if r["passed"] else "❌ **fail**"] for r in slos], text_cols=2)
     slos = report_model.slo_rows(run.targets)
     if not slos:
@@ -150,10 +150,10 @@ def render_markdown(run: RunData) -> str:
             ov.count or 0, ov.ok or 0, ov.errors, ov.aborted)) for td in run.targets if td.result
             for ov in [td.result.overall or Scope()]] + [""]
     lines += _closed_table(run)
-    if v.get("logs"):
+    if v["logs"]:
         lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
     host = [f"- {esc(td.name)}: {esc(line)}" for td in run.targets
-            for line in notable_lines(td.result.host.to_json() if td.result and td.result.host else None)]
+            for line in notable_lines(td.result.host if td.result else None)]
     if host:
         lines += ["**Host:**", *host, ""]
     cmp = run_comparison(run)

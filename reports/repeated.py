@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from loadgen.records.results import Repeats, RunStat
 from reports import fmt
-from reports.plots import PALETTE, figure, ms_log_axis, plot_style, to_uri
-from reports.report_model import Cell
+from reports.drawing import figure, plot_style, to_uri
+from reports.plots import PALETTE, ms_log_axis
+from reports.report_model import Cell, Headline
 from reports.strips import REPEATS_SRC, strips_for
 
 #: rows of the between-run table: (repeats.json statistic, label, display kind)
@@ -96,7 +97,7 @@ def run_to_run_plot(repeats: Repeats) -> str | None:
         return to_uri(fig)
 
 
-def repeated_headline(repeats: Repeats) -> dict:
+def repeated_headline(repeats: Repeats) -> Headline:
     """The headline of a repeated run: per target, the median latency p50 and p99 over its runs, each with
     its between-run 95% interval (a sentence is a list of str and Cell parts, as in reports.headline)."""
     sentences = []
@@ -115,10 +116,10 @@ def repeated_headline(repeats: Repeats) -> dict:
         sent.append(f", the median of {len(g.runs)} runs"
                     + (f"; {missed} objective{'s' if missed > 1 else ''} missed" if missed else "") + ".")
         sentences.append(sent)
-    return {"kind": "repeated", "title": f"Result over {repeats.runs} runs",
-            "sentences": sentences, "list": len(sentences) > 1,
-            "notes": ["Medians of the runs; in brackets their between-run 95% interval (Student t over the runs' log "
-                      "values): the noise between runs, which one run's interval cannot show."]}
+    return Headline("repeated", f"Result over {repeats.runs} runs", sentences,
+                    ["Medians of the runs; in brackets their between-run 95% interval (Student t over the runs' log "
+                     "values): the noise between runs, which one run's interval cannot show."],
+                    as_list=len(sentences) > 1)
 
 
 def section(repeats: Repeats | None) -> dict | None:

@@ -21,6 +21,7 @@ from loadgen.records.results import (
     RepeatTarget,
     Scope,
     ScopeTokens,
+    StartGroup,
     Summary,
     TokenInfo,
     Trace,
@@ -44,6 +45,21 @@ class Cell:
     title: str = ""
     dots: object = None  # a repeated run's per-run values as a strip (reports.repeated.Strip), or None
     note: str = ""  # said under the value (a comparison's ratio against its first entry)
+
+
+@dataclass
+class Headline:
+    """A report's headline (:mod:`reports.headline`): what the run measures (``kind``), a title, sentences (each a
+    list of str and :class:`Cell` parts) and notes; ``as_list``: the sentences laid out as a list. ``figure``: the
+    figure shown with it, and ``figure_target`` the target whose section it was taken from (shown once)."""
+
+    kind: str
+    title: str
+    sentences: list
+    notes: list[str]
+    as_list: bool = False
+    figure: dict | None = None
+    figure_target: str | None = None
 
 
 def get(d: dict, path: str):
@@ -273,7 +289,7 @@ def slo_rows(targets: list[TargetData]) -> list[dict]:
                 "target": target_label(td), "expr": r.expr or "", "passed": bool(r.passed),
                 "value": num(r.value, f"slo/{i}/value", kind, td.name),
                 "ci": Cell(fmt.ci(r.ci, kind), f"slo/{i}/ci", "ci", td.name) if r.ci else Cell(fmt.DASH),
-                "reason": r.reason or (unmeasured(r.to_json(), td.summary or {}) if r.value is None else ""),
+                "reason": r.reason or (unmeasured(r, td.result) if r.value is None else ""),
                 "runs": "",
             })
     return rows
@@ -384,11 +400,12 @@ def stored_verdict(run: RunData) -> Verdict | None:
 def computed_verdict(run: RunData) -> Verdict:
     """The verdict of the targets given alone (one entry of a comparison, or a RunDir from before verdicts
     were stored), by the same rules as the run's own (:func:`loadgen.analysis.verdict.judge`)."""
-    repeated = run.repeats is not None  # each run alone is not judged: its target is, over its runs
-    outcomes = [TargetOutcome(td.name, td.summary, failed_fast=td.result.failed_fast,
-                              slo=[] if repeated and td.meta.repetition is not None else None)
+    repeated = run.repeated is not None  # each run alone is not judged: its target is, over its runs
+    outcomes = [TargetOutcome(td.name, td.result, failed_fast=td.result.failed_fast,
+                              slo=[] if repeated and td.meta.repetition is not None else None,
+                              group=td.meta.group if td.meta.start is not None else None, start=td.meta.start)
                 for td in run.targets if td.result is not None]
-    return judge(outcomes, interrupted=not run.complete, groups=group_outcomes(run.repeats) if repeated else None)
+    return judge(outcomes, interrupted=not run.complete, groups=group_outcomes(run.repeated) if repeated else None)
 
 
 def verdict(run: RunData, use_meta: bool = True) -> dict:
@@ -404,7 +421,7 @@ def verdict(run: RunData, use_meta: bool = True) -> dict:
         total = sum(1 for td in run.targets for r in (td.result.slo if td.result else None) or []
                     if r.applies is not False)
     failed = [r.text for r in v.reasons if r.kind is Kind.SLO]
-    warnings = [f"{td.name}: no records: this target did not run" for td in run.targets if td.summary is None]
+    warnings = [f"{td.name}: no records: this target did not run" for td in run.targets if td.result is None]
     warnings += [r.text + ("; these numbers describe the load generator, not the server"
                            if r.kind is Kind.GENERATOR_LIMITED else "")
                  for r in v.reasons if r.kind is not Kind.SLO
@@ -478,37 +495,32 @@ START_COLUMNS = (("listen_s", "ms", "listening (ms)"), ("ready_s", "ms", "ready 
                  ("penalty_s", "ms", "penalty (ms)"), ("first_steady_request", "num", "warm from request"))
 
 
-def start_rows(cs: dict, group: str) -> list[dict]:
+def start_rows(g: StartGroup, group: str) -> list[dict]:
     """One row per fresh start of ``group``: cold or not (and the page-cache share behind it), then
     START_COLUMNS, from cold_start.json."""
     rows = []
-    for i, r in enumerate(get(cs, f"{group}/per_start") or []):
+    for i, r in enumerate(g.per_start or []):
         base = f"{group}/per_start/{i}"
-        cold = r.get("cold")
-        cached = (r.get("page_cache") or {}).get("resident_after")
-        rows.append({"start": r.get("start"), "target": r.get("target"),
-                     "cold": "cold" if cold else ("unknown" if cold is None else "WARM"),
-                     "cold_css": "pass" if cold else ("" if cold is None else "fail"),
+        cached = r.page_cache.resident_after if r.page_cache else None
+        rows.append({"start": r.start, "target": r.target,
+                     "cold": "cold" if r.cold else ("unknown" if r.cold is None else "WARM"),
+                     "cold_css": "pass" if r.cold else ("" if r.cold is None else "fail"),
                      "cached": Cell(fmt.share(cached), f"{base}/page_cache/resident_after", "share", COLD),
-                     "cells": [Cell(fmt.fmt(get(cs, f"{base}/{k}"), kind), f"{base}/{k}", kind, COLD)
-                               for k, kind, _ in START_COLUMNS]})
+                     "cells": [num(getattr(r, k), f"{base}/{k}", kind, COLD) for k, kind, _ in START_COLUMNS]})
     return rows
 
 
-def cold_start_comparison(cs: dict) -> dict:
+def cold_start_comparison(cs: dict[str, StartGroup]) -> dict:
     """Architectures side by side over their starts: median (min-max) of each START_COLUMNS figure."""
     rows = []
-    for group in cs:
+    for group, g in cs.items():
         cells = []
         for k, kind, _ in START_COLUMNS:
-            p = f"{group}/over_starts/{k}"
-            cells.append({"median": Cell(fmt.fmt(get(cs, f"{p}/median"), kind), f"{p}/median", kind, COLD),
-                          "min": Cell(fmt.fmt(get(cs, f"{p}/min"), kind), f"{p}/min", kind, COLD),
-                          "max": Cell(fmt.fmt(get(cs, f"{p}/max"), kind), f"{p}/max", kind, COLD)})
-        rows.append({"label": group, "starts": get(cs, f"{group}/starts"), "cold": get(cs, f"{group}/cold_starts"),
-                     "cells": cells})
+            p, sp = f"{group}/over_starts/{k}", g.spread(k)
+            cells.append({"median": num(sp.median, f"{p}/median", kind, COLD),
+                          "min": num(sp.min, f"{p}/min", kind, COLD), "max": num(sp.max, f"{p}/max", kind, COLD)})
+        rows.append({"label": group, "starts": g.starts, "cold": g.cold_starts, "cells": cells})
     return {"columns": [c[2] for c in START_COLUMNS], "rows": rows}
-
 
 
 _MAX_LEN_SOURCE = {"scenario": "the scenario's", "target": "reported by the target"}

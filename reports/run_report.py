@@ -6,10 +6,11 @@ from pathlib import Path
 
 from loadgen.analysis.closedloop import HELD_MIN
 from loadgen.records.rundir import write_text
-from reports import repeated, report_model
+from reports import breakdowns, repeated, report_model
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
 from reports.html import render
+from reports.report_model import Headline
 from reports.rundir_loader import RunData
 
 
@@ -20,7 +21,8 @@ def target_section(td, i: int) -> dict:
            "complete": bool(s and s.complete is not False) and not td.recomputed}
     if s is None:
         return sec | {"scopes": [], "outcomes": None, "rates": None, "tokens": None, "figures": [], "turns": [],
-                      "turns_note": "", "closed": []}
+                      "turns_note": "", "closed": [], "image_sizes": [], "tools": [], "tools_note": "",
+                      "structured_note": ""}
     sec["scopes"] = [{"label": label, "recorded": sc.is_recorded,
                       "rows": report_model.percentile_table(sc, td.name, prefix)}
                      for label, prefix, sc in s.scopes()]
@@ -32,26 +34,27 @@ def target_section(td, i: int) -> dict:
     sec["tokens"] = {"cols": cols, "rows": rows}
     sec["closed"] = report_model.closed_loop_rows(s, td.name)
     sec["turns"], sec["turns_note"] = report_model.turn_rows(s, td.name), report_model.conversation_note(s)
+    sec["image_sizes"], sec["tools"] = breakdowns.image_rows(s, td.name), breakdowns.tool_rows(s, td.name)
+    sec["tools_note"], sec["structured_note"] = breakdowns.tool_note(s), breakdowns.structured_note(s)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)
     return sec
 
 
-def headline_block(run: RunData, sections: list[dict]) -> dict | None:
+def headline_block(run: RunData, sections: list[dict]) -> Headline | None:
     """The headline (see :mod:`reports.headline`) with its figure: the warm-up curve of a cold-start
     study, the marked time series of a burst (taken from its target's section, drawn once)."""
     h = headline(run)
     if h is None:
         return None
-    h["figure"] = None
-    if h["kind"] == "cold_start":
-        h["figure"] = warmup_figure(run.cold_start)
-    elif h["kind"] == "burst":
+    if h.kind == "cold_start":
+        h.figure = warmup_figure(run.cold_start)
+    elif h.kind == "burst":
         td = next(td for td in run.targets if td.result and td.result.burst)
         sec = next(sec for sec in sections if sec["target_name"] == td.name)
-        h["figure"] = next((f for f in sec["figures"] if f["id"] == "timeseries"), None)
-        h["figure_target"] = td.name
+        h.figure = next((f for f in sec["figures"] if f["id"] == "timeseries"), None)
+        h.figure_target = td.name
     return h
 
 
@@ -64,7 +67,7 @@ def groups_context(run: RunData, sections: list[dict]) -> list[dict]:
         starts = bool(run.cold_start and name in run.cold_start)
         out.append({"name": name, "anchor": f"group-{gi}" if starts else by_name[tds[0].name]["anchor"],
                     "starts": starts, "sections": [by_name[td.name] for td in tds],
-                    "start_rows": report_model.start_rows(run.cold_start, name) if starts else []})
+                    "start_rows": report_model.start_rows(run.cold_start[name], name) if starts else []})
     return out
 
 
@@ -75,7 +78,7 @@ def run_context(run: RunData) -> dict:
     sections = [target_section(td, i) for i, td in enumerate(run.targets)]
     h = headline_block(run, sections)
     for sec in sections:
-        if h and h.get("figure_target") == sec["target_name"]:  # shown once, in the headline
+        if h and h.figure_target == sec["target_name"]:  # shown once, in the headline
             sec["figures"] = [f for f in sec["figures"] if f["id"] != "timeseries"]
             sec["moved"] = "The time series is in the headline above."
     return {
@@ -93,6 +96,7 @@ def run_context(run: RunData) -> dict:
         "groups": groups_context(run, sections),
         "pcts": report_model.PCTS,
         "turn_cols": [c[-1] for c in report_model.TURN_COLUMNS],
+        "image_cols": breakdowns.IMAGE_COLUMNS, "tool_cols": breakdowns.TOOL_COLUMNS,
         "closed_cols": [c[-1] for c in report_model.CLOSED_COLUMNS],
         "held_min": f"{HELD_MIN:.0%}",
     }

@@ -24,7 +24,7 @@ from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.host import read_host
 from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.errors import RunDirError
-from loadgen.records.results import ColdStart, Meta, MetaTarget, Repeats, Summary
+from loadgen.records.results import CapacityRef, ColdStart, Meta, MetaTarget, Repeats, StartGroup, Summary
 from loadgen.records.rundir import (
     COLD_START,
     HOST,
@@ -41,9 +41,10 @@ from loadgen.records.schema import SCHEMA, read_records, records_exist
 from loadgen.scenario.model import GoodputObjectives, Load, slo_line
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
-#: Record columns the plots read (token times are read separately, for a sample only).
+#: Record columns the plots read (token times are read separately, for a sample only: :data:`TOKEN_COLUMNS`).
 PLOT_COLUMNS = ("phase", "recorded", "scheduled", "sent", "connect_start", "connected", "tls",
                 "first_byte", "first_token", "done", "error", "output_tokens")
+TOKEN_COLUMNS = ("token_times", "chunk_tokens")
 
 
 @dataclass
@@ -54,11 +55,12 @@ class TargetData:
     name: str
     dir: Path
     meta: MetaTarget
-    summary: dict | None  # summary.json as read, for the analysis functions that take the file's JSON
+    summary: dict | None  # summary.json as read: what a report Cell's ``src`` points into (readers take result)
     recomputed: bool = False
     unreadable: str | None = None  # why requests.parquet could not be read (the report then shows summary.json's)
-    _table: pa.Table | None = None
+    _tables: dict = field(default_factory=dict)  # columns asked (None: all) -> the records, read once each
     _frame: pd.DataFrame | None = None
+    _ok: pd.DataFrame | None = None
     _server: pd.DataFrame | None = None
     _host: pd.DataFrame | None = None
     _result: Summary | None = None
@@ -72,30 +74,39 @@ class TargetData:
 
     @property
     def has_records(self) -> bool:
-        """Records were written and can be read (reading them once, to know)."""
+        """Records were written and can be read (reading the figures' columns once, to know)."""
         if not records_exist(self.dir / REQUESTS):
             return False
-        self.table()
+        self.table(PLOT_COLUMNS)
         return self.unreadable is None
 
-    def table(self) -> pa.Table:
-        """All records (read once); none, with :attr:`unreadable` saying why, when the file cannot be read (a
-        truncated parquet): the report still renders, from summary.json, without the figures drawn from records."""
-        if self._table is None:
+    def table(self, columns: tuple[str, ...] | None = None) -> pa.Table:
+        """The records (read once; ``columns``: those alone, in the schema's order); none, with :attr:`unreadable`
+        saying why, when the file cannot be read (a truncated parquet): the report still renders, from
+        summary.json, without the figures drawn from the records."""
+        if columns not in self._tables:
             try:
-                self._table = read_records(self.dir / REQUESTS)
+                table = read_records(self.dir / REQUESTS, columns)
             except (OSError, ValueError, TypeError, pa.ArrowException) as exc:
                 self.unreadable = (f"{REQUESTS} cannot be read ({type(exc).__name__}): the numbers are summary.json's, "
                                    "the figures drawn from the records are left out")
-                self._table = SCHEMA.empty_table()
-        return self._table
+                table = SCHEMA.empty_table()
+                table = table if columns is None else table.select([c for c in SCHEMA.names if c in columns])
+            self._tables[columns] = table
+        return self._tables[columns]
 
     def frame(self) -> pd.DataFrame:
         """Records without token times, with the derived columns of :func:`loadgen.analysis.metrics.records_frame`."""
         if self._frame is None:
-            t = self.table()
-            self._frame = records_frame(t.select([c for c in PLOT_COLUMNS if c in t.column_names]))
+            self._frame = records_frame(self.table(PLOT_COLUMNS))
         return self._frame
+
+    def ok_recorded(self) -> pd.DataFrame:
+        """The frame's successful requests of recorded phases (selected once: every figure starts from them)."""
+        if self._ok is None:
+            df = self.frame()
+            self._ok = df[df["ok"] & df["recorded"]]
+        return self._ok
 
     def server_metrics(self) -> pd.DataFrame | None:
         """server_metrics.csv (time, metric, labels, value) or None when it was not scraped."""
@@ -134,9 +145,8 @@ class RunData:
     meta: Meta
     scenario: dict
     targets: list[TargetData] = field(default_factory=list)
-    cold_start: dict | None = None  # cold_start.json of a study of fresh starts (load.starts > 1)
-    repeats: dict | None = None  # repeats.json of a repeated run, as read (for loadgen.analysis.repeated)
-    repeated: Repeats | None = None  # the same as its model, which the readers take
+    cold_start: dict[str, StartGroup] | None = None  # cold_start.json's groups, of a study of fresh starts
+    repeated: Repeats | None = None  # repeats.json of a repeated run
 
     def groups(self) -> list[tuple[str, list[TargetData]]]:
         """Targets under their architecture: the fresh starts of a cold-start study, or the repetitions of a
@@ -189,8 +199,7 @@ def load_rundir(path) -> RunData:
     if not raw and not entries:
         raise RunDirError(f"{path}: no meta.json and no target folders: not a latbench RunDir")
     repeats = _read_json(path / REPEATS, Repeats)
-    run = RunData(path, meta, scenario, repeats=repeats,
-                  repeated=None if repeats is None else Repeats.model_validate(repeats))
+    run = RunData(path, meta, scenario, repeated=None if repeats is None else Repeats.model_validate(repeats))
     for e in entries:
         tdir = path / (e.dir or e.name)
         td = TargetData(e.name or tdir.name, tdir, e, _read_json(tdir / SUMMARY, Summary))
@@ -198,7 +207,7 @@ def load_rundir(path) -> RunData:
             td.summary = recompute_summary(td, run)
             td.recomputed = True
         run.targets.append(td)
-    run.cold_start = _cold_start(path, meta, raw)
+    run.cold_start = _cold_start(path, meta)
     return run
 
 
@@ -211,43 +220,50 @@ def _goodput(scenario: dict) -> list[GoodputObjectives] | None:
         return None
 
 
-def _cold_start(path: Path, meta: Meta, raw: dict) -> dict | None:
-    """cold_start.json, or, for a study whose run stopped before writing it (or wrote an older form without
-    per-start rows), the same computed from the RunDir's files by :func:`loadgen.coldstart.cold_start_summary`."""
+def _cold_start(path: Path, meta: Meta) -> dict[str, StartGroup] | None:
+    """cold_start.json's groups, or, for a study whose run stopped before writing it (or wrote an older form
+    without per-start rows), the same computed from the RunDir's files by
+    :func:`loadgen.analysis.coldstart.cold_start_summary` (and read back as the file would be)."""
     if not any(t.start is not None for t in meta.targets):  # repeated runs have groups, not starts
         return None
-    cs = _read_json(path / COLD_START, ColdStart)
-    if cs and "schema_version" in cs:  # its groups under "groups"; before schema_version, the file was the groups
-        cs = ColdStart.model_validate(cs).groups
-    if cs and isinstance(cs, dict) and all(isinstance(g, dict) and "per_start" in g for g in cs.values()):
-        return cs
-    return jsonable(cold_start_summary(path, raw))
+    data = _read_json(path / COLD_START)
+    try:
+        groups = ColdStart.from_file(data).groups if isinstance(data, dict) else None
+    except ValidationError:
+        groups = None
+    if groups and all("per_start" in g.model_fields_set for g in groups.values()):
+        return groups
+    computed = ColdStart(groups=cold_start_summary(path, meta))
+    return ColdStart.model_validate(jsonable(computed.to_json())).groups
 
 
-def _plans_and_slos(scenario: dict):
+def _plans_and_slos(scenario: dict) -> tuple[list[PhasePlan], list, float | None]:
+    """The phases, objectives and expected rate of scenario.yaml as written (read loosely: it is the scenario's
+    text, not a result file; raises when its load cannot be planned)."""
     load = scenario.get("load") or {}
-    plans = plan_phases(Load.model_validate(load, context={"expected_qps": load.get("expected_qps")}))
+    model = Load.model_validate(load, context={"expected_qps": load.get("expected_qps")})
     slos = []
     for line in scenario.get("slo") or []:
         try:  # the scenario's own reading: `- burst: latency.p99 < 800ms` comes back from YAML as a mapping
             slos.append(slo_line(line))
         except (ValueError, TypeError):
             pass  # the run validated it; a hand-edited file must not stop the report
-    return plans, slos
+    return plan_phases(model), slos, model.expected_qps
 
 
 def recompute_summary(td: TargetData, run: RunData) -> dict:
     """The summary of a target whose run died before writing summary.json, from its records and scenario."""
     table = td.table()
     try:
-        plans, slos = _plans_and_slos(run.scenario)
+        plans, slos, expected_qps = _plans_and_slos(run.scenario)
     except Exception:  # no usable scenario.yaml: one phase spanning the records
-        plans, slos = [PhasePlan(0, "run", 0.0, max(_span(table), 1e-3))], []
+        plans, slos, expected_qps = [PhasePlan(0, "run", 0.0, max(_span(table), 1e-3))], [], None
     duration = td.meta.duration_s or _span(table)
     note = "recomputed from the records by the report: the run stopped before it wrote this target's summary"
     s = summarize(table, plans, slos, float(duration or 1e-3), target=td.name, scenario=run.name,
-                  complete=False, notes=[note], expected_qps=(run.scenario.get("load") or {}).get("expected_qps"),
-                  capacity=run.meta.capacity, goodput=_goodput(run.scenario or {}))
+                  complete=False, notes=[note], expected_qps=expected_qps,
+                  capacity=run.meta.capacity if isinstance(run.meta.capacity, CapacityRef) else None,
+                  goodput=_goodput(run.scenario or {}))
     return jsonable(s)
 
 

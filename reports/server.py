@@ -23,16 +23,14 @@ import numpy as np
 import pandas as pd
 
 from loadgen.records.results import Summary, Timeseries
+from reports.drawing import figure, plot_style, to_uri
 from reports.plots import (
     PALETTE,
-    figure,
     latency_axis,
     phase_windows,
-    plot_style,
     series,
     shade_phases,
     shade_windows,
-    to_uri,
 )
 
 PREFIXES = ("refserver_", "vllm_")

@@ -40,7 +40,7 @@ import pandas as pd
 from loadgen.analysis.metrics import metric_samples
 from loadgen.analysis.stats import sectioned_ci
 from loadgen.analysis.verdict import UNREACHABLE_CLASSES, host_contended_text
-from loadgen.records.results import SloResult
+from loadgen.records.results import Capacity, CapacityStep, Scope, SloResult, Summary
 from loadgen.records.rundir import CAPACITY
 from loadgen.scenario.model import GoodputObjectives, Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
@@ -69,6 +69,14 @@ class Step:
     inconclusive: bool = False  # the objectives' intervals straddled their thresholds: run again, longer
     unreachable: bool = False  # every request failed to connect: the step says nothing of the target's capacity
     contended: str | None = None  # the judged process waited too long for a CPU: a failure that may be the host's
+
+    def result(self) -> CapacityStep:
+        """The step as capacity.json's ``steps`` lists it."""
+        return CapacityStep(qps=self.qps, passed=self.passed, achieved_qps=self.achieved_qps,
+                            latency_p50=self.latency_p50, latency_p99=self.latency_p99, ttft_p99=self.ttft_p99,
+                            error_rate=self.error_rate, stopped_early=self.stopped_early, reasons=self.reasons,
+                            dir=self.dir, inconclusive=self.inconclusive, unreachable=self.unreachable,
+                            contended=self.contended)
 
 
 def step_load(base: Load, qps: float, duration: float, warmup: float, index: int = 0) -> Load:
@@ -107,7 +115,7 @@ def sectioned_intervals(df: pd.DataFrame, results: list[SloResult]) -> None:
     step's requests are far from independent, and its order-statistic interval far too narrow."""
     step = df[df["recorded"]].sort_values("scheduled")  # the warm-up is not recorded: this is the step
     for r in results:
-        if not getattr(r, "applies", None) or not r.stat or percentile_of(r.stat) is None:
+        if not r.applies or not r.stat or percentile_of(r.stat) is None:
             continue
         rows = step if r.metric == "send_lag" else step[step["ok"]]
         x = metric_samples(rows, r.metric)
@@ -115,71 +123,73 @@ def sectioned_intervals(df: pd.DataFrame, results: list[SloResult]) -> None:
         r.ci_sectioned = None if ci is None else [json_num(ci[0]), json_num(ci[1])]
 
 
-def _interval(r: dict) -> tuple[float, float] | None:
+def _interval(r: SloResult) -> tuple[float, float] | None:
     """The wider of an objective's two 95% intervals: the order-statistic one (few samples) and the
     sectioned one (dependent samples); None for objectives without one."""
-    ends = [tuple(float(v) for v in ci) for ci in (r.get("ci"), r.get("ci_sectioned")) if ci and None not in ci]
-    if not ends or r.get("op") not in ("<", "<="):
+    ends = [tuple(float(v) for v in ci) for ci in (r.ci, r.ci_sectioned) if ci and None not in ci]
+    if not ends or r.op not in ("<", "<="):
         return None
     return min(e[0] for e in ends), max(e[1] for e in ends)
 
 
-def unreachable(summary: dict) -> bool:
+def unreachable(summary: Summary) -> bool:
     """Every request of the summary failed to reach the target (connect, dns, tls): no rate is measured."""
-    ov = summary.get("overall") or {}
-    return bool(ov.get("count")) and ov.get("ok") == 0 and set(ov.get("errors") or {}) <= UNREACHABLE_CLASSES
+    ov = summary.overall or Scope()
+    return bool(ov.count) and ov.ok == 0 and set(ov.errors or {}) <= UNREACHABLE_CLASSES
 
 
-def judge(summary: dict, qps: float) -> tuple[bool, list[str], bool]:
+def judge(summary: Summary, qps: float) -> tuple[bool, list[str], bool]:
     """Whether a step held: its SLOs (with confidence), the generator, and the completed rate; and whether
     the verdict is in doubt. An objective on a percentile holds only if its whole 95% interval does (a step
     that passes by the luck of a short sample would put the answer above what the target holds) and fails
     outright only if its whole interval does. When it straddles the threshold and nothing else failed,
     the step is inconclusive: more samples, not a verdict, are what it needs."""
     hard, doubt = [], []
-    contended = (summary.get("host") or {}).get("contended")
+    contended = summary.host.contended if summary.host else None
     if contended:
         hard.append(host_contended_text(contended))
     if unreachable(summary):
-        hard.append(f"target unreachable ({', '.join(sorted(summary['overall']['errors']))} on every request)")
-    for r in summary["slo"]:
-        if not r["applies"]:
+        hard.append(f"target unreachable ({', '.join(sorted(summary.overall.errors))} on every request)")
+    for r in summary.slo or []:
+        if not r.applies:
             continue
         iv = _interval(r)
-        if not r["passed"]:
-            if iv is not None and r["value"] is not None and iv[0] < r["threshold"]:
-                doubt.append(f"{r['expr']}: measured {show_value(r)}, but its 95% interval reaches down to "
-                             f"{show_value(r, iv[0])}")
+        measured = show_value(r.value, r.stat, r.metric)
+        if not r.passed:
+            if iv is not None and r.value is not None and iv[0] < r.threshold:
+                doubt.append(f"{r.expr}: measured {measured}, but its 95% interval reaches down to "
+                             f"{show_value(iv[0], r.stat, r.metric)}")
             else:
-                hard.append(f"{r['expr']} (measured {show_value(r)})")
-        elif iv is not None and not (iv[1] < r["threshold"] if r["op"] == "<" else iv[1] <= r["threshold"]):
-            doubt.append(f"{r['expr']}: met ({show_value(r)}) but its 95% interval reaches {show_value(r, iv[1])}")
-    if summary["generator_limited"]:
+                hard.append(f"{r.expr} (measured {measured})")
+        elif iv is not None and not (iv[1] < r.threshold if r.op == "<" else iv[1] <= r.threshold):
+            reaches = show_value(iv[1], r.stat, r.metric)
+            doubt.append(f"{r.expr}: met ({measured}) but its 95% interval reaches {reaches}")
+    if summary.generator_limited:
         hard.append("generator-limited")
-    step = summary["phases"]["step"]
-    offered = step["sent_qps"]  # the arrivals this step actually drew, not the nominal rate: a short
-    if step["achieved_qps"] < KEEP_UP * offered:  # Poisson step at 5 req/s may draw 4.1 req/s
-        hard.append(f"completed {step['achieved_qps']:.1f} req/s of {offered:.1f} offered")
+    step = summary.phases["step"]
+    offered = step.sent_qps  # the arrivals this step actually drew, not the nominal rate: a short
+    if step.achieved_qps < KEEP_UP * offered:  # Poisson step at 5 req/s may draw 4.1 req/s
+        hard.append(f"completed {step.achieved_qps:.1f} req/s of {offered:.1f} offered")
     growing = queue_growth(summary)
     if growing:
         hard.append(growing)
-    if summary.get("failed_fast"):
+    if summary.failed_fast:
         hard.append("stopped early: an objective could no longer be met")
     reasons = hard + doubt
     return not reasons, reasons, bool(doubt) and not hard
 
 
-def queue_growth(summary: dict) -> str | None:
+def queue_growth(summary: Summary) -> str | None:
     """Near saturation a queue builds slowly: a short step can pass while its latency is still climbing.
     A step whose per-second median latency (and requests in flight) in its last third are well above
     their first third is not a steady state, and does not count as held."""
-    ts, step = summary["timeseries"], summary["phases"]["step"]
-    t = np.asarray(ts["t"], dtype=float)
-    p50 = np.asarray([np.nan if v is None else v for v in ts["latency_p50"]], dtype=float)
-    inflight = np.asarray(ts["in_flight"], dtype=float)
-    span = step["end"] - step["start"]
-    first = (t >= step["start"]) & (t < step["start"] + span / 3)
-    last = (t >= step["end"] - span / 3) & (t < step["end"])
+    ts, step = summary.timeseries, summary.phases["step"]
+    t = np.asarray(ts.t, dtype=float)
+    p50 = np.asarray([np.nan if v is None else v for v in ts.latency_p50], dtype=float)
+    inflight = np.asarray(ts.in_flight, dtype=float)
+    span = step.end - step.start
+    first = (t >= step.start) & (t < step.start + span / 3)
+    last = (t >= step.end - span / 3) & (t < step.end)
     if first.sum() < 2 or last.sum() < 2:
         return None
     a, b = np.nanmedian(p50[first]), np.nanmedian(p50[last])
@@ -205,18 +215,19 @@ def knee(steps: list[Step]) -> float | None:
     return xs[best] if gaps[best] > 0.05 else None
 
 
-def headline(result: dict) -> str:
-    lo, hi = result["max_sustainable_qps"], result["first_failing_qps"]
+def headline(result: Capacity) -> str:
+    """The answer of a capacity search (capacity.json's model), for people."""
+    lo, hi = result.max_sustainable_qps, result.first_failing_qps
     if lo is None:
-        return f"no rate passed: even {result['search']['qps_min']:g} req/s breaks the SLOs"
+        return f"no rate passed: even {result.search.qps_min:g} req/s breaks the SLOs"
     if hi is None:
         return f"holds at least {lo:.4g} req/s (the --max); no failing rate found"
-    if result.get("limited_by_generator"):
+    if result.limited_by_generator:
         return (f"holds {lo:.4g} req/s; at {hi:.4g} req/s the load generator, not the target, fell behind: "
                 "the target's capacity is at least what was measured (run more generator processes or hosts)")
     text = f"holds {lo:.4g} req/s, fails at {hi:.4g} req/s"
-    if result["headroom"] is not None:
-        text += f"; headroom {result['headroom'] * 100:+.0f}% against the expected {result['expected_qps']:g} req/s"
+    if result.headroom is not None:
+        text += f"; headroom {result.headroom * 100:+.0f}% against the expected {result.expected_qps:g} req/s"
     return text
 
 

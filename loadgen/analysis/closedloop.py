@@ -1,4 +1,5 @@
-"""Whether a closed loop held its concurrency (``summary["phases"][name]["closed_loop"]``).
+"""Whether a closed loop held its concurrency (a phase's ``closed_loop`` in summary.json: a
+:class:`~loadgen.records.results.ClosedLoop`).
 
 A closed loop has no send schedule, so send lag cannot see a generator that falls behind: its users wait on
 the client, not on the server, and fewer requests are in flight than were asked for. The records say how
@@ -31,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen.analysis.stats import nearest_rank
+from loadgen.records.results import ClosedLoop, Gap, ShortPhase
 from loadgen.schedule.arrivals import PhasePlan
 
 __all__ = ["HELD_MIN", "closed_loop_stats", "held_share", "held_text"]
@@ -47,16 +49,18 @@ def _time_average(starts: np.ndarray, ends: np.ndarray, a: float, b: float) -> f
 
 def _gaps(df: pd.DataFrame) -> np.ndarray:
     """Per user, the time from each answer to the user's next send (a later turn: from its due time)."""
-    d = df.sort_values(["worker", "user", "scheduled"])
-    worker, user = d["worker"].to_numpy(), d["user"].to_numpy()
+    # by worker, user, scheduled (a stable sort, NaN last): of the columns it needs, not of the whole frame
+    order = np.lexsort((df["scheduled"].to_numpy(), df["user"].to_numpy(), df["worker"].to_numpy()))
+    worker, user, sched, sent, done, turn = (df[c].to_numpy()[order]
+                                             for c in ("worker", "user", "scheduled", "sent", "done", "turn"))
     same = (worker[1:] == worker[:-1]) & (user[1:] == user[:-1])
-    sent, sched = d["sent"].to_numpy()[1:], d["scheduled"].to_numpy()[1:]
-    since = np.where(d["turn"].to_numpy()[1:] > 0, sched, d["done"].to_numpy()[:-1])
+    sent, sched = sent[1:], sched[1:]
+    since = np.where(turn[1:] > 0, sched, done[:-1])
     gaps = (sent - since)[same]
     return np.sort(gaps[np.isfinite(gaps)])
 
 
-def closed_loop_stats(df: pd.DataFrame, plan: PhasePlan, end: float) -> dict:
+def closed_loop_stats(df: pd.DataFrame, plan: PhasePlan, end: float) -> ClosedLoop:
     """The closed-loop figures (see the module's docstring) of one closed phase's records (a records frame,
     :func:`loadgen.analysis.metrics.records_frame`); ``end``: the phase's end, or the run's when it stopped first."""
     asked = plan.concurrency
@@ -72,22 +76,22 @@ def closed_loop_stats(df: pd.DataFrame, plan: PhasePlan, end: float) -> dict:
             start = float(per_user["sent"].min().max())
         end = min(end, float(per_user["done"].max().min()))
         g = _gaps(users)
-        gap = {"n": int(g.size), "p50": nearest_rank(g, 50), "p99": nearest_rank(g, 99)} if g.size else None
+        gap = Gap(n=int(g.size), p50=nearest_rank(g, 50), p99=nearest_rank(g, 99)) if g.size else None
     elif keep.sum() >= asked:  # no user column: the asked-th send of the phase
         start = float(np.sort(sent[keep])[asked - 1])
-    out = {"asked": asked, "requests_in_flight": None, "sessions_in_progress": None, "held": None,
-           "measure": "sessions" if conversations else "requests", "fraction": None, "window": [start, end],
-           "gap": gap, "limited": False}
+    out = ClosedLoop(asked=asked, requests_in_flight=None, sessions_in_progress=None, held=None,
+                     measure="sessions" if conversations else "requests", fraction=None, window=[start, end],
+                     gap=gap, limited=False)
     if end <= start or asked <= 0:
         return out
-    out["requests_in_flight"] = _time_average(sent[keep], done[keep], start, end)
+    out.requests_in_flight = _time_average(sent[keep], done[keep], start, end)
     if conversations:
         turns = df[keep & (df["session"].to_numpy() >= 0)]
         s = turns.groupby("session").agg(first=("sent", "min"), last=("done", "max"))
-        out["sessions_in_progress"] = _time_average(s["first"].to_numpy(), s["last"].to_numpy(), start, end)
-    out["held"] = out["sessions_in_progress"] if conversations else out["requests_in_flight"]
-    out["fraction"] = out["held"] / asked
-    out["limited"] = bool(plan.recorded and every_user and out["fraction"] < HELD_MIN)
+        out.sessions_in_progress = _time_average(s["first"].to_numpy(), s["last"].to_numpy(), start, end)
+    out.held = out.sessions_in_progress if conversations else out.requests_in_flight
+    out.fraction = out.held / asked
+    out.limited = bool(plan.recorded and every_user and out.fraction < HELD_MIN)
     return out
 
 
@@ -100,9 +104,9 @@ def held_share(fraction: float) -> str:
     return text
 
 
-def held_text(phase: str, cl: dict) -> str:
+def held_text(phase: str, cl: ClosedLoop | ShortPhase) -> str:
     """'closed loop held 5.9 of 32 in flight (18%) in phase steady' (sessions: 'sessions in progress')."""
-    what = "sessions in progress" if cl["measure"] == "sessions" else "in flight"
-    frac = cl["fraction"]
+    what = "sessions in progress" if cl.measure == "sessions" else "in flight"
+    frac = cl.fraction
     share = f" ({held_share(frac)})" if frac is not None and not math.isnan(frac) else ""
-    return f"closed loop held {cl['held']:.1f} of {cl['asked']} {what}{share} in phase {phase}"
+    return f"closed loop held {cl.held:.1f} of {cl.asked} {what}{share} in phase {phase}"

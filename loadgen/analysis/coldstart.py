@@ -21,6 +21,16 @@ import numpy as np
 import pandas as pd
 
 from loadgen.analysis.metrics import records_frame
+from loadgen.records.results import (
+    ColdRules,
+    Meta,
+    MetaTarget,
+    ServerInfo,
+    StartGroup,
+    StartRow,
+    StartSpread,
+    WeightsFile,
+)
 from loadgen.records.rundir import REQUESTS, SERVER_METRICS
 from loadgen.records.schema import read_records, records_exist
 
@@ -29,12 +39,12 @@ STEADY_WITHIN = 0.10  # "warm": latency within this fraction of the start's stea
 _LOAD_GAUGE = "refserver:model_load_seconds"
 
 
-def _spread(values: list) -> dict:
+def _spread(values: list) -> StartSpread:
     """Median, min and max of the finite values (seconds or counts); n counts them."""
     v = np.asarray([x for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))], dtype=float)
     if v.size == 0:
-        return {"n": 0, "median": None, "min": None, "max": None}
-    return {"n": int(v.size), "median": float(np.median(v)), "min": float(v.min()), "max": float(v.max())}
+        return StartSpread(n=0, median=None, min=None, max=None)
+    return StartSpread(n=int(v.size), median=float(np.median(v)), min=float(v.min()), max=float(v.max()))
 
 
 def start_stats(latencies: np.ndarray, ttft_first: float | None) -> dict:
@@ -72,23 +82,20 @@ HEADLINE_FIELDS = ("ready_s", "listen_s", "model_load_s", "first_latency_s", "fi
                    "penalty_s", "first_steady_request")
 
 
-def cold_start_summary(root: Path, meta: dict) -> dict:
-    """cold_start.json of the RunDir at ``root``, from its files alone (meta.json's target entries, each
+def cold_start_summary(root: Path, meta: Meta) -> dict[str, StartGroup]:
+    """cold_start.json's groups of the RunDir at ``root``, from its files alone (meta.json's target entries, each
     start's records and scraped server metrics): per group (architecture), each start and the spread over
     starts. Also what the loader runs for a RunDir left without cold_start.json."""
-    groups: dict[str, list[dict]] = {}
-    for entry in meta.get("targets", []):
-        if "group" in entry:
-            groups.setdefault(entry["group"], []).append(entry)
+    groups: dict[str, list[MetaTarget]] = {}
+    for entry in meta.targets:
+        if entry.group is not None:
+            groups.setdefault(entry.group, []).append(entry)
     out = {}
     for group, entries in groups.items():
         per_start, curves = [], []
         for e in entries:
-            tdir = Path(root) / e["dir"]
-            server = e.get("server") or {}
-            row = {"start": e.get("start"), "target": e["name"], "listen_s": server.get("listen_s"),
-                   "ready_s": server.get("ready_s"), "model_load_s": model_load_seconds(tdir),
-                   "cold": (e.get("cold") or {}).get("cold"), "page_cache": e.get("cold")}
+            tdir = Path(root) / e.dir
+            server = e.server or ServerInfo()
             lat = np.empty(0)
             ttft0 = None
             if records_exist(tdir / REQUESTS):  # also a killed run's partial stream or parts
@@ -96,26 +103,27 @@ def cold_start_summary(root: Path, meta: dict) -> dict:
                 lat = np.where(df["ok"], df["latency"], np.inf)
                 if len(df) and not math.isnan(df["ttft"].iloc[0]):
                     ttft0 = float(df["ttft"].iloc[0])
-            row.update(start_stats(lat, ttft0), latencies_s=lat.tolist())
-            per_start.append(row)
+            per_start.append(StartRow(start=e.start, target=e.name, listen_s=server.listen_s, ready_s=server.ready_s,
+                                      model_load_s=model_load_seconds(tdir), cold=e.cold.cold if e.cold else None,
+                                      page_cache=e.cold, **start_stats(lat, ttft0), latencies_s=lat.tolist()))
             curves.append(lat)
         n = max((len(c) for c in curves), default=0)
         curve = [float(np.median([c[i] for c in curves if len(c) > i])) for i in range(n)]
-        weights = next((e["cold"] for e in entries if (e.get("cold") or {}).get("weights")), None)
-        out[group] = {
-            "starts": len(entries),
-            "listen_s": [r["listen_s"] for r in per_start],
-            "ready_s": [r["ready_s"] for r in per_start],
-            "first_latency_s": [r["first_latency_s"] for r in per_start if r["first_latency_s"] is not None],
-            "first_ttft_s": [r["first_ttft_s"] for r in per_start if r["first_ttft_s"] is not None],
-            "warmup_curve_s": curve,
-            "steady_latency_s": float(np.median(curve[len(curve) // 2:])) if curve else None,
-            "per_start": per_start,
-            "weights": {"path": weights["weights"], "bytes": weights["bytes"]} if weights else None,
-            "weights_prepared": (entries[0].get("weights_prepared") if entries else None),
-            "cold_starts": sum(1 for r in per_start if r["cold"] is True),
-            "cold_unknown": sum(1 for r in per_start if r["cold"] is None),
-            "rules": {"cold_resident_max": COLD_RESIDENT_MAX, "steady_within": STEADY_WITHIN},
-            "over_starts": {f: _spread([r[f] for r in per_start]) for f in HEADLINE_FIELDS},
-        }
+        weights = next((e.cold for e in entries if e.cold and e.cold.weights), None)
+        out[group] = StartGroup(
+            starts=len(entries),
+            listen_s=[r.listen_s for r in per_start],
+            ready_s=[r.ready_s for r in per_start],
+            first_latency_s=[r.first_latency_s for r in per_start if r.first_latency_s is not None],
+            first_ttft_s=[r.first_ttft_s for r in per_start if r.first_ttft_s is not None],
+            warmup_curve_s=curve,
+            steady_latency_s=float(np.median(curve[len(curve) // 2:])) if curve else None,
+            per_start=per_start,
+            weights=WeightsFile(path=weights.weights, bytes=weights.bytes) if weights else None,
+            weights_prepared=entries[0].weights_prepared if entries else None,
+            cold_starts=sum(1 for r in per_start if r.cold is True),
+            cold_unknown=sum(1 for r in per_start if r.cold is None),
+            rules=ColdRules(cold_resident_max=COLD_RESIDENT_MAX, steady_within=STEADY_WITHIN),
+            over_starts={f: _spread([getattr(r, f) for r in per_start]) for f in HEADLINE_FIELDS},
+        )
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from loadgen.records.results import FailureGroup, Failures
 from loadgen.records.schema import ABORTED
 from loadgen.redact import escape_control
 
@@ -21,7 +22,7 @@ SERVICE_CLASSES = frozenset({"http_5xx", "http_429", "timeout", "reset"})
 TOP = 5
 
 
-def failure_summary(table: pa.Table, example: dict | None = None) -> dict:
+def failure_summary(table: pa.Table, example: dict | None = None) -> Failures:
     """``count`` (failed requests, aborted ones not counted), ``by_status`` (up to five ``{error, status, count}``,
     commonest first), ``example`` (the first failure's class, status and first bytes, as the engine kept them)."""
     err = table.column("error")
@@ -29,18 +30,18 @@ def failure_summary(table: pa.Table, example: dict | None = None) -> dict:
     sub = table.filter(failed).select(["error", "status"])
     groups = sub.group_by(["error", "status"]).aggregate([("error", "count")]).to_pylist() if sub.num_rows else []
     groups.sort(key=lambda g: (-g["error_count"], g["error"], g["status"]))
-    return {"count": sub.num_rows,
-            "by_status": [{"error": g["error"], "status": int(g["status"]), "count": int(g["error_count"])}
-                          for g in groups[:TOP]],
-            "example": example}
+    return Failures(count=sub.num_rows,
+                    by_status=[FailureGroup(error=g["error"], status=int(g["status"]), count=int(g["error_count"]))
+                               for g in groups[:TOP]],
+                    example=example)
 
 
-def describe(f: dict) -> str:
-    """``http_4xx (HTTP 404) on 120 of 120; e.g. HTTP 404: 'Not Found'`` from :func:`failure_summary`'s dict."""
-    top = f["by_status"][0]
-    status = f" (HTTP {top['status']})" if top["status"] else ""
-    text = f"{top['error']}{status} on {top['count']} of {f['count']}"
-    ex = f.get("example")
+def describe(f: Failures) -> str:
+    """``http_4xx (HTTP 404) on 120 of 120; e.g. HTTP 404: 'Not Found'`` from :func:`failure_summary`."""
+    top = f.by_status[0]
+    status = f" (HTTP {top.status})" if top.status else ""
+    text = f"{top.error}{status} on {top.count} of {f.count}"
+    ex = f.example
     if ex:  # what the server said comes last and whole (as the engine kept it): redaction sees where it was cut
         said = escape_control(" ".join(str(ex.get("detail") or "").split()))
         head = f"HTTP {ex['status']}" if ex.get("status") else ex.get("error", "")

@@ -24,6 +24,22 @@ import numpy as np
 import pandas as pd
 
 from loadgen.analysis.stats import quantile_ci_ranks
+from loadgen.records.results import (
+    Burst,
+    BurstTail,
+    CapacityRef,
+    Headroom,
+    HeadroomCapacity,
+    HeadroomLevel,
+    HeadroomObjective,
+    InFlight,
+    MetricStats,
+    Percentile,
+    Recovery,
+    Scope,
+    SloResult,
+    Summary,
+)
 from loadgen.schedule.arrivals import PhasePlan
 from loadgen.units import json_num
 
@@ -55,24 +71,27 @@ def samples_for_interval(p: float, limit: int = 100_000) -> int | None:
     return lo_n if lo_n < limit else None
 
 
-def pct_entry(scope: dict, metric: str = "latency", stat: str = "p99") -> dict:
-    """{'value', 'ci', 'too_few_samples', 'n'} of one percentile of a phase's (or overall) statistics."""
-    desc = (scope.get("metrics") or {}).get(metric) or {}
-    e = (desc.get("percentiles") or {}).get(stat) or {}
-    return {"value": e.get("value"), "ci": e.get("ci") if not e.get("too_few_samples") else None,
-            "too_few_samples": bool(e.get("too_few_samples", True)), "n": desc.get("n", 0)}
+def pct_entry(scope: Scope | None, metric: str = "latency", stat: str = "p99") -> Percentile:
+    """One percentile of a phase's (or overall) statistics: its value, its interval (None with too few samples),
+    whether it had too few samples for one, and the metric's sample count."""
+    desc = (scope.metric(metric) if scope is not None else None) or MetricStats()
+    e = (desc.percentiles or {}).get(stat) or Percentile()
+    few = e.too_few_samples if "too_few_samples" in e.model_fields_set else True
+    return Percentile(value=e.value, ci=e.ci if not e.too_few_samples else None, too_few_samples=bool(few),
+                      n=desc.n if "n" in desc.model_fields_set else 0)
 
 
-def ratio(num: dict, den: dict) -> dict:
+def ratio(num: Percentile, den: Percentile) -> Percentile:
     """``num / den`` of two :func:`pct_entry` values, with the interval from the ends of their intervals."""
-    a, b = _num(num.get("value")), _num(den.get("value"))
+    a, b = _num(num.value), _num(den.value)
     value = a / b if a is not None and b and math.isfinite(a) and math.isfinite(b) else None
     ci = None
-    if num.get("ci") and den.get("ci"):
-        (alo, ahi), (blo, bhi) = ([_num(x) for x in num["ci"]], [_num(x) for x in den["ci"]])
+    if num.ci and den.ci:
+        (alo, ahi), (blo, bhi) = ([_num(x) for x in num.ci], [_num(x) for x in den.ci])
         if None not in (alo, ahi, blo, bhi) and blo > 0 and bhi > 0:
             ci = [alo / bhi, ahi / blo if math.isfinite(ahi) else math.inf]
-    return {"value": json_num(value) if value is not None else None, "ci": [json_num(x) for x in ci] if ci else None}
+    return Percentile(value=json_num(value) if value is not None else None,
+                      ci=[json_num(x) for x in ci] if ci else None)
 
 
 def _mean_rate(p: PhasePlan) -> float:
@@ -113,7 +132,8 @@ def _peak(t: np.ndarray, n: np.ndarray, start: float, end: float) -> int:
     return int(max(level + inside.astype(int).tolist()))
 
 
-def burst_effects(df: pd.DataFrame, plans: list[PhasePlan], phases: dict, recovery: list[dict]) -> list[dict]:
+def burst_effects(df: pd.DataFrame, plans: list[PhasePlan], phases: dict[str, Scope],
+                  recovery: list[Recovery]) -> list[Burst]:
     """One entry per spike: an open-loop recorded phase whose mean rate is above the next phase's.
 
     ``tail``: latency p99 in the phase before the spike (baseline) and during it, and their ratio.
@@ -129,12 +149,12 @@ def burst_effects(df: pd.DataFrame, plans: list[PhasePlan], phases: dict, recove
             continue
         prev = plans[i - 1] if i > 0 else None
         base = prev if prev is not None and prev.recorded and not prev.closed else None
-        spike_p99 = pct_entry(phases.get(cur.name) or {})
-        entry = {"spike": cur.name, "spike_qps": _mean_rate(cur), "start": cur.start, "end": cur.end,
-                 "after": nxt.name, "after_end": nxt.end, "baseline": base.name if base else None,
-                 "baseline_qps": _mean_rate(base) if base else None,
-                 "tail": {"stat": "p99", "spike": spike_p99, "baseline": None, "ratio": None,
-                          "interval_needs": samples_for_interval(99.0)}}
+        spike_p99 = pct_entry(phases.get(cur.name))
+        entry = Burst(spike=cur.name, spike_qps=_mean_rate(cur), start=cur.start, end=cur.end,
+                      after=nxt.name, after_end=nxt.end, baseline=base.name if base else None,
+                      baseline_qps=_mean_rate(base) if base else None,
+                      tail=BurstTail(stat="p99", spike=spike_p99, baseline=None, ratio=None,
+                                     interval_needs=samples_for_interval(99.0)))
         peak = _peak(t, n, cur.start, nxt.end) if t.size else 0
         base_peak = _peak(t, n, base.start, base.end) if base is not None and t.size else None
         drain = None
@@ -147,16 +167,16 @@ def burst_effects(df: pd.DataFrame, plans: list[PhasePlan], phases: dict, recove
                 back = np.nonzero(after & (n <= base_peak))[0]
                 drain = float(t[back[0]] - cur.end) if back.size else None
         if base is not None:
-            base_p99 = pct_entry(phases.get(base.name) or {})
-            entry["tail"].update(baseline=base_p99, ratio=ratio(spike_p99, base_p99))
-        entry["in_flight"] = {"baseline_peak": base_peak, "peak": peak, "drain_s": drain}
-        entry["recovery"] = next((r for r in recovery if r["spike"] == cur.name), None)
+            base_p99 = pct_entry(phases.get(base.name))
+            entry.tail.baseline, entry.tail.ratio = base_p99, ratio(spike_p99, base_p99)
+        entry.in_flight = InFlight(baseline_peak=base_peak, peak=peak, drain_s=drain)
+        entry.recovery = next((r for r in recovery if r.spike == cur.name), None)
         out.append(entry)
     return out
 
 
-def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expected_qps: float | None,
-             capacity: dict | None = None) -> dict | None:
+def headroom(plans: list[PhasePlan], phases: dict[str, Scope], slo_results: list[SloResult],
+             expected_qps: float | None, capacity: CapacityRef | None = None) -> Headroom | None:
     """The phase at the expected rate against the highest recorded open-loop phase above it that is not a
     spike (no lower phase follows it): p99 of each, their ratio, and each objective's value in both. None
     without ``expected_qps`` or without such a pair of phases.
@@ -183,31 +203,31 @@ def headroom(plans: list[PhasePlan], phases: dict, slo_results: list[dict], expe
     if not high:
         return None
     top = max(high, key=lambda p: p.rate_start)
-    b, h = pct_entry(phases.get(base.name) or {}), pct_entry(phases.get(top.name) or {})
+    b, h = pct_entry(phases.get(base.name)), pct_entry(phases.get(top.name))
     objectives = []
     for i, r in enumerate(slo_results):
-        scope = r.get("scope")
-        phase = scope.split("/")[-1] if scope else None
-        if r.get("applies") and phase in (base.name, top.name):
-            objectives.append({"slo": i, "expr": r["expr"], "phase": phase, "passed": r["passed"]})
-    def at(p: PhasePlan, p99: dict) -> dict:
-        return {"phase": p.name, "qps": p.rate_start, "share": p.rate_start / expected_qps if expected_qps else None,
-                "p99": p99}
+        phase = r.scope.split("/")[-1] if r.scope else None
+        if r.applies and phase in (base.name, top.name):
+            objectives.append(HeadroomObjective(slo=i, expr=r.expr, phase=phase, passed=r.passed))
 
-    out = {"base": at(base, b), "high": at(top, h),
-           "ratio": ratio(h, b), "interval_needs": samples_for_interval(99.0), "objectives": objectives,
-           "holds": all(o["passed"] for o in objectives if o["phase"] == top.name) if objectives else None,
-           "holds_at_base": all(o["passed"] for o in objectives if o["phase"] == base.name) if objectives else None}
+    def at(p: PhasePlan, p99: Percentile) -> HeadroomLevel:
+        share = p.rate_start / expected_qps if expected_qps else None
+        return HeadroomLevel(phase=p.name, qps=p.rate_start, share=share, p99=p99)
+
+    out = Headroom(base=at(base, b), high=at(top, h), ratio=ratio(h, b), interval_needs=samples_for_interval(99.0),
+                   objectives=objectives,
+                   holds=all(o.passed for o in objectives if o.phase == top.name) if objectives else None,
+                   holds_at_base=all(o.passed for o in objectives if o.phase == base.name) if objectives else None)
     if capacity:
-        knee, held, fails = (capacity.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps"))
-        out["capacity"] = {"rundir": capacity.get("rundir"), "knee_qps": knee, "max_sustainable_qps": held,
-                           "first_failing_qps": fails,
-                           "share_of_knee": top.rate_start / knee if knee else None,
-                           "share_of_sustainable": top.rate_start / held if held else None}
+        knee, held, fails = capacity.knee_qps, capacity.max_sustainable_qps, capacity.first_failing_qps
+        out.capacity = HeadroomCapacity(rundir=capacity.rundir, knee_qps=knee, max_sustainable_qps=held,
+                                        first_failing_qps=fails,
+                                        share_of_knee=top.rate_start / knee if knee else None,
+                                        share_of_sustainable=top.rate_start / held if held else None)
     return out
 
 
-def architectures(entries: list[tuple[str, dict, dict]]) -> dict | None:
+def architectures(entries: list[tuple[str, Summary | None, dict]]) -> dict | None:
     """The article's comparison of ``(label, summary, server config)`` entries: mean and p99 latency of
     each over the overall scope; ``p99_vs_first``: how many times lower (``lower``) or higher each one's p99
     is than the first's, as a factor of at least 1 with its interval; the knobs that differ; and
@@ -216,17 +236,17 @@ def architectures(entries: list[tuple[str, dict, dict]]) -> dict | None:
     if len(entries) < 2:
         return None
     rows = []
-    base_p99 = pct_entry(entries[0][1].get("overall") or {})
+    base_p99 = pct_entry(entries[0][1].overall)
     for i, (label, s, _) in enumerate(entries):
-        ov = s.get("overall") or {}
-        p99 = pct_entry(ov)
-        lat = (ov.get("metrics") or {}).get("latency") or {}
+        p99 = pct_entry(s.overall)
+        lat = (s.overall.metric("latency") if s.overall else None) or MetricStats()
         vs = None
         if i:
             vs = ratio(base_p99, p99)
-            lower = vs["value"] is None or vs["value"] >= 1
-            vs = {**(vs if lower else ratio(p99, base_p99)), "lower": lower}
-        rows.append({"label": label, "mean": lat.get("mean"), "p99": p99, "n": lat.get("n", 0), "p99_vs_first": vs})
+            lower = vs.value is None or vs.value >= 1
+            vs = {**(vs if lower else ratio(p99, base_p99)).to_json(), "lower": lower}
+        rows.append({"label": label, "mean": lat.mean, "p99": p99.to_json(),
+                     "n": lat.n if "n" in lat.model_fields_set else 0, "p99_vs_first": vs})
     knobs = {}
     for k in KNOBS:
         values = [cfg.get(k) for _, _, cfg in entries]

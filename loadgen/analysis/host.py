@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from loadgen.records.results import Contended, HostPhase, HostSummary, HostTree
 from loadgen.schedule.arrivals import PhasePlan
 
 WAIT_SHARE_LIMIT = 1 / 3  # over it, the judged tree's work took over 1.5 times its CPU time: invalid
@@ -76,28 +77,28 @@ def _window_max(frame: pd.DataFrame, source: str, metric: str, a: float, b: floa
     return float(sel.max()) if sel.size else None
 
 
-def tree_phase(frame: pd.DataFrame, source: str, a: float, b: float) -> dict | None:
+def tree_phase(frame: pd.DataFrame, source: str, a: float, b: float) -> HostTree | None:
     """One tree's CPU, wait, busy and wait_share over ``[a, b)`` (see the module docstring); None unsampled."""
     cpu, wait = delta(frame, source, "cpu_s", a, b), delta(frame, source, "wait_s", a, b)
     if cpu is None or wait is None:
         return None
     slices = delta(frame, source, "slices", a, b)
     throttled = delta(frame, source, "throttled_s", a, b)
-    return {"cpu_s": cpu, "wait_s": wait, "busy": cpu / (b - a),
-            "wait_share": wait / (cpu + wait) if cpu + wait > 0 else None,
-            "wait_per_run_ms": (wait / slices * 1e3) if slices else None,  # mean delay before each run on a CPU
-            "throttled_s": throttled, "cpus": _window_max(frame, source, "cpus", a, b),
-            "threads": _window_max(frame, source, "threads", a, b)}
+    return HostTree(cpu_s=cpu, wait_s=wait, busy=cpu / (b - a),
+                    wait_share=wait / (cpu + wait) if cpu + wait > 0 else None,
+                    wait_per_run_ms=(wait / slices * 1e3) if slices else None,  # mean delay before each run on a CPU
+                    throttled_s=throttled, cpus=_window_max(frame, source, "cpus", a, b),
+                    threads=_window_max(frame, source, "threads", a, b))
 
 
 def host_summary(frame: pd.DataFrame | None, plans: list[PhasePlan], duration: float, judged: str,
-                 labels: dict[str, str], note: str | None = None, limit: float = WAIT_SHARE_LIMIT) -> dict:
+                 labels: dict[str, str], note: str | None = None, limit: float = WAIT_SHARE_LIMIT) -> HostSummary:
     """summary.json's ``host``: per phase, each watched tree (:func:`tree_phase`), host steal and load; and the
     ``contended`` phases of the judged tree (``judged``: its source in host.csv; ``labels``: source -> how the
     reason names it, e.g. ``server`` -> ``the reference server``; ``limit``: the scenario's
     ``load.host_wait_limit``)."""
     if frame is None:
-        return {"measured": False, "note": note or "host not measured"}
+        return HostSummary(measured=False, note=note or "host not measured")
     sources = [s for s in dict.fromkeys(frame["source"]) if s != "host"]
     phases, contended = {}, []
     for p in plans:
@@ -106,34 +107,34 @@ def host_summary(frame: pd.DataFrame | None, plans: list[PhasePlan], duration: f
             continue
         trees = {s: tree_phase(frame, s, a, b) for s in sources}
         steal, total = delta(frame, "host", "steal_s", a, b), delta(frame, "host", "host_cpu_s", a, b)
-        phases[p.name] = {"start": a, "end": b, "recorded": p.recorded, "processes": trees,
-                          "steal_share": (steal / total) if steal is not None and total else None,
-                          "load1_max": _window_max(frame, "host", "load1", a, b),
-                          "runnable_max": _window_max(frame, "host", "runnable", a, b)}
+        phases[p.name] = HostPhase(start=a, end=b, recorded=p.recorded, processes=trees,
+                                   steal_share=(steal / total) if steal is not None and total else None,
+                                   load1_max=_window_max(frame, "host", "load1", a, b),
+                                   runnable_max=_window_max(frame, "host", "runnable", a, b))
         j = trees.get(judged)
-        if p.recorded and j and j["wait_share"] is not None and j["busy"] >= MIN_BUSY \
-                and j["wait_share"] > limit:
-            contended.append({"phase": p.name, "source": judged, "label": labels.get(judged, judged),
-                              "wait_share": j["wait_share"], "busy": j["busy"]})
-    return {"measured": True, "note": note, "judged": judged, "labels": labels, "wait_share_limit": limit,
-            "min_busy": MIN_BUSY, "phases": phases, "contended": contended}
+        if p.recorded and j and j.wait_share is not None and j.busy >= MIN_BUSY and j.wait_share > limit:
+            contended.append(Contended(phase=p.name, source=judged, label=labels.get(judged, judged),
+                                       wait_share=j.wait_share, busy=j.busy))
+    return HostSummary(measured=True, note=note, judged=judged, labels=labels, wait_share_limit=limit,
+                       min_busy=MIN_BUSY, phases=phases, contended=contended)
 
 
-def notable_lines(host: dict | None) -> list[str]:
+def notable_lines(host: HostSummary | None) -> list[str]:
     """One sentence per phase worth a reader's eye: a judged wait share over half the limit, or steal over 2%."""
-    if not host or not host.get("measured"):
+    if not host or not host.measured:
         return []
     out = []
-    labels = host.get("labels") or {}
-    for name, ph in (host.get("phases") or {}).items():
+    labels = host.labels or {}
+    min_busy = host.min_busy if "min_busy" in host.model_fields_set else MIN_BUSY
+    for name, ph in (host.phases or {}).items():
         parts = []
-        for src, t in (ph.get("processes") or {}).items():
-            share = (t or {}).get("wait_share")
-            if share is not None and t["busy"] >= host.get("min_busy", MIN_BUSY) and share >= NOTABLE_SHARE \
-                    and share >= host["wait_share_limit"] / 2:
+        for src, t in (ph.processes or {}).items():
+            share = t.wait_share if t else None
+            if share is not None and t.busy >= min_busy and share >= NOTABLE_SHARE \
+                    and share >= host.wait_share_limit / 2:
                 parts.append(f"{labels.get(src, src)} waited for a CPU {share:.0%} of the time it had work "
-                             f"({t['busy']:.2f} CPUs busy; limit {host['wait_share_limit']:.0%})")
-        steal = ph.get("steal_share")
+                             f"({t.busy:.2f} CPUs busy; limit {host.wait_share_limit:.0%})")
+        steal = ph.steal_share
         if isinstance(steal, (int, float)) and steal >= NOTABLE_STEAL:
             parts.append(f"CPU steal {steal:.1%}")
         if parts:

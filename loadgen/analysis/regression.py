@@ -20,6 +20,7 @@ from loadgen.analysis.metrics import metric_samples, records_frame
 from loadgen.analysis.stats import nearest_rank_unsorted
 from loadgen.analysis.verdict import Kind, Reason
 from loadgen.errors import RunDirError, UsageError
+from loadgen.records.results import Check, Regression
 from loadgen.records.rundir import META, REQUESTS, RunDir
 from loadgen.records.schema import read_records, records_exist
 
@@ -50,7 +51,7 @@ def bootstrap_ratio(cur: np.ndarray, base: np.ndarray, p: float, seed: int = 0,
     return float(lo), float(hi)
 
 
-def _error_test(cur, base, allowance: float) -> dict:
+def _error_test(cur, base, allowance: float) -> Check:
     n1, n0 = len(cur), len(base)
     e1, e0 = int(cur["failed"].sum()), int(base["failed"].sum())
     r1, r0 = (e1 / n1 if n1 else 0.0), (e0 / n0 if n0 else 0.0)
@@ -61,18 +62,18 @@ def _error_test(cur, base, allowance: float) -> dict:
     ci = [r1 - r0 - 1.96 * diff_se, r1 - r0 + 1.96 * diff_se]
     significant = z > 1.96
     worse = (r1 - r0) > allowance * max(r0, 0.0) and (r1 - r0) > 0.001
-    return {"metric": "error_rate", "stat": None, "baseline": r0, "current": r1, "difference": r1 - r0,
-            "ci": ci, "significant": bool(significant), "regressed": bool(worse and significant)}
+    return Check(metric="error_rate", stat=None, baseline=r0, current=r1, difference=r1 - r0, ci=ci,
+                 significant=bool(significant), regressed=bool(worse and significant))
 
 
-def compare_target(cur_dir: Path, base_dir: Path, allowance: float, seed: int = 0) -> list[dict]:
+def compare_target(cur_dir: Path, base_dir: Path, allowance: float, seed: int = 0) -> list[Check]:
     """Regression checks of one target's records against the baseline's."""
     cur = records_frame(read_records(cur_dir / REQUESTS))
     base = records_frame(read_records(base_dir / REQUESTS))
     return compare_frames(cur, base, allowance, seed)
 
 
-def compare_frames(cur, base, allowance: float, seed: int = 0) -> list[dict]:
+def compare_frames(cur, base, allowance: float, seed: int = 0) -> list[Check]:
     """Regression checks of records (:func:`~loadgen.analysis.metrics.records_frame` frames) against a
     baseline's: every request taken as an independent sample, whatever run it came from."""
     cur = cur[cur["recorded"]]
@@ -82,16 +83,15 @@ def compare_frames(cur, base, allowance: float, seed: int = 0) -> list[dict]:
         c, b = _samples(cur, metric), _samples(base, metric)
         need = max(20, math.ceil(10 / (1 - p / 100.0)))  # ten samples beyond the percentile, in each run
         if len(c) < need or len(b) < need:
-            out.append({"metric": metric, "stat": f"p{p:g}", "skipped": f"too few samples (need {need} in each run)",
-                        "regressed": False, "significant": False})
+            out.append(Check(metric=metric, stat=f"p{p:g}", skipped=f"too few samples (need {need} in each run)",
+                             regressed=False, significant=False))
             continue
         vc, vb = nearest_rank_unsorted(c, p), nearest_rank_unsorted(b, p)
         ratio = vc / vb if vb > 0 else math.inf
         lo, hi = bootstrap_ratio(c, b, p, seed)
         significant = lo > 1.0
-        out.append({"metric": metric, "stat": f"p{p:g}", "baseline": vb, "current": vc, "ratio": ratio,
-                    "ci": [lo, hi], "significant": bool(significant),
-                    "regressed": bool(ratio > 1.0 + allowance and significant)})
+        out.append(Check(metric=metric, stat=f"p{p:g}", baseline=vb, current=vc, ratio=ratio, ci=[lo, hi],
+                         significant=bool(significant), regressed=bool(ratio > 1.0 + allowance and significant)))
     out.append(_error_test(cur, base, allowance))
     return out
 
@@ -122,37 +122,37 @@ def check_baseline(path) -> RunDir:
     return rd
 
 
-def compare_runs(current: RunDir, baseline: RunDir, allowance: float) -> dict:
+def compare_runs(current: RunDir, baseline: RunDir, allowance: float) -> Regression:
     """Regression checks of every target of ``current`` that the baseline also has (matched by name)."""
     base_dirs, cur_dirs = baseline.target_dirs(), current.target_dirs()
-    result = {"baseline": str(baseline.path), "max_regression": allowance, "targets": {}, "missing": []}
+    result = Regression(baseline=str(baseline.path), max_regression=allowance, targets={}, missing=[])
     for name, d in cur_dirs.items():
         if name not in base_dirs:
-            result["missing"].append(name)
+            result.missing.append(name)
             continue
-        result["targets"][name] = compare_target(current.path / d, baseline.path / base_dirs[name], allowance)
-    if not result["targets"] and len(base_dirs) == 1 and len(cur_dirs) == 1:
+        result.targets[name] = compare_target(current.path / d, baseline.path / base_dirs[name], allowance)
+    if not result.targets and len(base_dirs) == 1 and len(cur_dirs) == 1:
         # one target each under different names (e.g. a --target URL run against a reference run)
         (b,), ((c, cd),) = list(base_dirs.values()), list(cur_dirs.items())
-        result["targets"][c] = compare_target(current.path / cd, baseline.path / b, allowance)
-        result["missing"] = []
-    result["passed"] = not any(r["regressed"] for rs in result["targets"].values() for r in rs)
+        result.targets[c] = compare_target(current.path / cd, baseline.path / b, allowance)
+        result.missing = []
+    result.passed = not any(r.regressed for rs in result.targets.values() for r in rs)
     return result
 
 
-def regression_reasons(result: dict) -> list[Reason]:
-    """One verdict reason per regressed check."""
+def regression_reasons(result: Regression, targets: dict[str, list[Check]] | None = None) -> list[Reason]:
+    """One verdict reason per regressed check (of ``targets``: by default all of the result's)."""
     lines = []
-    for target, rows in result["targets"].items():
+    for target, rows in (result.targets if targets is None else targets).items():
         for r in rows:
-            if not r["regressed"]:
+            if not r.regressed:
                 continue
-            if r["metric"] == "error_rate":
-                text = (f"{target}: error_rate regressed {r['baseline'] * 100:.2f}% -> {r['current'] * 100:.2f}% "
-                        f"(difference 95% CI {r['ci'][0] * 100:+.2f}..{r['ci'][1] * 100:+.2f} points)")
+            if r.metric == "error_rate":
+                text = (f"{target}: error_rate regressed {r.baseline * 100:.2f}% -> {r.current * 100:.2f}% "
+                        f"(difference 95% CI {r.ci[0] * 100:+.2f}..{r.ci[1] * 100:+.2f} points)")
             else:
-                text = (f"{target}: {r['metric']}.{r['stat']} regressed {r['baseline'] * 1e3:.1f} ms -> "
-                        f"{r['current'] * 1e3:.1f} ms ({(r['ratio'] - 1) * 100:+.0f}%, ratio 95% CI "
-                        f"{r['ci'][0]:.2f}..{r['ci'][1]:.2f}) beyond the {result['max_regression'] * 100:g}% allowance")
+                text = (f"{target}: {r.metric}.{r.stat} regressed {r.baseline * 1e3:.1f} ms -> "
+                        f"{r.current * 1e3:.1f} ms ({(r.ratio - 1) * 100:+.0f}%, ratio 95% CI "
+                        f"{r.ci[0]:.2f}..{r.ci[1]:.2f}) beyond the {result.max_regression * 100:g}% allowance")
             lines.append(Reason(Kind.REGRESSION, target, text))
     return lines

@@ -30,10 +30,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.analysis.stats import stat_value
 from loadgen.analysis.tdist import t_ppf
 from loadgen.analysis.verdict import TargetOutcome
-from loadgen.records.results import Repeats
+from loadgen.records.results import (
+    Capacity,
+    MetaTarget,
+    Repeats,
+    RepeatSlo,
+    RepeatTarget,
+    RunStat,
+    Scope,
+    SearchSpread,
+    SloResult,
+    Summary,
+)
+from loadgen.records.results import RepeatRun as RepeatRun_
 from loadgen.scenario.slo import SLO
 from loadgen.units import fmt_ms
 
@@ -55,7 +66,7 @@ class RepeatRun:
     group: str
     repetition: int
     dir: str
-    summary: dict | None
+    summary: Summary | None
 
 
 def _num(v) -> float | None:
@@ -68,14 +79,14 @@ def _num(v) -> float | None:
     return None if math.isnan(x) else x
 
 
-def run_value(summary: dict, key: str) -> float | None:
+def run_value(summary: Summary, key: str) -> float | None:
     """Statistic ``key`` ('latency.p99', 'error_rate', ...) of one run's overall scope; None when not measured."""
-    ov = summary["overall"]
+    ov = summary.overall or Scope()
     metric, _, stat = key.partition(".")
     if not stat:
-        return _num(ov.get(metric))
-    desc = ov["metrics"].get(metric)
-    return _num(stat_value(desc, stat)) if desc and desc.get("n") else None
+        return _num(ov.value(metric))
+    desc = ov.metric(metric)
+    return _num(desc.stat(stat)) if desc and desc.n else None
 
 
 def scale_for(metric: str, values: list[float | None]) -> str:
@@ -86,29 +97,29 @@ def scale_for(metric: str, values: list[float | None]) -> str:
     return "log"
 
 
-def between(values: list[float | None], scale: str, confidence: float = CONFIDENCE) -> dict:
+def between(values: list[float | None], scale: str, confidence: float = CONFIDENCE) -> RunStat:
     """Across-run figures of per-run ``values`` (None: not measured in that run): see the module docstring.
 
-    Returns {'values', 'n', 'median', 'centre', 'ci', 'scale'}; ``centre`` and ``ci`` are None for fewer
-    than two values, or when a value is infinite."""
+    Returns the values, their count, median, ``centre`` and ``ci`` (None for fewer than two values, or when a
+    value is infinite) and the ``scale`` they were taken on."""
     vals = [v for v in values if v is not None]
     n = len(vals)
-    out = {"values": list(values), "n": n, "median": float(np.median(vals)) if n else None, "centre": None,
-           "ci": None, "scale": scale}
+    out = RunStat(values=list(values), n=n, median=float(np.median(vals)) if n else None, centre=None, ci=None,
+                  scale=scale)
     if n < 2 or any(math.isinf(v) for v in vals):
         return out
     if min(vals) == max(vals):  # no spread: exactly that value (exp(log(v)) need not round-trip to v)
-        out["centre"], out["ci"] = float(vals[0]), [float(vals[0]), float(vals[0])]
+        out.centre, out.ci = float(vals[0]), [float(vals[0]), float(vals[0])]
         return out
     t = t_ppf(0.5 + confidence / 2.0, n - 1)
     if scale == "log":
         y = np.log(vals)
         m, half = float(y.mean()), t * float(y.std(ddof=1)) / math.sqrt(n)
-        out["centre"], out["ci"] = math.exp(m), [math.exp(m - half), math.exp(m + half)]
+        out.centre, out.ci = math.exp(m), [math.exp(m - half), math.exp(m + half)]
     else:
         y = np.asarray(vals, dtype=np.float64)
         m, half = float(y.mean()), t * float(y.std(ddof=1)) / math.sqrt(n)
-        out["centre"], out["ci"] = m, [max(m - half, 0.0), m + half]  # every statistic here is >= 0
+        out.centre, out.ci = m, [max(m - half, 0.0), m + half]  # every statistic here is >= 0
     return out
 
 
@@ -119,16 +130,15 @@ def _basis(judge: str, op: str, n: int) -> str:
     return f"the {side} bound of the between-run 95% interval over {n} runs"
 
 
-def group_slo(slo: SLO, rows: list[dict | None], default_judge: str) -> dict:
+def group_slo(slo: SLO, rows: list[SloResult | None], default_judge: str) -> RepeatSlo:
     """One objective judged over a target's runs. ``rows``: the objective's result in each run's summary
     (None for a run that did not run). The value judged is the median run's, or the pessimistic interval
     bound's (without an interval: the worst run's)."""
     present = [r for r in rows if r is not None]
-    base = {"expr": slo.expr, "metric": slo.metric, "stat": slo.stat, "op": slo.op, "threshold": slo.threshold,
-            "scope": slo.scope}
-    if not present or not any(r.get("applies") for r in present):
-        return base | {"applies": False, "passed": True, "value": None, "ci": None}
-    values = [None if r is None else _num(r.get("value")) for r in rows]
+    if not present or not any(r.applies for r in present):
+        return RepeatSlo(expr=slo.expr, metric=slo.metric, stat=slo.stat, op=slo.op, threshold=slo.threshold,
+                         scope=slo.scope, applies=False, passed=True, value=None, ci=None)
+    values = [None if r is None else _num(r.value) for r in rows]
     judge = slo.judge or default_judge
     b = between(values, scale_for(slo.metric, values))
     lower_is_better = slo.op in ("<", "<=")
@@ -137,21 +147,22 @@ def group_slo(slo: SLO, rows: list[dict | None], default_judge: str) -> dict:
         value = None
         reason = f"no value in run{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
     elif judge == "median":
-        value, reason = b["median"], ""
-    elif b["ci"] is not None:
-        value, reason = (b["ci"][1] if lower_is_better else b["ci"][0]), ""
+        value, reason = b.median, ""
+    elif b.ci is not None:
+        value, reason = (b.ci[1] if lower_is_better else b.ci[0]), ""
     else:
         value, reason = (max(values) if lower_is_better else min(values)), ""
-    out = base | {"applies": True, "judge": judge, "values": values, "median": b["median"], "centre": b["centre"],
-                  "ci": b["ci"], "scale": b["scale"], "value": value, "passed": slo.check(value),
-                  "basis": _basis(judge, slo.op, len(values))}
+    out = RepeatSlo(expr=slo.expr, metric=slo.metric, stat=slo.stat, op=slo.op, threshold=slo.threshold,
+                    scope=slo.scope, applies=True, judge=judge, values=values, median=b.median, centre=b.centre,
+                    ci=b.ci, scale=b.scale, value=value, passed=slo.check(value),
+                    basis=_basis(judge, slo.op, len(values)))
     if reason:
-        out["reason"] = reason
+        out.reason = reason
     return out
 
 
 def repeats_summary(runs: list[RepeatRun], slos: list[SLO], judge: str, order: list[str] | None = None) -> dict:
-    """:func:`build_repeats` as the JSON it writes (a plain dict, what the verdict and the report read)."""
+    """:func:`build_repeats` as the JSON it writes (a plain dict)."""
     return build_repeats(runs, slos, judge, order).to_json()
 
 
@@ -170,82 +181,81 @@ def build_repeats(runs: list[RepeatRun], slos: list[SLO], judge: str, order: lis
             values = [None if r.summary is None else run_value(r.summary, key) for r in rs]
             if any(v is not None for v in values):
                 stats[key] = between(values, scale_for(key.partition(".")[0], values))
-        results = [group_slo(s, [None if r.summary is None else r.summary["slo"][i] for r in rs], judge)
+        results = [group_slo(s, [None if r.summary is None else r.summary.slo[i] for r in rs], judge)
                    for i, s in enumerate(slos)] if ran else []
-        targets[group] = {
-            "runs": [{"repetition": r.repetition, "dir": r.dir, "ran": r.summary is not None,
-                      "complete": bool(r.summary and r.summary.get("complete", True))} for r in rs],
-            "stats": stats,
-            "slo": results,
-            "passed": all(x["passed"] for x in results if x["applies"]),
-        }
+        targets[group] = RepeatTarget(
+            runs=[RepeatRun_(repetition=r.repetition, dir=r.dir, ran=r.summary is not None,
+                             complete=bool(r.summary and r.summary.complete is not False)) for r in rs],
+            stats=stats,
+            slo=results,
+            passed=all(x.passed for x in results if x.applies),
+        )
     return Repeats(runs=max((len(rs) for rs in groups.values()), default=0), judge=judge, confidence=CONFIDENCE,
                    method=METHOD, order=list(order or [r.dir for r in runs]), targets=targets)
 
 
-def group_outcomes(repeats: dict) -> list[TargetOutcome]:
+def group_outcomes(repeats: Repeats) -> list[TargetOutcome]:
     """What the verdict judges of a repeated run besides its runs: each target's objectives over its runs."""
-    return [TargetOutcome(group, slo=g["slo"]) for group, g in repeats.get("targets", {}).items()]
+    return [TargetOutcome(group, slo=g.slo) for group, g in (repeats.targets or {}).items()]
 
 
-def repeat_groups(meta_targets: list[dict]) -> dict[str, list[dict]]:
+def repeat_groups(meta_targets: list[MetaTarget]) -> dict[str, list[MetaTarget]]:
     """meta.json's target entries grouped by the target they repeat (entries with ``repetition``), in
     repetition order; an entry that is not a repetition is a group of its own, under its name."""
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[MetaTarget]] = {}
     for e in meta_targets:
-        key = e.get("group") if e.get("repetition") is not None else e["name"]
-        groups.setdefault(key or e["name"], []).append(e)
+        key = e.group if e.repetition is not None else e.name
+        groups.setdefault(key or e.name, []).append(e)
     for es in groups.values():
-        es.sort(key=lambda e: e.get("repetition") or 0)
+        es.sort(key=lambda e: e.repetition or 0)
     return groups
 
 
-def bracket_spread(results: list[dict]) -> dict:
-    """Across repeated capacity searches (each capacity.json's content): each search's bracket, and the
+def bracket_spread(results: list[Capacity]) -> SearchSpread:
+    """Across repeated capacity searches (each capacity.json's model): each search's bracket, and the
     median and between-search 95% interval (log scale) of the rate held and of the first failing rate.
     A search that held no rate, or found no failing one, is left out of that rate's figures."""
-    held = [r.get("max_sustainable_qps") for r in results]
-    failing = [r.get("first_failing_qps") for r in results]
-    out = {"searches": len(results), "method": METHOD,
-           "held": between(held, scale_for("achieved_qps", held)),
-           "failing": between(failing, scale_for("achieved_qps", failing)),
-           "brackets": [r.get("bracket") for r in results]}
-    med = out["held"]["median"]
-    expected = next((r.get("expected_qps") for r in results if r.get("expected_qps")), None)
-    low = out["held"]["ci"][0] if out["held"]["ci"] else None
-    out["headroom"] = (med / expected - 1.0) if (med is not None and expected) else None
-    out["headroom_low"] = (low / expected - 1.0) if (low is not None and expected) else None
+    held = [r.max_sustainable_qps for r in results]
+    failing = [r.first_failing_qps for r in results]
+    out = SearchSpread(searches=len(results), method=METHOD, held=between(held, scale_for("achieved_qps", held)),
+                       failing=between(failing, scale_for("achieved_qps", failing)),
+                       brackets=[r.bracket for r in results])
+    med = out.held.median
+    expected = next((r.expected_qps for r in results if r.expected_qps), None)
+    low = out.held.ci[0] if out.held.ci else None
+    out.headroom = (med / expected - 1.0) if (med is not None and expected) else None
+    out.headroom_low = (low / expected - 1.0) if (low is not None and expected) else None
     return out
 
 
-def spread_headline(top: dict) -> str:
+def spread_headline(top: Capacity) -> str:
     """The answer of a repeated capacity search, for people: the median bracket and how far searches differ."""
-    sp = top["spread"]
-    held, failing = sp["held"], sp["failing"]
+    sp = top.spread
+    held, failing = sp.held, sp.failing
     each = "; ".join(f"{b[0]:.4g}..{b[1]:.4g}" if b and None not in b else
-                     (f"{b[0]:.4g}..none" if b and b[0] is not None else "none passed") for b in sp["brackets"])
-    if held["median"] is None:
-        return f"no rate passed in any of {sp['searches']} searches"
-    text = f"holds {held['median']:.4g} req/s (median of {held['n']} searches"
-    if held["ci"]:
-        text += f"; between-search 95% interval {held['ci'][0]:.4g}..{held['ci'][1]:.4g}"
+                     (f"{b[0]:.4g}..none" if b and b[0] is not None else "none passed") for b in sp.brackets)
+    if held.median is None:
+        return f"no rate passed in any of {sp.searches} searches"
+    text = f"holds {held.median:.4g} req/s (median of {held.n} searches"
+    if held.ci:
+        text += f"; between-search 95% interval {held.ci[0]:.4g}..{held.ci[1]:.4g}"
     text += ")"
-    if failing["median"] is not None:
-        text += f", fails at {failing['median']:.4g} req/s"
+    if failing.median is not None:
+        text += f", fails at {failing.median:.4g} req/s"
     text += f"; brackets: {each}"
-    if sp["headroom"] is not None:
-        text += f"; headroom {sp['headroom'] * 100:+.0f}%"
-        if sp["headroom_low"] is not None:
-            text += f" (at the interval's lower bound {sp['headroom_low'] * 100:+.0f}%)"
+    if sp.headroom is not None:
+        text += f"; headroom {sp.headroom * 100:+.0f}%"
+        if sp.headroom_low is not None:
+            text += f" (at the interval's lower bound {sp.headroom_low * 100:+.0f}%)"
     return text
 
 
-def describe_between(b: dict, unit: str = "ms") -> str:
+def describe_between(b: RunStat, unit: str = "ms") -> str:
     """'median 212 ms over 3 runs, 95% interval 190..240 ms' for people (seconds in, ms shown)."""
     show = fmt_ms if unit == "ms" else (lambda v: f"{v * 100:.2f}%" if unit == "pct" else f"{v:.4g}")
-    if b.get("median") is None:
+    if b.median is None:
         return "no value"
-    text = f"median {show(b['median'])} over {b['n']} runs"
-    if b.get("ci"):
-        text += f", 95% interval {show(b['ci'][0])}..{show(b['ci'][1])}"
+    text = f"median {show(b.median)} over {b.n} runs"
+    if b.ci:
+        text += f", 95% interval {show(b.ci[0])}..{show(b.ci[1])}"
     return text

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,7 +42,7 @@ from loadgen.analysis.regression import CHECKS, compare_target, regression_reaso
 from loadgen.analysis.repeated import repeat_groups, run_value
 from loadgen.analysis.tdist import t_ppf, t_sf
 from loadgen.analysis.verdict import Kind, Reason
-from loadgen.records.results import Regression
+from loadgen.records.results import Check, MetaTarget, Regression, RunCounts, Summary
 from loadgen.records.rundir import SUMMARY, RunDir, read_result
 
 ALPHA = 0.05  # one-sided, for all of a target's checks together
@@ -54,10 +55,21 @@ NOT_MEASURED = ("one run on each side: between-run noise was not measured. The w
                 "--repeat 3 (or more) for a check that measures it")
 
 
-def welch(cur: list[float], base: list[float], log: bool = True, alpha: float = 0.05) -> dict:
+class Welch(NamedTuple):
+    """A one-sided between-run test (:func:`welch`)."""
+
+    effect: float
+    ci: list[float]
+    p_value: float
+    df: float
+    t: float
+    test: str
+
+
+def welch(cur: list[float], base: list[float], log: bool = True, alpha: float = 0.05) -> Welch:
     """One-sided test that ``cur`` is larger than ``base`` (per-run values; on their logs when ``log``).
 
-    Returns {'effect', 'ci', 'p_value', 'df', 't', 'test'}: ``effect`` is the ratio of geometric means
+    Returns a :class:`Welch` (effect, ci, p_value, df, t, test): ``effect`` is the ratio of geometric means
     (``log``) or the difference of means; ``ci`` its two-sided 1 - 2 ``alpha`` interval (its lower end is
     the one-sided 1 - ``alpha`` bound: above 1, or 0, exactly when ``p_value`` < ``alpha``); ``test``
     'welch', or 'prediction' when one side has a single value (its spread is taken to be the other side's).
@@ -88,7 +100,7 @@ def welch(cur: list[float], base: list[float], log: bool = True, alpha: float = 
         half = 0.0
     lo, hi = d - half, d + half
     effect, ci = (math.exp(d), [math.exp(lo), math.exp(hi)]) if log else (d, [lo, hi])
-    return {"effect": effect, "ci": ci, "p_value": p, "df": df, "t": t, "test": test}
+    return Welch(effect=effect, ci=ci, p_value=p, df=df, t=t, test=test)
 
 
 def _gmean(v: list[float]) -> float:
@@ -101,12 +113,12 @@ def _skip(c: list, b: list) -> str:
     return "measured in too few runs (needs one on each side and two on one of them)"
 
 
-def _values(runs: list[dict], key: str, positive: bool) -> list[float]:
+def _values(runs: list[Summary], key: str, positive: bool) -> list[float]:
     vals = [run_value(s, key) for s in runs]
     return [v for v in vals if v is not None and (0 < v < math.inf if positive else v < math.inf)]
 
 
-def compare_run_sets(cur: list[dict], base: list[dict], allowance: float) -> list[dict]:
+def compare_run_sets(cur: list[Summary], base: list[Summary], allowance: float) -> list[Check]:
     """Run-level checks of one target: ``cur`` and ``base`` are the summaries of its runs on each side.
 
     Each check measured is a one-sided test; the target's checks are corrected together (Bonferroni: each
@@ -116,43 +128,44 @@ def compare_run_sets(cur: list[dict], base: list[dict], allowance: float) -> lis
     for metric, p in RUN_CHECKS:
         key, stat = f"{metric}.p{p:g}", f"p{p:g}"
         c, b = _values(cur, key, True), _values(base, key, True)
-        row = {"metric": metric, "stat": stat, "method": "between-run", "current_runs": c, "baseline_runs": b}
+        row = Check(metric=metric, stat=stat, method="between-run", current_runs=c, baseline_runs=b)
         rows.append(row)
         if not c or not b or max(len(c), len(b)) < 2:
-            row.update(skipped=_skip(c, b), regressed=False, significant=False)
+            row.skipped, row.regressed, row.significant = _skip(c, b), False, False
             continue
         tests.append((row, c, b, True))
     c, b = _values(cur, "error_rate", False), _values(base, "error_rate", False)
-    row = {"metric": "error_rate", "stat": None, "method": "between-run", "current_runs": c, "baseline_runs": b}
+    row = Check(metric="error_rate", stat=None, method="between-run", current_runs=c, baseline_runs=b)
     rows.append(row)
     if not c or not b or max(len(c), len(b)) < 2:
-        row.update(skipped=_skip(c, b), regressed=False, significant=False)
+        row.skipped, row.regressed, row.significant = _skip(c, b), False, False
     elif not any(c) and not any(b):
-        row.update(skipped="no errors in any run", regressed=False, significant=False)
+        row.skipped, row.regressed, row.significant = "no errors in any run", False, False
     else:
         tests.append((row, c, b, False))
     alpha = ALPHA / max(len(tests), 1)
     for row, c, b, log in tests:
         w = welch(c, b, log=log, alpha=alpha)
-        significant = w["p_value"] < alpha
-        row.update(ci=w["ci"], ci_level=1 - 2 * alpha, p_value=w["p_value"], alpha=alpha, checks=len(tests),
-                   df=w["df"], test=w["test"], significant=bool(significant))
+        significant = w.p_value < alpha
+        row.ci, row.ci_level, row.p_value, row.alpha, row.checks = w.ci, 1 - 2 * alpha, w.p_value, alpha, len(tests)
+        row.df, row.test, row.significant = w.df, w.test, bool(significant)
         if log:
-            row.update(baseline=_gmean(b), current=_gmean(c), ratio=w["effect"],
-                       regressed=bool(w["effect"] > 1.0 + allowance and significant))
+            row.baseline, row.current, row.ratio = _gmean(b), _gmean(c), w.effect
+            row.regressed = bool(w.effect > 1.0 + allowance and significant)
         else:
             r1, r0 = float(np.mean(c)), float(np.mean(b))
             worse = (r1 - r0) > allowance * max(r0, 0.0) and (r1 - r0) > 0.001
-            row.update(baseline=r0, current=r1, difference=w["effect"], regressed=bool(worse and significant))
+            row.baseline, row.current, row.difference = r0, r1, w.effect
+            row.regressed = bool(worse and significant)
     return rows
 
 
-def _summaries(rd: RunDir, entries: list[dict]) -> list[dict]:
+def _summaries(rd: RunDir, entries: list[MetaTarget]) -> list[Summary]:
     out = []
     for e in entries:
-        f = Path(rd.path) / e["dir"] / SUMMARY
+        f = Path(rd.path) / e.dir / SUMMARY
         if f.is_file():
-            out.append(read_result(f))
+            out.append(Summary.model_validate(read_result(f)))
     return out
 
 
@@ -164,8 +177,8 @@ def compare_baseline(current: RunDir, baseline: RunDir, allowance: float) -> dic
 def build_regression(current: RunDir, baseline: RunDir, allowance: float) -> Regression:
     """regression.json, as its model: each target of ``current`` against the baseline's of the same name (a
     repeated target's runs together), between-run where either side has repeated runs, else within-run."""
-    cur_groups = repeat_groups(current.meta().get("targets", []))
-    base_groups = repeat_groups(baseline.meta().get("targets", []))
+    cur_groups = repeat_groups(current.read_meta().targets)
+    base_groups = repeat_groups(baseline.read_meta().targets)
     repeated = any(len(es) > 1 for es in (*cur_groups.values(), *base_groups.values()))
     targets, notes, methods, runs = {}, [], {}, {}
     pairs = [(name, name) for name in cur_groups if name in base_groups]
@@ -176,45 +189,46 @@ def build_regression(current: RunDir, baseline: RunDir, allowance: float) -> Reg
     for c, b in pairs:
         ce, be = cur_groups[c], base_groups[b]
         if len(ce) == 1 and len(be) == 1:
-            targets[c] = compare_target(current.path / ce[0]["dir"], baseline.path / be[0]["dir"], allowance)
+            targets[c] = compare_target(current.path / ce[0].dir, baseline.path / be[0].dir, allowance)
             methods[c] = "within-run"
             notes.append(f"{c}: {NOT_MEASURED}")
             continue
         targets[c] = compare_run_sets(_summaries(current, ce), _summaries(baseline, be), allowance)
         methods[c] = "between-run"
-        runs[c] = {"current": len(ce), "baseline": len(be)}
+        runs[c] = RunCounts(current=len(ce), baseline=len(be))
         if min(len(ce), len(be)) == 1:
             side = "baseline" if len(be) == 1 else "current RunDir"
             notes.append(f"{c}: the {side} has one run: its between-run spread is taken to be the other "
                          "side's (a prediction test)")
     return Regression(baseline=str(baseline.path), max_regression=allowance, targets=targets, missing=missing,
                       notes=notes, methods=methods, **({"runs": runs} if runs else {}), repeated=repeated,
-                      passed=not any(r["regressed"] for rs in targets.values() for r in rs))
+                      passed=not any(r.regressed for rs in targets.values() for r in rs))
 
 
-def baseline_reasons(result: dict) -> list[Reason]:
+def baseline_reasons(result: Regression) -> list[Reason]:
     """One verdict reason per regressed check (within-run targets as :func:`regression_reasons` words them)."""
-    methods = result.get("methods", {})
-    within = {t: rows for t, rows in result["targets"].items() if methods.get(t, "within-run") == "within-run"}
-    lines = regression_reasons(result | {"targets": within})
-    allowance = result["max_regression"] * 100
-    for target, rows in result["targets"].items():
+    methods = result.methods or {}
+    targets = result.targets or {}
+    within = {t: rows for t, rows in targets.items() if methods.get(t, "within-run") == "within-run"}
+    lines = regression_reasons(result, within)
+    allowance = result.max_regression * 100
+    for target, rows in targets.items():
         if target in within:
             continue
         for r in rows:
-            if not r["regressed"]:
+            if not r.regressed:
                 continue
-            runs = f"{len(r['current_runs'])} runs vs {len(r['baseline_runs'])}"
-            level = f"{r['ci_level'] * 100:.3g}%"
-            test = f"one-sided p = {r['p_value']:.4f} < {r['alpha']:.4f}, 0.05 over {r['checks']} checks"
-            if r["metric"] == "error_rate":
-                text = (f"{target}: error_rate regressed {r['baseline'] * 100:.2f}% -> {r['current'] * 100:.2f}% "
-                        f"(mean of {runs}; difference {level} CI {r['ci'][0] * 100:+.2f}..{r['ci'][1] * 100:+.2f} "
+            runs = f"{len(r.current_runs)} runs vs {len(r.baseline_runs)}"
+            level = f"{r.ci_level * 100:.3g}%"
+            test = f"one-sided p = {r.p_value:.4f} < {r.alpha:.4f}, 0.05 over {r.checks} checks"
+            if r.metric == "error_rate":
+                text = (f"{target}: error_rate regressed {r.baseline * 100:.2f}% -> {r.current * 100:.2f}% "
+                        f"(mean of {runs}; difference {level} CI {r.ci[0] * 100:+.2f}..{r.ci[1] * 100:+.2f} "
                         f"points, {test})")
             else:
-                text = (f"{target}: {r['metric']}.{r['stat']} regressed {r['baseline'] * 1e3:.1f} ms -> "
-                        f"{r['current'] * 1e3:.1f} ms ({(r['ratio'] - 1) * 100:+.0f}%, geometric means of {runs}; "
-                        f"ratio {level} CI {r['ci'][0]:.2f}..{r['ci'][1]:.2f}, {test}) "
+                text = (f"{target}: {r.metric}.{r.stat} regressed {r.baseline * 1e3:.1f} ms -> "
+                        f"{r.current * 1e3:.1f} ms ({(r.ratio - 1) * 100:+.0f}%, geometric means of {runs}; "
+                        f"ratio {level} CI {r.ci[0]:.2f}..{r.ci[1]:.2f}, {test}) "
                         f"beyond the {allowance:g}% allowance")
             lines.append(Reason(Kind.REGRESSION, target, text))
     return lines

@@ -14,6 +14,7 @@ from enum import Enum
 from loadgen.analysis.closedloop import held_text
 from loadgen.analysis.failures import SERVICE_CLASSES, describe
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from loadgen.records.results import Contended, Generator, RepeatSlo, Scope, SloResult, Summary
 from loadgen.records.workers import LostWorker
 from loadgen.scenario.slo import show_value
 
@@ -88,74 +89,88 @@ class Verdict:
 
 @dataclass
 class TargetOutcome:
-    """What the verdict needs of one target's run: its summary, or why it has none.
+    """What the verdict needs of one target's run: its summary (summary.json's model), or why it has none.
 
     ``slo``: the objective results to judge, when they are not the summary's own: a repeated run's runs
     pass ``[]`` (each run alone is not judged), and each repeated target one outcome with its objectives
     judged over the runs (:func:`loadgen.analysis.repeated.group_outcomes`), without a summary."""
 
     name: str
-    summary: dict | None = None
+    summary: Summary | None = None
     error: str | None = None  # the target did not start (its message)
     failed_fast: str | None = None  # the objective --fail-fast stopped it on
     interrupted: bool = False
-    slo: list[dict] | None = None  # None: the summary's objectives
+    slo: list[SloResult] | None = None  # None: the summary's objectives
     error_kind: Kind = Kind.TARGET_ERROR  # what ``error`` was (a start that failed, or the pre-flight)
+    group: str | None = None  # a fresh start of a cold-start study: its architecture ...
+    start: int | None = None  # ... and which start (1-based); its reasons name it 'naive (start 2)'
+
+    @property
+    def label(self) -> str:
+        """How reasons name it: 'naive (start 2)' for a fresh start, as junit.xml and summary.md group it under its
+        architecture; else its name."""
+        return f"{self.group} (start {self.start})" if self.group and self.start is not None else self.name
 
 
-def _failure_reasons(name: str, s: dict) -> list[Reason]:
+def _failure_reasons(target: str, s: Summary, name: str) -> list[Reason]:
     """Every request failed: invalid when the failures say the set-up is wrong, failed when they are the
-    service's own; over half failed with no objective on errors: a warning."""
-    ov = s["overall"]
-    f = s.get("failures")
-    failed = sum(ov["errors"].values())
-    if not ov["count"] or not failed:
+    service's own; over half failed with no objective on errors: a warning (``name``: how the text names
+    ``target``)."""
+    ov = s.overall or Scope()
+    f = s.failures
+    errors = ov.errors or {}
+    failed = sum(errors.values())
+    if not ov.count or not failed:
         return []
-    if ov["ok"] == 0 and set(ov["errors"]) <= UNREACHABLE_CLASSES:
-        return [Reason(Kind.UNREACHABLE, name,
-                       f"{name}: target unreachable ({', '.join(sorted(ov['errors']))} on every request)")]
-    what = describe(f) if f and f.get("by_status") else ", ".join(f"{k} {v}" for k, v in sorted(ov["errors"].items()))
-    if ov["ok"] == 0 and s.get("server_exit") is None:
-        commonest = f["by_status"][0]["error"] if f and f.get("by_status") else max(ov["errors"], key=ov["errors"].get)
+    if ov.ok == 0 and set(errors) <= UNREACHABLE_CLASSES:
+        return [Reason(Kind.UNREACHABLE, target,
+                       f"{name}: target unreachable ({', '.join(sorted(errors))} on every request)")]
+    what = describe(f) if f and f.by_status else ", ".join(f"{k} {v}" for k, v in sorted(errors.items()))
+    if ov.ok == 0 and s.server_exit is None:
+        commonest = f.by_status[0].error if f and f.by_status else max(errors, key=errors.get)
         if commonest in SERVICE_CLASSES:
-            return [Reason(Kind.ALL_FAILED, name, f"{name}: every request failed: {what}")]
-        return [Reason(Kind.SETUP, name, f"{name}: every request failed, so the numbers describe no service: {what}")]
-    judged = any(sl.get("metric") == "error_rate" or "error_rate" in sl.get("expr", "") for sl in s.get("slo", []))
-    if failed > ov["count"] / 2 and not judged:
-        return [Reason(Kind.MOSTLY_FAILED, name, f"{name}: {failed} of {ov['count']} requests failed and no objective "
+            return [Reason(Kind.ALL_FAILED, target, f"{name}: every request failed: {what}")]
+        return [Reason(Kind.SETUP, target, f"{name}: every request failed, so the numbers describe no service: {what}")]
+    judged = any(sl.metric == "error_rate" or "error_rate" in (sl.expr or "") for sl in s.slo or [])
+    if failed > ov.count / 2 and not judged:
+        return [Reason(Kind.MOSTLY_FAILED, target, f"{name}: {failed} of {ov.count} requests failed and no objective "
                                                  f"judges errors: {what}")]
     return []
 
 
 def target_reasons(t: TargetOutcome) -> list[Reason]:
-    """The reasons one target gives, from its summary alone (also for one entry of a comparison)."""
+    """The reasons one target gives, from its summary alone (also for one entry of a comparison); the text names it
+    by ``t.label`` where it has one (a fresh start: 'naive (start 2)'), each reason's target is its name."""
+    name = t.label
     if t.error:
-        return [Reason(t.error_kind, t.name, f"{t.name}: {'pre-flight: ' if t.error_kind == Kind.PREFLIGHT else ''}"
+        return [Reason(t.error_kind, t.name, f"{name}: {'pre-flight: ' if t.error_kind == Kind.PREFLIGHT else ''}"
                                              f"{t.error}")]
     s = t.summary
     out = []
     if s is not None:
-        if s.get("server_exit"):
-            out.append(Reason(Kind.SERVER_EXITED, t.name, f"{t.name}: {s['server_exit']['text']}: the records after "
+        if s.server_exit:
+            out.append(Reason(Kind.SERVER_EXITED, t.name, f"{name}: {s.server_exit.text}: the records after "
                                                           "it measured a dead process (its log: server.log)"))
-        out += _failure_reasons(t.name, s)
-        if s.get("generator_limited"):
-            out.append(Reason(Kind.GENERATOR_LIMITED, t.name, f"{t.name}: {generator_limited_text(s['generator'])}"))
-        for w in s.get("lost_workers") or []:  # which worker made the run incomplete, named for its target
-            out.append(Reason(Kind.INTERRUPTED, t.name, f"{t.name}: {LostWorker.from_json(w).sentence()}"))
-        contended = (s.get("host") or {}).get("contended")
+        out += _failure_reasons(t.name, s, name)
+        if s.generator_limited:
+            out.append(Reason(Kind.GENERATOR_LIMITED, t.name,
+                              f"{name}: {generator_limited_text(s.generator or Generator())}"))
+        for w in s.lost_workers or []:  # which worker made the run incomplete, named for its target
+            out.append(Reason(Kind.INTERRUPTED, t.name, f"{name}: {LostWorker.from_json(w).sentence()}"))
+        contended = s.host.contended if s.host else None
         if contended:
-            out.append(Reason(Kind.HOST_CONTENDED, t.name, f"{t.name}: {host_contended_text(contended)}"))
+            out.append(Reason(Kind.HOST_CONTENDED, t.name, f"{name}: {host_contended_text(contended)}"))
     if t.failed_fast:
         out.append(Reason(Kind.FAILED_FAST, t.name,
-                          f"{t.name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
-    for slo in (t.slo if t.slo is not None else (s or {}).get("slo", [])):
-        if slo["applies"] and not slo["passed"]:
-            basis = f", {slo['basis']}" if slo.get("basis") else ""
-            why = f"; {slo['reason']}" if slo.get("reason") else ""
-            measured = (f"measured {show_value(slo)}{basis}{why}" if slo.get("value") is not None
-                        else unmeasured(slo, s or {}) + why)
-            out.append(Reason(Kind.SLO, t.name, f"{labelled(t.name, slo['expr'])} ({measured})"))
+                          f"{name}: stopped early by --fail-fast: {t.failed_fast} can no longer be met"))
+    for slo in (t.slo if t.slo is not None else (s.slo if s else None) or []):
+        if slo.applies and not slo.passed:
+            basis = f", {slo.basis}" if isinstance(slo, RepeatSlo) and slo.basis else ""
+            why = f"; {slo.reason}" if slo.reason else ""
+            measured = (f"measured {show_value(slo.value, slo.stat, slo.metric)}{basis}{why}"
+                        if slo.value is not None else unmeasured(slo, s) + why)
+            start = f"start {t.start}: " if t.group and t.start is not None else ""
+            out.append(Reason(Kind.SLO, t.name, f"{labelled(t.group or t.name, slo.expr or '')} ({start}{measured})"))
     return out
 
 
@@ -166,47 +181,48 @@ def labelled(name: str, expr: str) -> str:
     return expr if scope == name or scope.startswith(f"{name}/") else f"{name}: {expr}"
 
 
-def unmeasured(slo: dict, s: dict) -> str:
+def unmeasured(slo: SloResult, s: Summary | None) -> str:
     """Why an objective has no value, in words: its phase recorded no request (the run stopped before it, or the
     phase never ran), or none of its requests succeeded."""
-    name = (slo.get("scope") or "").split("/")[-1]
-    phases = s.get("phases") or {}
+    s = s or Summary()
+    name = (slo.scope or "").split("/")[-1]
+    phases = s.phases or {}
     if name in phases:
-        if not (phases[name] or {}).get("count"):
-            if s.get("complete") is False:
+        if not (phases[name] or Scope()).count:
+            if s.complete is False:
                 return f"not measured: the run stopped before {name}, so no request was recorded in it"
             return f"not measured: no request was recorded in {name}"
         return f"not measured: no request of {name} succeeded"
-    if not (s.get("overall") or {}).get("count"):
+    if not (s.overall or Scope()).count:
         return "not measured: no request was recorded"
     return "not measured: no request succeeded"
 
 
-def generator_limited_text(g: dict) -> str:
+def generator_limited_text(g: Generator) -> str:
     """Only what held: the send lag when it was over its threshold, the CPU when it was saturated, each closed-loop
     phase that did not hold its concurrency (a summary that predates ``lagging`` is judged by the lag and the
     threshold it holds)."""
     parts = []
-    lag, threshold = g.get("send_lag_p99"), g.get("send_lag_threshold")
+    lag, threshold = g.send_lag_p99, g.send_lag_threshold
     known = isinstance(lag, (int, float)) and not math.isnan(lag) and isinstance(threshold, (int, float))
-    lagging = g.get("lagging")
+    lagging = g.lagging
     if lagging is None:
         lagging = known and lag > threshold
     if lagging and known:
         parts.append(f"send lag p99 {lag * 1e3:.1f} ms > {threshold * 1e3:g} ms")
-    if g.get("cpu_saturated"):
+    if g.cpu_saturated:
         parts.append("generator CPU saturated")
-    parts += [held_text(c["phase"], c) for c in g.get("closed_loop_short") or []]
+    parts += [held_text(c.phase, c) for c in g.closed_loop_short or []]
     return "generator-limited" + (f" ({', '.join(parts)})" if parts else "")
 
 
-def host_contended_text(contended: list[dict]) -> str:
-    """The phase whose judged process waited longest for a CPU, with its share (of the time it had work to do), and
+def host_contended_text(contended: list[Contended]) -> str:
+    """The phase whose judged process waited longest for a CPU, with its share (of the time it had work), and
     how many other phases were over the limit too."""
-    worst = max(contended, key=lambda c: c["wait_share"])
+    worst = max(contended, key=lambda c: c.wait_share)
     more = len(contended) - 1
-    return (f"host contended: {worst['label']} waited for a CPU {worst['wait_share']:.0%} of the time it had work "
-            f"in phase {worst['phase']}"
+    return (f"host contended: {worst.label} waited for a CPU {worst.wait_share:.0%} of the time it had work "
+            f"in phase {worst.phase}"
             + (f" (and over the limit in {more} more phase{'s' if more > 1 else ''})" if more else ""))
 
 

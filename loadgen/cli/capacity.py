@@ -16,6 +16,7 @@ from loadgen.analysis.repeated import spread_headline
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import console, exits_on_errors, fraction_option, redact_output
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from loadgen.records.results import Capacity
 from loadgen.run.capacity import run_capacity
 from loadgen.run.repeated_capacity import run_capacity_repeated
 from loadgen.run.signals import install_signal_handlers
@@ -85,7 +86,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
         except Exception as exc:
             out_console.print(f"report not rendered: {type(exc).__name__}: {exc}")
 
-    def on_search(k: int, path, res: dict) -> None:
+    def on_search(k: int, path, res: Capacity) -> None:
         report(path)
         out_console.print(f"search {k} of {repeat_runs}: {headline(res)}", highlight=False)
 
@@ -104,11 +105,11 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     report(rd.path)
     out_console.print(f"capacity: {text}", style="bold")
     out_console.print(f"RunDir: {rd.path}   report: {rd.path / 'report.html'}", highlight=False)
-    if result["unreachable"] or not result["complete"]:
-        why = ("the target could not be reached" if result["unreachable"] else
-               (result.get("server_exit") or {}).get("text") or result.get("host_contended")
+    if result.unreachable or not result.complete:
+        why = ("the target could not be reached" if result.unreachable else
+               (result.server_exit.text if result.server_exit else None) or result.host_contended
                or "it was interrupted")
         out_console.print(f"the search is invalid: {why}", style="bold yellow")
         sys.exit(EXIT_INVALID)
-    ok = result["max_sustainable_qps"] is not None and (result["headroom"] is None or result["headroom"] >= 0)
+    ok = result.max_sustainable_qps is not None and (result.headroom is None or result.headroom >= 0)
     sys.exit(EXIT_OK if ok else EXIT_FAILED)

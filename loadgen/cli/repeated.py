@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from loadgen.records.results import RepeatTarget
 from loadgen.units import fmt_ms
 
 #: (repeats.json statistic, column) shown in the terminal; the report has them all
@@ -27,16 +28,17 @@ def _show(key: str, v) -> str:
     return fmt_ms(v)
 
 
-def between_table(name: str, group: dict) -> Table:
+def between_table(name: str, group: RepeatTarget) -> Table:
     """One row per run, then the median and the between-run 95% interval (repeats.json's ``targets[name]``)."""
-    stats = [(k, col) for k, col in SHOWN if k in group["stats"]]
-    t = Table(title=f"{name}: {len(group['runs'])} runs", title_justify="left")
+    stats = [(k, col) for k, col in SHOWN if k in (group.stats or {})]
+    runs = group.runs or []
+    t = Table(title=f"{name}: {len(runs)} runs", title_justify="left")
     t.add_column("run", justify="left")
     for _, col in stats:
         t.add_column(col, justify="right")
-    for i, r in enumerate(group["runs"]):
-        t.add_row(r["dir"], *[_show(k, group["stats"][k]["values"][i]) for k, _ in stats])
-    t.add_row("median", *[_show(k, group["stats"][k]["median"]) for k, _ in stats], style="bold")
-    t.add_row("95% interval", *[(f"{_show(k, group['stats'][k]['ci'][0])}..{_show(k, group['stats'][k]['ci'][1])}"
-                                 if group["stats"][k]["ci"] else "-") for k, _ in stats])
+    for i, r in enumerate(runs):
+        t.add_row(r.dir, *[_show(k, group.stat(k).values[i]) for k, _ in stats])
+    t.add_row("median", *[_show(k, group.stat(k).median) for k, _ in stats], style="bold")
+    t.add_row("95% interval", *[(f"{_show(k, group.stat(k).ci[0])}..{_show(k, group.stat(k).ci[1])}"
+                                 if group.stat(k).ci else "-") for k, _ in stats])
     return t

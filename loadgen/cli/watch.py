@@ -43,8 +43,7 @@ def status_line(st: TargetStatus) -> str:
         parts.append(f"window {w.count} requests")
         for s in w.slos:
             mark = "?" if math.isnan(s.holding) else ("ok" if s.holding else "BREACHED")
-            value = show_value({"value": None if math.isnan(s.value) else s.value, "stat": s.slo.stat,
-                                "metric": s.slo.metric})
+            value = show_value(None if math.isnan(s.value) else s.value, s.slo.stat, s.slo.metric)
             parts.append(f"{s.slo.expr} [{mark} {value}]")
     return "  ".join(parts)
 

@@ -110,6 +110,6 @@ class SlidingWindow:
         for s in self.slos:
             value = _num(slo_value(stats, s)[0])
             states.append(SloState(s, value, 1.0 if s.check(value) else 0.0))
-        lag = stats["metrics"]["send_lag"]["percentiles"]["p99"]["value"]
-        return WindowState(now, int(stats["count"]), int(stats["count"] - stats["ok"]), _num(lag),
+        lag = stats.metrics["send_lag"].pct("p99").value
+        return WindowState(now, int(stats.count), int(stats.count - stats.ok), _num(lag),
                            float(send_lag_limited(stats, self.send_lag_threshold)), tuple(states))

@@ -14,7 +14,16 @@ from __future__ import annotations
 import json
 
 from loadgen.protocols.base import ResponseHandler
-from loadgen.protocols.shared import EventStreamHandler, JsonApiProtocol, JsonBodyHandler, as_int, output_from_usage
+from loadgen.protocols.media import messages_with_images
+from loadgen.protocols.shared import (
+    EventStreamHandler,
+    JsonApiProtocol,
+    JsonBodyHandler,
+    as_int,
+    output_from_usage,
+    tool_call_token,
+    whole_tool_calls,
+)
 from loadgen.records.schema import Outcome
 from loadgen.scenario.prompts import Prompt
 
@@ -47,8 +56,13 @@ class AnthropicStream(EventStreamHandler):
                 self.token(out, now, True)
             elif dtype == "input_json_delta" and delta.get("partial_json"):
                 self.token(out, now, True)
+                tool_call_token(out, now, obj.get("index", 0), True)
             elif dtype == "thinking_delta" and delta.get("thinking"):
                 self.token(out, now, False)
+        elif kind == "content_block_start":
+            block = obj.get("content_block")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                tool_call_token(out, now, obj.get("index", 0), False)
         elif kind == "message_start":
             usage = (obj.get("message") or {}).get("usage")
             # message_start's output_tokens is a placeholder (message_delta says): its input counts only
@@ -69,6 +83,8 @@ class AnthropicJson(JsonBodyHandler):
 
     def read(self, obj: dict, out: Outcome) -> str | None:
         _anthropic_usage(out, obj.get("usage"))
+        content = obj.get("content") if isinstance(obj.get("content"), list) else []
+        whole_tool_calls(out, [b.get("input") for b in content if isinstance(b, dict) and b.get("type") == "tool_use"])
         return None
 
 
@@ -84,6 +100,8 @@ class AnthropicProtocol(JsonApiProtocol):
         body: dict = {"model": self.model} if self.model is not None else {}
         body["max_tokens"] = prompt.max_tokens
         messages = prompt.messages if prompt.messages is not None else [{"role": "user", "content": prompt.text}]
+        if prompt.images:
+            messages = messages_with_images(prompt, self.name)
         system = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"]
         if system:
             body["system"] = "\n".join(str(s) for s in system)

@@ -38,12 +38,15 @@ from __future__ import annotations
 import json
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.media import counts_of, messages_with_images
 from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.shared import as_int, base_url_of, dumps, path_of, target_headers
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
-from loadgen.records.schema import Outcome, PromptCounts
+from loadgen.protocols.structured import Checker, answer_checker, format_fields
+from loadgen.protocols.tools import tool_fields
+from loadgen.records.schema import Outcome, PromptCounts, ToolCalls
 from loadgen.scenario.model import Target, Workload
-from loadgen.scenario.prompts import Prompt
+from loadgen.scenario.prompts import Prompt, approx_tokens
 from loadgen.scenario.tokenizer import Tokenizer
 from loadgen.scenario.urls import join_url
 
@@ -116,6 +119,43 @@ def _answer_delta(choices, chat: bool) -> str:
     return "".join(parts)
 
 
+def tool_call_delta(calls, now: float, out: Outcome, keep: bool) -> None:
+    """One stream chunk's ``delta.tool_calls``: the first sets the tool calls' first time; each new index is a
+    call; each argument fragment is a token. ``keep``: each call's id, name and arguments are kept (a conversation
+    answers them)."""
+    tc = out.tool_calls
+    if tc is None:
+        tc = out.tool_calls = ToolCalls(first=now, calls={} if keep else None, indices=set())
+    for call in calls if isinstance(calls, list) else ():
+        if not isinstance(call, dict):
+            continue
+        index = call.get("index", 0)
+        if index not in tc.indices:
+            tc.indices.add(index)
+            tc.count += 1
+            if tc.calls is not None:
+                tc.calls[index] = [call.get("id") or f"call_{index}", "", ""]
+        fn = call.get("function")
+        if isinstance(fn, dict):
+            args = fn.get("arguments")
+            if isinstance(args, str) and args:
+                tc.tokens += 1
+            if tc.calls is not None:
+                slot = tc.calls[index]
+                slot[1] += fn.get("name") if isinstance(fn.get("name"), str) else ""
+                slot[2] += args if isinstance(args, str) else ""
+
+
+def tool_calls_whole(calls, out: Outcome, keep: bool) -> None:
+    """A whole (not streamed) answer's ``message.tool_calls``: counted, their arguments' tokens approximated."""
+    calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    fns = [c.get("function") if isinstance(c.get("function"), dict) else {} for c in calls]
+    args = [f.get("arguments") if isinstance(f.get("arguments"), str) else "" for f in fns]
+    kept = {i: [c.get("id") or f"call_{i}", f.get("name") or "", a]
+            for i, (c, f, a) in enumerate(zip(calls, fns, args))} if keep else None
+    out.tool_calls = ToolCalls(count=len(calls), tokens=sum(approx_tokens(a) for a in args if a), calls=kept)
+
+
 # --- handlers ------------------------------------------------------------------------------------
 
 _ANSWER, _REASONING = 2, 1  # what a stream chunk carried
@@ -125,9 +165,10 @@ class StreamHandler(ResponseHandler):
     """Reads an OpenAI server-sent-event stream (chat or completions)."""
 
     __slots__ = ("_sse", "_live", "_done", "_count", "_chat", "_cum", "_answered", "_reasoning", "_reasoning_usage",
-                 "_counter", "_text", "_answer")
+                 "_counter", "_text", "_answer", "_check")
 
-    def __init__(self, chat: bool, counter=None, max_event_bytes: int = MAX_EVENT_BYTES, keep_answer: bool = False):
+    def __init__(self, chat: bool, counter=None, max_event_bytes: int = MAX_EVENT_BYTES, keep_answer: bool = False,
+                 check: Checker | None = None):
         self._sse = SSEParser(max_event_bytes)
         self._live = True  # parsing: a success status and no protocol error yet
         self._done = False
@@ -140,6 +181,7 @@ class StreamHandler(ResponseHandler):
         self._counter = counter  # text -> tokens, when output is counted with a tokenizer
         self._text: list[str] = []
         self._answer: list[str] | None = [] if keep_answer else None  # the answer's text (conversations)
+        self._check = check  # structured output: checks the answer at the end (keep_answer is then True)
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -183,8 +225,8 @@ class StreamHandler(ResponseHandler):
             if (self._chat and choices and type(choices) is list and type(c0 := choices[0]) is dict
                     and type(d := c0.get("delta")) is dict and d.get("content")):
                 kind = _ANSWER
-            else:
-                kind = self._token_kind(choices) if choices else 0
+            else:  # anything else: reasoning, a tool call (parsed there, off the common path), text, nothing
+                kind = self._token_kind(choices, now, out) if choices else 0
             if kind:
                 if self._count == 0:
                     out.start_tokens(now)
@@ -210,8 +252,9 @@ class StreamHandler(ResponseHandler):
             if usage and _usage(out, usage):
                 self._reasoning_usage = True
 
-    def _token_kind(self, choices) -> int:
-        """_ANSWER when a choice carries content, a tool call or text; _REASONING when only reasoning; 0 none."""
+    def _token_kind(self, choices, now: float, out: Outcome) -> int:
+        """_ANSWER when a choice carries content, a tool call or text; _REASONING when only reasoning; 0 none. A
+        tool call's delta is read into ``out.tool_calls`` here."""
         kind = 0
         for c in choices:
             if not isinstance(c, dict):
@@ -219,7 +262,11 @@ class StreamHandler(ResponseHandler):
             if self._chat:
                 d = c.get("delta")
                 if d:
-                    if d.get("content") or d.get("tool_calls"):
+                    calls = d.get("tool_calls")
+                    if calls:
+                        tool_call_delta(calls, now, out, self._answer is not None)
+                        return _ANSWER
+                    if d.get("content"):
                         return _ANSWER
                     if d.get("reasoning_content") or d.get("reasoning"):
                         kind = _REASONING
@@ -239,21 +286,24 @@ class StreamHandler(ResponseHandler):
             out.answer = "".join(self._answer)
         if self._live and not self._done:
             self._fail(out, "the stream ended without [DONE]")
+        if self._check is not None and not out.error:
+            out.structured = self._check(out.answer if self._answered else None)
 
 
 class JsonHandler(ResponseHandler):
     """Reads a whole JSON body as it arrives (bounded: :class:`~loadgen.protocols.shape.BodyReader`) and judges it
     as an answer of ``api`` (:func:`~loadgen.protocols.shape.shape_problem`)."""
 
-    __slots__ = ("_reader", "_live", "_api", "_output", "_counter", "_keep")
+    __slots__ = ("_reader", "_live", "_api", "_output", "_counter", "_keep", "_check")
 
-    def __init__(self, api: str, output: bool, counter=None, keep_answer: bool = False):
+    def __init__(self, api: str, output: bool, counter=None, keep_answer: bool = False, check: Checker | None = None):
         self._reader = BodyReader()
         self._live = True
         self._api = api  # openai-chat, openai-completions or embeddings
         self._output = output  # usage has completion_tokens
         self._counter = counter  # text -> tokens: counts the answer when the server sends no usage
         self._keep = keep_answer  # keep the answer's text in out.answer (conversations)
+        self._check = check  # structured output: checks the answer
 
     def on_status(self, status: int, out: Outcome) -> None:
         ResponseHandler.on_status(self, status, out)
@@ -284,6 +334,12 @@ class JsonHandler(ResponseHandler):
             out.output_tokens, out.output_tokens_source = self._counter(_answer_text(choices)), "tokenizer"
         if self._keep:
             out.answer = _answer_text(choices, reasoning=False)
+        if self._check is not None:
+            text = _answer_text(choices, reasoning=False)
+            out.structured = self._check(text if text else None)
+        message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+        if isinstance(message, dict) and message.get("tool_calls"):
+            tool_calls_whole(message["tool_calls"], out, self._keep)
 
     @staticmethod
     def _bad(out: Outcome, detail: str) -> None:
@@ -334,7 +390,15 @@ class OpenAIProtocol(ApiProtocol):
         self.extra_body = target.extra_body
         # output is counted with the tokenizer when the server sends no usage (not with /tokenize: see tokenizer.py)
         self.counter = tokenizer.count if tokenizer is not None and tokenizer.counts_output else None
-        self.keep_answer = workload.conversations is not None  # each turn resends the answers before it
+        # structured output: its field, and each answer checked (which needs the answer's text)
+        self.check = answer_checker(workload.response_format)
+        self.format_fields = format_fields(workload.response_format, "openai-chat") if self.check else {}
+        # each conversation turn resends the answers before it; a structured answer is checked
+        self.keep_answer = workload.conversations is not None or self.check is not None
+        self.image_detail = workload.images.detail if workload.images is not None else None
+        # workload.tools: its request fields (the chat API's; completions take none: the scenario refuses them)
+        self.tool_fields = tool_fields(workload.tools, "openai-chat") if workload.tools is not None else {}
+        self.tools = len(self.tool_fields.get("tools", ()))
 
     def _body(self, prompt: Prompt) -> dict:
         body = dict(self.fixed)
@@ -351,7 +415,12 @@ class OpenAIProtocol(ApiProtocol):
         return self._options(body, prompt)
 
     def _options(self, body: dict, prompt: Prompt) -> dict:
-        """``target.extra_body``, then the prompt's own, merged over latbench's fields (which neither may set)."""
+        """``workload.tools``, ``target.extra_body``, then the prompt's own, merged over latbench's fields (which
+        neither may set)."""
+        if self.tool_fields:
+            body.update(self.tool_fields)
+        if self.format_fields:
+            body.update(self.format_fields)
         body.update(self.extra_body)
         if prompt.extra_body:
             body.update(prompt.extra_body)
@@ -361,7 +430,8 @@ class OpenAIProtocol(ApiProtocol):
         raise NotImplementedError
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        counts = PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by)
+        counts = (PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by)
+                  if not (prompt.images or prompt.audio or self.tools) else counts_of(prompt, tools=self.tools))
         return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream,
                        counts)
 
@@ -373,13 +443,16 @@ class ChatProtocol(OpenAIProtocol):
     endpoint = "/chat/completions"
 
     def _input(self, body: dict, prompt: Prompt) -> None:
-        body["messages"] = (prompt.messages if prompt.messages is not None
-                            else [{"role": "user", "content": prompt.text}])
+        if prompt.images or prompt.audio:
+            body["messages"] = messages_with_images(prompt, self.name, self.image_detail)
+        else:
+            body["messages"] = (prompt.messages if prompt.messages is not None
+                                else [{"role": "user", "content": prompt.text}])
 
     def handler(self) -> ResponseHandler:
         if self.stream:
-            return StreamHandler(True, self.counter, self.max_event_bytes, self.keep_answer)
-        return JsonHandler(self.name, True, self.counter, self.keep_answer)
+            return StreamHandler(True, self.counter, self.max_event_bytes, self.keep_answer, self.check)
+        return JsonHandler(self.name, True, self.counter, self.keep_answer, self.check)
 
 
 class CompletionsProtocol(OpenAIProtocol):

@@ -2,8 +2,9 @@
 
 One module per API family: :mod:`~loadgen.protocols.openai` (chat, completions), :mod:`~loadgen.protocols.plain_http`,
 :mod:`~loadgen.protocols.anthropic` (Messages), :mod:`~loadgen.protocols.openai_responses`,
-:mod:`~loadgen.protocols.retrieval` (embeddings, rerank), :mod:`~loadgen.protocols.kserve` (KServe v2 and Triton
-generate over HTTP) and :mod:`~loadgen.protocols.kserve_grpc`; what they share is :mod:`~loadgen.protocols.shared`.
+:mod:`~loadgen.protocols.retrieval` (embeddings, rerank), :mod:`~loadgen.protocols.transcriptions` (audio),
+:mod:`~loadgen.protocols.kserve` (KServe v2 and Triton generate over HTTP) and :mod:`~loadgen.protocols.kserve_grpc`;
+what they share is :mod:`~loadgen.protocols.shared`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from loadgen.protocols.openai import ChatProtocol, CompletionsProtocol
 from loadgen.protocols.openai_responses import ResponsesProtocol
 from loadgen.protocols.plain_http import HttpProtocol
 from loadgen.protocols.retrieval import EmbeddingsProtocol, RerankProtocol
+from loadgen.protocols.transcriptions import TranscriptionsProtocol
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.tokenizer import Tokenizer
 
@@ -29,6 +31,7 @@ PROTOCOLS = {
     "rerank": RerankProtocol,
     "kserve-v2": KServeHttpProtocol,
     "triton-generate": TritonGenerateProtocol,
+    "openai-transcriptions": TranscriptionsProtocol,
 }
 
 

@@ -9,6 +9,8 @@ by the Request's identity) reused. Anything else is built per request, as before
 
 from __future__ import annotations
 
+from loadgen.scenario.audio import AudioPrompts
+from loadgen.scenario.images import ImagePrompts
 from loadgen.scenario.prefix import PrefixedPrompts
 from loadgen.scenario.prompts import ListPrompts, SyntheticPrompts
 
@@ -22,8 +24,9 @@ class RequestCache:
     def __init__(self, protocol, prompts):
         self.protocol, self.prompts = protocol, prompts
         self._bytes = 0
-        cacheable = (getattr(protocol, "per_request", True) is False
-                     and isinstance(prompts, (SyntheticPrompts, ListPrompts, PrefixedPrompts)))  # prompt seq % len
+        cacheable = (getattr(protocol, "per_request", True) is False  # sources whose request seq is prompt seq % len
+                     and isinstance(prompts, (SyntheticPrompts, ListPrompts, PrefixedPrompts, ImagePrompts,
+                                              AudioPrompts)))
         self._n = len(prompts) if cacheable else 0
         self._cache: list | None = [None] * self._n if cacheable else None
 

@@ -285,7 +285,8 @@ _LISTS = {
     "rerank": "results",
     "kserve-v2": "outputs",
 }
-_PRESENT = {"triton-generate": "text_output"}  # its answer tensor, named by target.kserve.text_output
+_PRESENT = {"triton-generate": "text_output",  # its answer tensor, named by target.kserve.text_output
+            "openai-transcriptions": "text"}
 APIS = ("http", *_LISTS, *_PRESENT)
 
 

@@ -23,9 +23,12 @@ import json
 from urllib.parse import urlsplit
 
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
+from loadgen.protocols.media import counts_of
 from loadgen.protocols.shape import BodyReader, shape_problem
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
-from loadgen.records.schema import Outcome
+from loadgen.protocols.structured import format_fields
+from loadgen.protocols.tools import tool_fields
+from loadgen.records.schema import Outcome, ToolCalls
 from loadgen.scenario.model import Target, Workload, is_client_header
 from loadgen.scenario.prompts import Prompt
 from loadgen.scenario.urls import join_url
@@ -75,12 +78,22 @@ class JsonApiProtocol(ApiProtocol):
                                       target)
         self.model = model
         self.target = target
+        self.image_detail = workload.images.detail if workload.images is not None else None
+        # workload.tools and workload.response_format as this API's request fields
+        self.fields = tool_fields(workload.tools, self.name) if workload.tools is not None else {}
+        if workload.response_format is not None:  # structured output (openai-responses: text.format)
+            self.fields = {**self.fields, **format_fields(workload.response_format, self.name)}
+        self.workload = workload
 
     def _body(self, prompt: Prompt) -> dict:
         raise NotImplementedError
 
     def build(self, seq: int, prompt: Prompt) -> Request:
-        return Request("POST", self.url, self.path, self.headers, dumps(self._body(prompt)).encode(), self.stream)
+        tools = len(self.fields.get("tools", ()))
+        counts = counts_of(prompt, counted=False, tools=tools) if prompt.images or tools else None
+        body = self._body(prompt)
+        body.update(self.fields)
+        return Request("POST", self.url, self.path, self.headers, dumps(body).encode(), self.stream, counts)
 
 
 # --- handlers ------------------------------------------------------------------------------------
@@ -212,6 +225,27 @@ class JsonBodyHandler(ResponseHandler):
         """Read a body of the API's shape (a value too long to parse is a :class:`~loadgen.protocols.shape.Large`);
         return what else is wrong with it, or None."""
         raise NotImplementedError
+
+
+def tool_call_token(out: Outcome, now: float, index, arguments: bool) -> None:
+    """A stream event of tool call ``index``: its start (``arguments`` False) or a fragment of its arguments (a
+    token). The first sets the tool calls' first time."""
+    tc = out.tool_calls
+    if tc is None:
+        tc = out.tool_calls = ToolCalls(first=now, indices=set())
+    if index not in tc.indices:
+        tc.indices.add(index)
+        tc.count += 1
+    if arguments:
+        tc.tokens += 1
+
+
+def whole_tool_calls(out: Outcome, arguments: list) -> None:
+    """A whole (not streamed) answer's tool calls, given as each call's arguments (a string or a JSON value):
+    counted, their tokens approximated from their text (4 characters a token)."""
+    if arguments:
+        texts = [a if isinstance(a, str) else json.dumps(a) for a in arguments]
+        out.tool_calls = ToolCalls(count=len(texts), tokens=sum(-(-len(t) // 4) for t in texts if t))
 
 
 def output_from_usage(out: Outcome, tokens: int) -> None:

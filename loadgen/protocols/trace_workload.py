@@ -20,6 +20,7 @@ import numpy as np
 
 from loadgen.errors import UsageError
 from loadgen.fetch import FetchError, fetch
+from loadgen.records import results
 from loadgen.scenario.model import Target, Trace, Workload
 from loadgen.scenario.tokenized import added_tokens
 from loadgen.scenario.tokenizer import ServerTokenizer, Tokenizer, TokenizerError, load_tokenizer
@@ -86,7 +87,7 @@ def trace_prompts(target: Target, spec: Trace, workload: Workload, tok: Tokenize
 
 
 def describe_trace(target: Target, workload: Workload, spec: Trace, model: str | None, url: str | None,
-                   base_dir: Path, chat: bool) -> dict:
+                   base_dir: Path, chat: bool) -> results.Trace:
     """summary.json's ``trace``: the slice replayed, the limits and where they came from, how many requests were
     clipped (and the tokens cut), and how the prompts share blocks. Raises UsageError when ``too_long: refuse``
     finds a request that does not fit (before anything is sent)."""
@@ -109,15 +110,15 @@ def describe_trace(target: Target, workload: Workload, spec: Trace, model: str |
     per_row = -(-inp // spec.block_tokens)
     blocks = block_numbers(data, sl.lo, per_row)
     uses = np.bincount(blocks) if len(blocks) else np.zeros(0, dtype=np.int64)
-    return {
-        "file": Path(spec.file).name, "requests": sl.count, "trace_requests": len(data), "speed": spec.speed,
-        "start_s": sl.origin_ms / 1000.0, "span_s": sl.end, "block_tokens": spec.block_tokens,
-        "too_long": spec.too_long, "max_model_len": limits.max_model_len, "max_model_len_source": limits.source,
-        "max_input_tokens": limits.max_input_tokens, "added_tokens": limits.added,
-        "clipped": int(np.count_nonzero(clipped)), "clipped_input_tokens": int((inp0 - inp).sum()),
-        "clipped_output_tokens": int((out0 - out).sum()),
-        "input_tokens": int(inp.sum()), "output_tokens": int(out.sum()),
-        "blocks": int(len(blocks)), "distinct_blocks": int(len(uses)),
-        "shared_blocks": int(np.count_nonzero(uses > 1)),
-        "block_reuse": float(1 - len(uses) / len(blocks)) if len(blocks) else 0.0,
-    }
+    return results.Trace(
+        file=Path(spec.file).name, requests=sl.count, trace_requests=len(data), speed=spec.speed,
+        start_s=sl.origin_ms / 1000.0, span_s=sl.end, block_tokens=spec.block_tokens,
+        too_long=spec.too_long, max_model_len=limits.max_model_len, max_model_len_source=limits.source,
+        max_input_tokens=limits.max_input_tokens, added_tokens=limits.added,
+        clipped=int(np.count_nonzero(clipped)), clipped_input_tokens=int((inp0 - inp).sum()),
+        clipped_output_tokens=int((out0 - out).sum()),
+        input_tokens=int(inp.sum()), output_tokens=int(out.sum()),
+        blocks=int(len(blocks)), distinct_blocks=int(len(uses)),
+        shared_blocks=int(np.count_nonzero(uses > 1)),
+        block_reuse=float(1 - len(uses) / len(blocks)) if len(blocks) else 0.0,
+    )

@@ -2,7 +2,8 @@
 
 Every sender (the native engine, each of its processes, each Locust worker) calls :func:`make_workload`, so
 they all count and build alike; the prompts open with ``workload.prefix``'s shared prefixes when it has one
-(:mod:`loadgen.scenario.prefix`). The tokenizer is loaded here and not earlier because ``tokenizer: server``
+(:mod:`loadgen.scenario.prefix`) and carry ``workload.images`` when it has them
+(:mod:`loadgen.scenario.images`). The tokenizer is loaded here and not earlier because ``tokenizer: server``
 needs the target's URL, known only once a managed target has started.
 """
 
@@ -15,8 +16,10 @@ from loadgen.protocols.base import ApiProtocol
 from loadgen.protocols.conversation import Sessions
 from loadgen.protocols.registry import make_protocol
 from loadgen.protocols.trace_workload import trace_prompts
+from loadgen.scenario.audio import with_audio
 from loadgen.scenario.conversations import make_conversation_source
 from loadgen.scenario.datasets import DatasetError
+from loadgen.scenario.images import ImageError, with_images
 from loadgen.scenario.model import Target, Trace, Workload
 from loadgen.scenario.prefix import with_prefix
 from loadgen.scenario.prompts import CHARS_PER_TOKEN, PromptSource, make_prompt_source
@@ -48,13 +51,16 @@ def make_workload(target: Target, workload: Workload, model: str | None, url: st
         protocol = make_protocol(target, workload, model, base_url=url, tokenizer=tok)
         if workload.conversations is not None:
             source = make_conversation_source(workload, seed, Path(base_dir), tok, chat=chat)
-            return protocol, Sessions(protocol, source, chat)
+            return protocol, Sessions(protocol, source, chat, workload.tools)
         if trace is not None:  # a trace's prompts share their prefixes by its hash ids (load.trace refuses prefix)
             prompts = trace_prompts(target, trace, workload, tok, model, url, seed, chat)
         else:
             prompts = with_prefix(make_prompt_source(workload, seed, Path(base_dir), tok, chat=chat), workload,
                                   seed, tok, chat)
-    except (TokenizerError, DatasetError, TraceError) as exc:
+            prompts = with_images(prompts, workload.images, seed, Path(base_dir))
+            prompts = with_audio(prompts, workload.audio, seed, Path(base_dir),
+                                 one=target.api == "openai-transcriptions")
+    except (TokenizerError, DatasetError, TraceError, ImageError) as exc:
         raise UsageError(f"workload: {exc}") from None
     finally:
         if isinstance(tok, ServerTokenizer):

@@ -277,6 +277,11 @@ class RunDir:
             raise RunDirError(f"{path}: 'targets' must be a list of {{name, dir}} objects")
         return meta
 
+    def read_meta(self) -> Meta:
+        """meta.json as its model (checked as :meth:`meta` checks it; a file its model refuses is a pydantic
+        ValidationError, a ValueError)."""
+        return Meta.model_validate(self.meta())
+
     def target_dirs(self) -> dict[str, str]:
         """Target name -> folder name, in run order (meta.json's map; without meta.json, the folders holding
         records, each named by itself)."""
@@ -354,8 +359,13 @@ class RunMeta:
         return copy.deepcopy(self._data.get(key, default))
 
     def to_json(self) -> dict:
-        """A copy of meta.json as it stands (what :func:`~loadgen.analysis.coldstart.cold_start_summary` reads)."""
+        """A copy of meta.json as it stands."""
         return copy.deepcopy(self._data)
+
+    def model(self) -> Meta:
+        """meta.json as it stands, as its model (what :func:`~loadgen.analysis.coldstart.cold_start_summary`
+        reads)."""
+        return Meta.model_validate(self.to_json())
 
     def write(self) -> None:
         write_result(self.path, self._data, self.redactor)

@@ -41,6 +41,19 @@ Every request the engine sends yields exactly one record. All times are seconds 
 | turn            | int16         | the turn's index in its session (0 the first); -1 when not one        |
 | user            | int32         | closed loop: which of the phase's users (workers) sent it, numbered   |
 |                 |               | within the process in ``worker``; -1 open loop (and older files)      |
+| images          | int16         | images the request sent (workload.images); 0 none                     |
+| image_pixels    | int64         | their pixels (width x height, summed); -1 unknown (an image URL)      |
+| image_bytes     | int64         | their bytes as image files (before base64); -1 unknown (an image URL) |
+| tools           | int16         | tool definitions the request offered (workload.tools); 0 none         |
+| tool_calls      | int16         | tool calls in the answer (streamed: distinct tool-call indices)       |
+| tool_call_tokens| int32         | tokens of the calls' arguments: one per streamed argument chunk, else |
+|                 |               | the arguments' text approximated (4 characters a token)               |
+| first_tool_call | float64       | the first tool-call chunk of a stream (NaN: none, or not streaming)   |
+| audio           | int16         | audio clips the request sent (workload.audio); 0 none                 |
+| audio_seconds   | float64       | their duration in seconds, summed                                     |
+| json_valid      | int8          | workload.response_format: the answer parsed as JSON (1) or not (0);   |
+|                 |               | -1 not checked (no response_format, or no answer)                     |
+| schema_valid    | int8          | and matched its json_schema (1) or not (0); -1 not checked            |
 
 Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
 first minute of a stream), which keeps a 1000-token stream at 4 kB.
@@ -75,6 +88,7 @@ import re
 import struct
 import threading
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -135,6 +149,17 @@ SCHEMA = pa.schema(
         ("session", pa.int64()),
         ("turn", pa.int16()),
         ("user", pa.int32()),
+        ("images", pa.int16()),
+        ("image_pixels", pa.int64()),
+        ("image_bytes", pa.int64()),
+        ("tools", pa.int16()),
+        ("tool_calls", pa.int16()),
+        ("tool_call_tokens", pa.int32()),
+        ("first_tool_call", pa.float64()),
+        ("audio", pa.int16()),
+        ("audio_seconds", pa.float64()),
+        ("json_valid", pa.int8()),
+        ("schema_valid", pa.int8()),
     ]
 )
 
@@ -160,6 +185,23 @@ _NUMPY_DTYPES = {
     "turn": np.int16,
     "user": np.int32,
 }
+#: The columns of what a request sent or got beyond text (images, tools, audio, structured output), with their
+#: value for a request that had none: written only for requests that had some (:meth:`RecordBuffer.append`).
+_FEATURE_DTYPES = {
+    "images": np.int16,
+    "image_pixels": np.int64,
+    "image_bytes": np.int64,
+    "tools": np.int16,
+    "tool_calls": np.int16,
+    "tool_call_tokens": np.int32,
+    "first_tool_call": np.float64,
+    "audio": np.int16,
+    "audio_seconds": np.float64,
+    "json_valid": np.int8,
+    "schema_valid": np.int8,
+}
+_FEATURE_DEFAULTS = (0, 0, 0, 0, 0, 0, math.nan, 0, 0.0, -1, -1)
+_NUMPY_DTYPES = {**_NUMPY_DTYPES, **_FEATURE_DTYPES}
 _ERROR_NAMES = ("",) + ERROR_CLASSES + (ABORTED,)
 _ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
 #: The code of ``aborted`` in ``RecordBuffer.column("error")`` (0 is success).
@@ -179,16 +221,37 @@ PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": list(_STRING_COLUMNS
 
 @dataclass(frozen=True, slots=True)
 class PromptCounts:
-    """A prompt's length as latbench counted it; the same object for every request that sends the prompt."""
+    """A prompt's length as latbench counted it, and the media it carries; the same object for every request that
+    sends the prompt."""
 
     input_tokens: int = -1  # the content, without chat template or special tokens
     added_tokens: int = -1  # what the server adds as latbench's tokenizer counts it; -1 unknown
     source: str = ""  # "tokenizer" or "approximation"
+    images: int = 0  # images the request sends (workload.images)
+    image_pixels: int = 0  # their pixels, width x height summed; -1 unknown (an image given as a URL)
+    image_bytes: int = 0  # their bytes as files (before base64); -1 unknown (a URL)
+    tools: int = 0  # tool definitions the request offers (workload.tools)
+    audio: int = 0  # audio clips the request sends (workload.audio)
+    audio_seconds: float = 0.0  # their duration in seconds, summed
+    media: bool = False  # any of images, tools or audio: the record's feature columns are written
 
     @property
     def prompt_tokens(self) -> int:
         """What the server should count: input plus added tokens (input alone when the added are unknown)."""
         return self.input_tokens + max(self.added_tokens, 0) if self.input_tokens >= 0 else -1
+
+
+@dataclass(slots=True)
+class ToolCalls:
+    """The tool calls of one answer, made by the protocol's handler at the first one (plain text answers have
+    none: no object, no work). ``first`` is absolute ``perf_counter`` like the Outcome's times; ``calls`` keeps
+    each call's (id, name, arguments) only when a conversation answers them."""
+
+    first: float = math.nan  # the first tool-call chunk (streams)
+    count: int = 0  # tool calls (distinct indices of a stream)
+    tokens: int = 0  # argument tokens: streamed argument chunks, else approximated from the arguments' text
+    calls: dict | None = None  # index -> [id, name, arguments], kept when a conversation answers them
+    indices: set | None = None  # the stream's tool-call indices seen so far
 
 
 @dataclass(slots=True)
@@ -226,6 +289,8 @@ class Outcome:
     turn: int = -1  # and its turn index (0 the first); -1 none
     user: int = -1  # closed loop: the user (worker) of the phase that sent it, within this process; -1 open loop
     answer: str | None = None  # the answer's text, kept only when asked (conversations resend it)
+    tool_calls: ToolCalls | None = None  # the answer's tool calls, when it made any
+    structured: tuple = (-1, -1)  # workload.response_format: (json_valid, schema_valid), 1 yes, 0 no, -1 unchecked
 
     def start_tokens(self, now: float) -> None:
         """The first token chunk came at ``now``: ``first_token``, and the arrays the chunks go to (a protocol's
@@ -236,22 +301,44 @@ class Outcome:
         self.chunk_tokens = []
 
 
-#: A buffered record: the columns, then where its token chunks end in the buffer's token arrays (the list
-#: columns' offsets; packed: 137 bytes a record).
-_BUFFERED = {**_NUMPY_DTYPES, "tok_end": np.int32}
+#: A buffered record: the columns, where its token chunks end in the buffer's token arrays (the list columns'
+#: offsets), then the feature columns (packed: 183 bytes a record).
+_BASE = {k: v for k, v in _NUMPY_DTYPES.items() if k not in _FEATURE_DTYPES}
+_BUFFERED = {**_BASE, "tok_end": np.int32, **_FEATURE_DTYPES}
 _ROW = np.dtype([(name, dt) for name, dt in _BUFFERED.items()])
 #: One record's bytes as :data:`_ROW` lays them out (native order, no padding): ``pack_into`` writes a row in a
 #: fifth of the time a structured-array row assignment takes (each of its fields is a numpy scalar conversion).
+#: The base columns and ``tok_end`` go in one call; the feature columns, only for a request that had a feature,
+#: in a second (a plain text request pays nothing for them: a new buffer holds their defaults).
 _STRUCT_CODES = {("i", 8): "q", ("i", 4): "i", ("i", 2): "h", ("i", 1): "b", ("b", 1): "?", ("f", 8): "d"}
-_ROW_STRUCT = struct.Struct("=" + "".join(_STRUCT_CODES[np.dtype(dt).kind, np.dtype(dt).itemsize]
-                                          for dt in _BUFFERED.values()))
-if _ROW_STRUCT.size != _ROW.itemsize:
-    raise AssertionError("the record struct does not lay a row out as the numpy row does")
+
+
+def _struct(dtypes) -> struct.Struct:
+    return struct.Struct("=" + "".join(_STRUCT_CODES[np.dtype(dt).kind, np.dtype(dt).itemsize]
+                                       for dt in dtypes))
+
+
+_ROW_STRUCT = _struct([*_BASE.values(), np.int32])
+_FEATURE_STRUCT = _struct(_FEATURE_DTYPES.values())
+if _ROW_STRUCT.size + _FEATURE_STRUCT.size != _ROW.itemsize:
+    raise AssertionError("the record structs do not lay a row out as the numpy row does")
 _PACK = _ROW_STRUCT.pack_into
+_PACK_FEATURES = _FEATURE_STRUCT.pack_into
 _ROW_BYTES = _ROW.itemsize
+_FEATURES_AT = _ROW_STRUCT.size  # the feature columns' offset in a row
+_BASE_FIELDS = [*_BASE, "tok_end"]
 _NO_COUNTS = PromptCounts()
+_UNCHECKED = Outcome.__dataclass_fields__["structured"].default  # an answer no response_format checked
 _OTHER = _ERROR_INDEX["other"]
-_ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer"}) - {"scheduled", "tls"}  # buffered as perf_counter values
+# buffered as perf_counter values
+_ABSOLUTE = (frozenset(FLOAT_COLUMNS) | {"first_answer", "first_tool_call"}) - {"scheduled", "tls"}
+
+
+def _feature_defaults(rows: np.ndarray) -> np.ndarray:
+    """``rows`` with every feature column holding its value for a request without the feature."""
+    for name, value in zip(_FEATURE_DTYPES, _FEATURE_DEFAULTS):
+        rows[name] = value
+    return rows
 
 
 def _fill_chunk_tokens(dest: np.ndarray, out: Outcome) -> int:
@@ -285,10 +372,10 @@ class RecordBuffer:
     :meth:`drain` turns the rows into Arrow columns.
     """
 
-    def __init__(self, capacity: int = 16384):
+    def __init__(self, capacity: int = 2048):
         self._cap = capacity
         self.n = 0  # rows buffered; public, read per record on the hot path (cheaper than len())
-        self._rows = np.empty(capacity, dtype=_ROW)
+        self._rows = _feature_defaults(np.empty(capacity, dtype=_ROW))
         self._bytes = memoryview(self._rows.view(np.uint8))  # the rows' memory, for _PACK (a view: cheaper to lend)
         self._tok = np.empty(capacity * 4, dtype=np.float32)
         self._ctok = np.empty(capacity * 4, dtype=np.int16)  # chunk_tokens: parallel to _tok, the same offsets
@@ -303,7 +390,7 @@ class RecordBuffer:
 
     def _grow(self) -> None:
         self._cap *= 2
-        rows = np.empty(self._cap, dtype=_ROW)
+        rows = _feature_defaults(np.empty(self._cap, dtype=_ROW))
         rows[: self.n] = self._rows[: self.n]
         self._rows = rows
         self._bytes = memoryview(rows.view(np.uint8))
@@ -351,12 +438,27 @@ class RecordBuffer:
                   out.bytes_in, worker, out.first_answer, out.reasoning_tokens, source, out.session, out.turn,
                   out.user, self._tok_n)
         except struct.error:  # a value the packing refuses (a float where an int goes): numpy's conversions
-            self._rows[i] = (seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls,
-                             out.first_byte, out.first_token, out.done, out.status, error, prompt, prompt_source,
-                             counts.input_tokens, counts.added_tokens, out.output_tokens, output_source,
-                             out.bytes_in, worker, out.first_answer, out.reasoning_tokens, source, out.session,
-                             out.turn, out.user, self._tok_n)
+            self._rows[_BASE_FIELDS][i] = (
+                seq, phase, recorded, scheduled, out.sent, out.connect_start, out.connected, out.tls, out.first_byte,
+                out.first_token, out.done, out.status, error, prompt, prompt_source, counts.input_tokens,
+                counts.added_tokens, out.output_tokens, output_source, out.bytes_in, worker, out.first_answer,
+                out.reasoning_tokens, source, out.session, out.turn, out.user, self._tok_n)
+        if counts.media or out.tool_calls is not None or out.structured is not _UNCHECKED:
+            self._features(i, counts, out)
         self.n = i + 1
+
+    def _features(self, i: int, counts: PromptCounts, out: Outcome) -> None:
+        """Row ``i``'s feature columns: the images, tools and audio its request sent, its tool calls and the checks
+        of its structured answer."""
+        tc = out.tool_calls
+        calls, call_tokens, first_call = (0, 0, math.nan) if tc is None else (tc.count, tc.tokens, tc.first)
+        checked = out.structured
+        values = (counts.images, counts.image_pixels, counts.image_bytes, counts.tools, calls, call_tokens, first_call,
+                  counts.audio, counts.audio_seconds, checked[0], checked[1])
+        try:
+            _PACK_FEATURES(self._bytes, i * _ROW_BYTES + _FEATURES_AT, *values)
+        except struct.error:  # a count past its column's range: numpy's conversions
+            self._rows[list(_FEATURE_DTYPES)][i] = values
 
     def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """One buffered column, rows ``start:stop``, times relative to t0 as :meth:`drain` gives them."""
@@ -384,6 +486,7 @@ class RecordBuffer:
                 arrays.append(pa.array(rows[name] - self._t0, type=pa.float64()))
             else:
                 arrays.append(pa.array(np.ascontiguousarray(rows[name]), type=SCHEMA.field(name).type))
+        _feature_defaults(rows)  # the rows are written again: a plain request's feature columns are not written
         self.n = 0
         self._tok_n = 0
         return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
@@ -532,16 +635,23 @@ class RecordWriter:
             os.remove(self.partial_path)
 
 
-def read_records(path: str | os.PathLike) -> pa.Table:
+def read_records(path: str | os.PathLike, columns: Sequence[str] | None = None) -> pa.Table:
     """Read a target's records, from ``requests.parquet`` or, for a run killed mid-write, the partial stream;
     for a multi-process run killed before it merged its parts, from the part files (each read as a single
-    file is, so a part cut mid-write keeps its whole batches), merged as the run would have (:func:`merge_tables`)."""
+    file is, so a part cut mid-write keeps its whole batches), merged as the run would have (:func:`merge_tables`).
+
+    ``columns``: only these (of :data:`SCHEMA`, in its order), read alone from a finished file of today's schema
+    (a report's figures need neither the token lists of every request nor its token counts)."""
     if not _whole(path) and (parts := part_paths(path)):
-        return merge_tables([_read_one(p) for p in parts])
-    return _read_one(path)
+        return _select(merge_tables([_read_one(p) for p in parts]), columns)
+    return _read_one(path, columns)
 
 
-def _read_one(path: str | os.PathLike) -> pa.Table:
+def _select(table: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    return table if columns is None else table.select([c for c in SCHEMA.names if c in columns])
+
+
+def _read_one(path: str | os.PathLike, columns: Sequence[str] | None = None) -> pa.Table:
     path = os.fspath(path)
     partial = partial_path(path)
     if os.path.exists(partial):
@@ -557,8 +667,12 @@ def _read_one(path: str | os.PathLike) -> pa.Table:
                         break
         except (pa.ArrowInvalid, OSError):
             pass  # a torn last batch: keep the whole ones
-        return _with_chunk_columns(_with_token_sources(pa.Table.from_batches(batches, schema=schema)))
-    return _with_chunk_columns(_with_token_sources(pq.read_table(path)))
+        return _select(_with_chunk_columns(_with_token_sources(pa.Table.from_batches(batches, schema=schema))),
+                       columns)
+    with pq.ParquetFile(path) as f:  # one file: pq.read_table would import pyarrow.dataset (0.2 s of CPU) to read it
+        if columns is not None and f.schema_arrow.equals(SCHEMA):  # today's schema: what is asked, as it is
+            return f.read(columns=[c for c in SCHEMA.names if c in columns])
+        return _select(_with_chunk_columns(_with_token_sources(f.read())), columns)
 
 
 def _with_token_sources(table: pa.Table) -> pa.Table:
@@ -584,9 +698,10 @@ def _with_token_sources(table: pa.Table) -> pa.Table:
 
 
 def _with_chunk_columns(table: pa.Table) -> pa.Table:
-    """Records written before first_answer, reasoning_tokens, chunk_tokens, session, turn and user existed, with
-    them filled in (no answer time known, no reasoning seen, one token per chunk, no conversation, no closed-loop
-    user known); a current file as it is."""
+    """Records written before first_answer, reasoning_tokens, chunk_tokens, session, turn, user and the image
+    tool and structured-output columns existed, with them filled in (no answer time known, no reasoning seen, one
+    token per chunk, no conversation, no closed-loop user known, no image, audio or tool sent, no answer checked); a
+    current file as it is."""
     if all(name in table.column_names for name in SCHEMA.names):
         return table.select(SCHEMA.names).cast(SCHEMA)
     n = table.num_rows
@@ -602,6 +717,17 @@ def _with_chunk_columns(table: pa.Table) -> pa.Table:
         "session": pa.array(np.full(n, -1, np.int64), type=pa.int64()),
         "turn": pa.array(np.full(n, -1, np.int16), type=pa.int16()),
         "user": pa.array(np.full(n, -1, np.int32), type=pa.int32()),
+        "images": pa.array(np.zeros(n, np.int16), type=pa.int16()),
+        "image_pixels": pa.array(np.zeros(n, np.int64), type=pa.int64()),
+        "image_bytes": pa.array(np.zeros(n, np.int64), type=pa.int64()),
+        "tools": pa.array(np.zeros(n, np.int16), type=pa.int16()),
+        "tool_calls": pa.array(np.zeros(n, np.int16), type=pa.int16()),
+        "tool_call_tokens": pa.array(np.zeros(n, np.int32), type=pa.int32()),
+        "first_tool_call": pa.array(np.full(n, np.nan), type=pa.float64()),
+        "audio": pa.array(np.zeros(n, np.int16), type=pa.int16()),
+        "audio_seconds": pa.array(np.zeros(n), type=pa.float64()),
+        "json_valid": pa.array(np.full(n, -1, np.int8), type=pa.int8()),
+        "schema_valid": pa.array(np.full(n, -1, np.int8), type=pa.int8()),
     }
     cols = [table.column(f.name) if f.name in table.column_names else filled[f.name] for f in SCHEMA]
     return pa.Table.from_arrays(cols, schema=SCHEMA)

@@ -27,12 +27,11 @@ from loadgen.analysis.capacity import (
     unreachable,
 )
 from loadgen.analysis.metrics import build_summary, records_frame
-from loadgen.analysis.stats import stat_value
 from loadgen.analysis.verdict import Kind, Reason, Verdict, host_contended_text
 from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
 from loadgen.errors import EXIT_INVALID
-from loadgen.records.results import Capacity, CapacitySearch
+from loadgen.records.results import Capacity, CapacitySearch, CapacityTarget, HostSummary
 from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, RunMeta, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.measurement import cli_target, exit_text, measure, server_info
@@ -52,7 +51,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
     """Search for the highest sustainable rate. ``run_step(loaded_for_step, tdir) -> EngineResult`` sends one
     step's load (the caller owns the target's lifetime). Returns capacity.json's model.
 
-    ``host_of(tdir, plans, result) -> dict``: the step's summary ``host`` block (its CPU waits,
+    ``host_of(tdir, plans, result) -> HostSummary``: the step's summary ``host`` block (its CPU waits,
     :meth:`loadgen.run.measurement.Measurement.host_block`). A step that fails while the judged process waited too
     long for a CPU ends the search: the failure may be the host's, so the search is invalid, not an answer."""
     sc = loaded.scenario
@@ -75,15 +74,15 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
             model.host = host_of(tdir, plan_phases(load), res)
         sectioned_intervals(records_frame(table), model.slo)
         write_json(tdir / SUMMARY, model, loaded.redactor)
-        summary = model.to_json()
-        ok, reasons, unsure = judge(summary, qps)
-        m = summary["phases"]["step"]["metrics"]
-        st = Step(qps, ok and not res.interrupted, summary["phases"]["step"]["achieved_qps"],
-                  stat_value(m["latency"], "p50"), stat_value(m["latency"], "p99"), stat_value(m["ttft"], "p99"),
-                  summary["phases"]["step"]["error_rate"], bool(res.failed_fast), reasons, tdir.name,
-                  inconclusive=unsure and not longer, unreachable=unreachable(summary),
-                  contended=host_contended_text(summary["host"]["contended"])
-                  if (summary.get("host") or {}).get("contended") else None)
+        ok, reasons, unsure = judge(model, qps)
+        step = model.phases["step"]
+        m = step.metrics
+        contended = model.host.contended if model.host else None
+        st = Step(qps, ok and not res.interrupted, step.achieved_qps,
+                  m["latency"].stat("p50"), m["latency"].stat("p99"), m["ttft"].stat("p99"),
+                  step.error_rate, bool(res.failed_fast), reasons, tdir.name,
+                  inconclusive=unsure and not longer, unreachable=unreachable(model),
+                  contended=host_contended_text(contended) if contended else None)
         steps.append(st)
         if on_step:
             on_step(st)
@@ -139,14 +138,15 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         complete=not interrupted and contended is None,
         host_contended=contended,  # why the search stopped at a step the host may have failed: invalid
         unreachable=lo is None and bool(steps) and steps[0].unreachable,  # an invalid search: exit 3
-        steps=[s.__dict__ for s in steps])
+        steps=[s.result() for s in steps])
 
 
 def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_max: float, step_duration: float,
                  warmup: float, tolerance: float = 0.1, out: str | None = None, target_url: str | None = None,
                  on_engine: OnEngine | None = None, on_step=None, exact_out: bool = False,
-                 preflight: bool = True) -> tuple[RunDir, dict]:
-    """Start the scenario's (first) target once, search its capacity step by step, write the RunDir.
+                 preflight: bool = True) -> tuple[RunDir, Capacity]:
+    """Start the scenario's (first) target once, search its capacity step by step, write the RunDir; returns it
+    and its capacity.json, as its model.
 
     Rates in requests per second, durations in seconds. ``on_step(Step)`` after each step. ``exact_out``:
     ``out`` is the RunDir itself (one search of a repeated one, :mod:`loadgen.run.repeated_capacity`)."""
@@ -176,7 +176,7 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
             t0[0] = res.t0
             return res
 
-        def host_of(tdir, plans, res) -> dict:
+        def host_of(tdir, plans, res) -> HostSummary:
             return m.host_block(tdir, plans, res.duration, host_notes.get(tdir.name), sc.load.host_wait_limit)
 
         def step_done(st: Step) -> None:
@@ -189,12 +189,12 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     if m.exited is not None:  # the search stopped at the step the server died in: invalid, not a capacity
         found.server_exit = exit_text(m.exited, t0[0], [])
         found.complete = False
-    found.target = {"name": target.name, "url": url, "model": model, "server": server.to_json()}
+    found.target = CapacityTarget(name=target.name, url=url, model=model, server=server)
     write_json(rd.path / CAPACITY, found, redactor)
-    reasons = ([Reason(Kind.SERVER_EXITED, target.name, found.server_exit["text"])] if m.exited is not None
+    reasons = ([Reason(Kind.SERVER_EXITED, target.name, found.server_exit.text)] if m.exited is not None
                else []) + ([Reason(Kind.HOST_CONTENDED, target.name, found.host_contended)]
                            if found.host_contended else [])
     # a search that measured something else says so where a run's verdict stands
     verdict = {"verdict": Verdict("invalid", EXIT_INVALID, reasons).to_json()} if reasons else {}
     meta.update(complete=found.complete, capacity=found.bracket, **verdict)
-    return rd, found.to_json()
+    return rd, found

@@ -19,6 +19,7 @@ import subprocess
 
 from loadgen.analysis.coldstart import COLD_RESIDENT_MAX
 from loadgen.engine.lifeline import Lifeline
+from loadgen.records.results import PageCache, WeightsPrepared
 from loadgen.run.pagecache import evict
 from loadgen.run.targets import reference_argv
 from loadgen.scenario.model import Target
@@ -26,11 +27,11 @@ from loadgen.scenario.model import Target
 PREPARE_TIMEOUT_S = 600.0
 
 
-def prepare_weights(target: Target) -> dict | None:
+def prepare_weights(target: Target) -> WeightsPrepared | None:
     """Have the reference server write the weights file a start of ``target`` will read (when missing).
 
-    Returns ``{"path", "bytes", "generated_s"}`` (``generated_s`` None when the file existed), ``{"error"}``
-    when the server could not prepare it, or None for a target latbench does not know the files of.
+    Returns its ``path``, ``bytes`` and ``generated_s`` (None when the file existed), or the ``error`` that kept
+    the server from preparing it; None for a target latbench does not know the files of.
     """
     if target.reference is None:
         return None
@@ -40,24 +41,25 @@ def prepare_weights(target: Target) -> dict | None:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=PREPARE_TIMEOUT_S,
                               pass_fds=lifeline.pass_fds)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        return WeightsPrepared(error=f"{type(exc).__name__}: {exc}")
     finally:
         lifeline.cut()
     for line in proc.stdout.splitlines():
         if line.startswith("LATBENCH_WEIGHTS="):
-            return json.loads(line.split("=", 1)[1])
-    return {"error": (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]}
+            return WeightsPrepared.model_validate(json.loads(line.split("=", 1)[1]))
+    return WeightsPrepared(error=(proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1])
 
 
-def make_cold(weights: dict | None) -> dict:
+def make_cold(weights: WeightsPrepared | None) -> PageCache:
     """Drop the weights file from the page cache right before a start; what happened, as data.
 
     ``cold``: True when at most COLD_RESIDENT_MAX of the file is cached afterwards (checked with mincore),
     False when more is, None when latbench cannot tell (no weights file known, no posix_fadvise/mincore).
     """
-    if not weights or "path" not in weights:
-        return {"cold": None, "weights": None, "reason": (weights or {}).get("error") or "files unknown"}
-    ev = evict(weights["path"])
+    if weights is None or weights.path is None:
+        return PageCache(cold=None, weights=None, reason=(weights.error if weights else None) or "files unknown")
+    ev = evict(weights.path)
     after = ev.resident_after
     cold = None if after is None else after <= COLD_RESIDENT_MAX
-    return {"cold": cold, "weights": ev.path, **{k: v for k, v in ev.to_dict().items() if k != "path"}}
+    return PageCache(cold=cold, weights=ev.path, bytes=ev.bytes, evicted=ev.evicted, resident_before=ev.resident_before,
+                     resident_after=ev.resident_after, method=ev.method, error=ev.error)

@@ -29,7 +29,7 @@ from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
 from loadgen.engine.host import INTERVAL, HostSampler, watch_run
 from loadgen.errors import TargetError
 from loadgen.fetch import FetchError, fetch
-from loadgen.records.results import ServerInfo
+from loadgen.records.results import HostSummary, ServerExited, ServerInfo
 from loadgen.records.rundir import HOST, SERVER_LOG
 from loadgen.run.preflight import Check, check_tokenizer, preflight
 from loadgen.run.targets import ManagedServer, ServerExit, ServerLog, start_managed
@@ -132,7 +132,7 @@ class Measurement:
             sampler.stop()  # before the server stops, on the way out of the measurement
 
     def host_block(self, tdir: Path, plans: list[PhasePlan], duration: float, note: str | None,
-                   limit: float) -> dict:
+                   limit: float) -> HostSummary:
         """summary.json's ``host`` from ``tdir``'s host.csv: per phase, and the phases in which the judged tree
         (the managed server, or latbench for an external target) waited for a CPU more than ``limit`` of the
         time it had work (:func:`loadgen.analysis.host.host_summary`)."""
@@ -157,13 +157,12 @@ def server_info(server: ManagedServer | None) -> ServerInfo:
                                       "ready_s": json_num(server.ready_s)})
 
 
-def exit_text(ex: ServerExit, t0: float, plans: list[PhasePlan]) -> dict:
+def exit_text(ex: ServerExit, t0: float, plans: list[PhasePlan]) -> ServerExited:
     """A managed server's exit as the summary holds it: what, how, seconds into the run, the phase."""
     t = ex.at - t0 if t0 else float("nan")
     phase = next((p.name for p in plans if p.start <= t < p.end), plans[-1].name if plans and t >= 0 else None)
     where = f" {t:.1f} s into phase {phase}" if phase is not None and t == t else ""
-    return {"what": ex.what, "code": ex.code, "t": t, "phase": phase,
-            "text": f"{ex.what} exited ({ex.how}){where}"}
+    return ServerExited(what=ex.what, code=ex.code, t=t, phase=phase, text=f"{ex.what} exited ({ex.how}){where}")
 
 
 @contextmanager

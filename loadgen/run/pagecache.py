@@ -35,11 +35,6 @@ class Eviction:
     method: str  # what was used, for the report: "posix_fadvise(POSIX_FADV_DONTNEED) + mincore"
     error: str | None = None
 
-    def to_dict(self) -> dict:
-        return {"path": self.path, "bytes": self.bytes, "evicted": self.evicted,
-                "resident_before": self.resident_before, "resident_after": self.resident_after,
-                "method": self.method, "error": self.error}
-
 
 def _libc():
     name = ctypes.util.find_library("c")

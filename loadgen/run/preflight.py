@@ -29,6 +29,7 @@ from loadgen.errors import UsageError
 from loadgen.fetch import FetchError, fetch, safe_url
 from loadgen.protocols.base import StopResponse
 from loadgen.protocols.registry import make_protocol
+from loadgen.records.results import Preflight
 from loadgen.records.schema import Outcome
 from loadgen.redact import escape_control
 from loadgen.scenario.model import Target, Workload
@@ -64,9 +65,10 @@ class Check:
     def ok(self) -> bool:
         return self.problem is None
 
-    def to_json(self) -> dict:
-        return {"ok": self.ok, "url": self.url, "problem": self.problem, "kind": self.kind, "notes": self.notes,
-                "models": self.models, "model": self.model, "generated": self.generated, "seconds": self.seconds}
+    def result(self) -> Preflight:
+        """The check as a summary and meta.json's target entry hold it."""
+        return Preflight(ok=self.ok, url=self.url, problem=self.problem, kind=self.kind, notes=self.notes,
+                         models=self.models, model=self.model, generated=self.generated, seconds=self.seconds)
 
 
 def shown(body: bytes, redact: Callable[[str], str] = str) -> str:

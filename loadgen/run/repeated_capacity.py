@@ -29,10 +29,10 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
                           step_duration: float, warmup: float, tolerance: float = 0.1, out: str | None = None,
                           target_url: str | None = None, on_engine: OnEngine | None = None, on_step=None,
                           repeat: int = 3, pause: float = 0.0, on_search=None,
-                          preflight: bool = True) -> tuple[RunDir, dict]:
-    """Search ``repeat`` times (rates in req/s, durations in seconds); returns the RunDir and its capacity.json:
-    ``repeats`` (the number of searches), ``searches`` (each one's folder and result) and ``spread``.
-    ``on_search(k, folder, result)`` after each search."""
+                          preflight: bool = True) -> tuple[RunDir, Capacity]:
+    """Search ``repeat`` times (rates in req/s, durations in seconds); returns the RunDir and its capacity.json, as
+    its model: ``repeats`` (the number of searches), ``searches`` (each one's folder and result) and ``spread``.
+    ``on_search(k, folder, result)`` after each search (``result``: that search's capacity.json model)."""
     sc = loaded.scenario
     redactor = loaded.redactor
     redactor.add_url(target_url)  # its password and keys are secret too, wherever they resurface
@@ -48,33 +48,30 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
         sub, result = run_capacity(loaded, slos, qps_min, qps_max, step_duration, warmup, tolerance,
                                    out=str(rd.path / f"search{k}"), target_url=target_url, on_engine=on_engine,
                                    on_step=on_step, exact_out=True, preflight=preflight)
-        searches.append({"search": k, "dir": sub.path.name, "result": result})
-        meta.add_target(f"search{k}", sub.path.name, search=k, bracket=result["bracket"])
+        searches.append((k, sub.path.name, result))
+        meta.add_target(f"search{k}", sub.path.name, search=k, bracket=result.bracket)
         if on_search:
             on_search(k, sub.path, result)
-        if not result["complete"]:
+        if not result.complete:
             complete = False
             break
-    results = [s["result"] for s in searches]
+    results = [r for _, _, r in searches]
     spread = bracket_spread(results)
     top = Capacity(
-        scenario=sc.name, repeats=repeat, slo=results[0]["slo"] if results else [],
+        scenario=sc.name, repeats=repeat, slo=results[0].slo if results else [],
         expected_qps=sc.load.expected_qps, complete=complete and len(searches) == repeat,
-        searches=[_search_row(s["search"], s["dir"], s["result"]) for s in searches], spread=spread,
-        max_sustainable_qps=spread["held"]["median"], first_failing_qps=spread["failing"]["median"],
-        headroom=spread["headroom"], target=results[0].get("target") if results else None,
-        unreachable=bool(results) and all(r.get("unreachable") for r in results),
-        host_contended=next((f"search {s['search']}: {s['result']['host_contended']}" for s in searches
-                             if s["result"].get("host_contended")), None))
+        searches=[_search_row(k, folder, r) for k, folder, r in searches], spread=spread,
+        max_sustainable_qps=spread.held.median, first_failing_qps=spread.failing.median,
+        headroom=spread.headroom, target=results[0].target if results else None,
+        unreachable=bool(results) and all(r.unreachable for r in results),
+        host_contended=next((f"search {k}: {r.host_contended}" for k, _, r in searches if r.host_contended), None))
     write_json(rd.path / CAPACITY, top, redactor)
     meta.update(complete=top.complete, capacity=[top.max_sustainable_qps, top.first_failing_qps])
-    return rd, top.to_json()
+    return rd, top
 
 
-def _search_row(k: int, folder: str, result: dict) -> RepeatedSearch:
+def _search_row(k: int, folder: str, result: Capacity) -> RepeatedSearch:
     """One search of a repeated one, as capacity.json's ``searches`` lists it (``result``: its capacity.json)."""
-    return RepeatedSearch(search=k, dir=folder, bracket=result["bracket"],
-                          max_sustainable_qps=result["max_sustainable_qps"],
-                          first_failing_qps=result["first_failing_qps"], knee_qps=result["knee_qps"],
-                          steps=len(result["steps"]), seconds=result["search"]["seconds"],
-                          complete=result["complete"])
+    return RepeatedSearch(search=k, dir=folder, bracket=result.bracket, max_sustainable_qps=result.max_sustainable_qps,
+                          first_failing_qps=result.first_failing_qps, knee_qps=result.knee_qps,
+                          steps=len(result.steps), seconds=result.search.seconds, complete=result.complete)

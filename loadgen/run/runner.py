@@ -27,7 +27,18 @@ from loadgen.engine.options import EngineOptions
 from loadgen.errors import RunDirWriteError, TargetStartError, UsageError
 from loadgen.protocols.trace_workload import describe_trace
 from loadgen.protocols.workload import CHAT_APIS, describe_tokens
-from loadgen.records.results import ColdStart, ServerInfo, Summary
+from loadgen.records.results import (
+    Capacity,
+    CapacityRef,
+    ColdStart,
+    HostSummary,
+    Preflight,
+    Repeats,
+    ServerExited,
+    ServerInfo,
+    Summary,
+    Trace,
+)
 from loadgen.records.rundir import (
     CAPACITY,
     COLD_START,
@@ -63,19 +74,21 @@ class TargetRun:
     name: str
     dir: str
     url: str
-    summary: dict | None = None
+    summary: Summary | None = None  # summary.json, as its model (None: the target did not run)
     server: ServerInfo = field(default_factory=ServerInfo)
     error: str | None = None
     failed_fast: str | None = None
     interrupted: bool = False
     group: str | None = None  # the target a fresh start or a repetition belongs to
     repetition: int | None = None  # repeated runs: which one (its objectives are judged over all of them)
+    start: int | None = None  # cold-start studies: which fresh start of ``group`` (1-based)
     error_kind: Kind = Kind.TARGET_ERROR  # what ``error`` was: a start that failed, or the pre-flight
     server_exited: bool = False  # its managed server exited during the run (the summary says how)
 
     def outcome(self) -> TargetOutcome:
         return TargetOutcome(self.name, self.summary, self.error, self.failed_fast, self.interrupted,
-                             slo=[] if self.repetition is not None else None, error_kind=self.error_kind)
+                             slo=[] if self.repetition is not None else None, error_kind=self.error_kind,
+                             group=self.group if self.start is not None else None, start=self.start)
 
     @property
     def stops_run(self) -> bool:
@@ -90,6 +103,7 @@ class RunResult:
     targets: list[TargetRun]
     interrupted: bool
     verdict: Verdict
+    repeats: Repeats | None = None  # repeats.json of a repeated run (its targets judged over their runs)
 
     @property
     def exit_code(self) -> int:
@@ -100,15 +114,16 @@ class RunResult:
         return self.verdict.texts()
 
 
-def capacity_fields(path: str) -> dict:
+def capacity_fields(path: str) -> CapacityRef:
     """What a headroom headline needs from the capacity.json of a ``latbench capacity`` RunDir."""
     f = Path(path) / CAPACITY
     try:
-        result = json.loads(f.read_text())
-    except (OSError, ValueError) as exc:
+        result = Capacity.model_validate(json.loads(f.read_text()))
+    except (OSError, ValueError) as exc:  # a file its model refuses too (pydantic's ValidationError)
         raise UsageError(f"--capacity {path}: not a capacity RunDir ({f.name}: {exc})") from None
-    return {"rundir": Path(path).name, "target": (result.get("target") or {}).get("name"), "slo": result.get("slo"),
-            **{k: result.get(k) for k in ("knee_qps", "max_sustainable_qps", "first_failing_qps")}}
+    return CapacityRef(rundir=Path(path).name, target=result.target.name if result.target else None, slo=result.slo,
+                       knee_qps=result.knee_qps, max_sustainable_qps=result.max_sustainable_qps,
+                       first_failing_qps=result.first_failing_qps)
 
 
 def check_target_url(url: str | None) -> None:
@@ -171,7 +186,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
             tr = _run_one(loaded, slot.target, slot.name, rd, meta, on_engine, slack, slot.index, opts,
                           check=preflight, fix_prefix=bool(target_url))
             if slot.group is not None:
-                tr.group, tr.repetition = slot.group, slot.repetition
+                tr.group, tr.repetition, tr.start = slot.group, slot.repetition, slot.start
                 cold_fields = {"cold": cold, "weights_prepared": weights[slot.index]} if slot.start is not None else {}
                 meta.targets[-1].update(**slot.meta_fields(), **cold_fields)
             runs.append(tr)
@@ -179,18 +194,18 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
                 break
         interrupted = stopped or (bool(runs) and runs[-1].interrupted)
         if sc.load.starts > 1:
-            write_json(rd.path / COLD_START, ColdStart(groups=cold_start_summary(rd.path, meta.to_json())), redactor)
-        groups = []
+            write_json(rd.path / COLD_START, ColdStart(groups=cold_start_summary(rd.path, meta.model())), redactor)
+        groups, repeats = [], None
         if repeat.runs > 1:
             repeats = build_repeats([RepeatRun(tr.group, tr.repetition, tr.dir, tr.summary) for tr in runs],
                                     sc.slo, repeat.judge, order=[tr.dir for tr in runs])
             write_json(rd.path / REPEATS, repeats, redactor)
-            groups = group_outcomes(repeats.to_json())
+            groups = group_outcomes(repeats)
         regressions = []
         if baseline is not None and not interrupted:
             regression = build_regression(rd, RunDir(baseline), max_regression)
             write_json(rd.path / REGRESSION, regression, redactor)
-            regressions = baseline_reasons(regression.to_json())
+            regressions = baseline_reasons(regression)
             for note in regression.notes:
                 log.warning("baseline: %s", note)
         verdict = judge([r.outcome() for r in runs], interrupted=interrupted, expected_targets=expected,
@@ -198,7 +213,7 @@ def run_scenario(loaded: LoadedScenario, out: str | None = None, target_url: str
         meta.update(complete=not interrupted and len(runs) == expected
                     and all(r.summary and not r.server_exited for r in runs),
                     exit_code=verdict.exit_code, verdict=verdict.to_json())
-        return RunResult(rd, runs, interrupted, verdict)
+        return RunResult(rd, runs, interrupted, verdict, repeats)
     except RunDirWriteError as exc:  # what the CLI says: whether the records taken before it are kept
         exc.records_kept = rd.records_written()
         raise
@@ -229,7 +244,7 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
                      fix_prefix=fix_prefix) as m:
             tr.url, tr.server = m.url, server_info(m.server)
             entry.update(url=m.url, model=m.model, server=tr.server,
-                         **({"preflight": m.check.to_json()} if m.check is not None else {}))
+                         **({"preflight": m.check.result()} if m.check is not None else {}))
             mt = m.measured(tdir, index)
             tokens = describe_tokens(mt.target, sc.workload, m.model, m.url, loaded.path.parent)
             spec = sc.load.trace
@@ -240,7 +255,7 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     except PreflightFailed as exc:
         tr.error, tr.error_kind = exc.check.problem, Kind.PREFLIGHT
         log.error("target %s: pre-flight: %s (nothing was sent)", name, tr.error)
-        entry.update(url=exc.check.url, preflight=exc.check.to_json())
+        entry.update(url=exc.check.url, preflight=exc.check.result())
         return tr
     except TargetStartError as exc:
         tr.error = str(exc)  # written and printed through the redactor, as everything is
@@ -254,12 +269,12 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     tr.interrupted = res.interrupted and exited is None  # a dead server stopped it, not the user
     tr.failed_fast = res.failed_fast
     tr.server_exited = exited is not None
-    summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.get("capacity"), tokens=tokens,
+    summary = summarize_target(mt, res, opts.engine, run_name=name, capacity=meta.model().capacity, tokens=tokens,
                                trace=trace, server_exit=exited, check=m.check,
                                host=m.host_block(tdir, plan_phases(sc.load), res.duration, host.note,
                                                  sc.load.host_wait_limit))
     write_json(tdir / SUMMARY, summary, redactor)
-    tr.summary = summary.to_json()
+    tr.summary = summary
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the
     # host), so t0_monotonic + a record's time can be set against another program's time.monotonic()
     log_field = {"server_log": f"{tdir.name}/{SERVER_LOG}"} if m.log is not None and m.log.path is not None else {}
@@ -268,26 +283,26 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     return tr
 
 
-def trace_note(trace: dict) -> str:
+def trace_note(trace: Trace) -> str:
     """The summary's note on a trace replay whose requests were clipped to fit the target."""
     sources = {"scenario": "load.trace.max_model_len", "target": "the target's /v1/models"}
-    src = sources.get(trace["max_model_len_source"])
-    limit = f"max_model_len {trace['max_model_len']} ({src})" if trace["max_model_len"] else ""
-    if trace["max_input_tokens"]:
-        limit += (" and " if limit else "") + f"max_input_tokens {trace['max_input_tokens']}"
-    return (f"{trace['clipped']} of {trace['requests']} trace requests were clipped to fit {limit}: "
-            f"{trace['clipped_input_tokens']} input and {trace['clipped_output_tokens']} output tokens cut")
+    src = sources.get(trace.max_model_len_source)
+    limit = f"max_model_len {trace.max_model_len} ({src})" if trace.max_model_len else ""
+    if trace.max_input_tokens:
+        limit += (" and " if limit else "") + f"max_input_tokens {trace.max_input_tokens}"
+    return (f"{trace.clipped} of {trace.requests} trace requests were clipped to fit {limit}: "
+            f"{trace.clipped_input_tokens} input and {trace.clipped_output_tokens} output tokens cut")
 
 
 def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_name: str | None = None,
-                     capacity: dict | None = None, tokens: dict | None = None, trace: dict | None = None,
-                     server_exit: dict | None = None, check: Check | None = None,
-                     host: dict | None = None) -> Summary:
+                     capacity: CapacityRef | None = None, tokens: dict | None = None, trace: Trace | None = None,
+                     server_exit: ServerExited | None = None, check: Check | None = None,
+                     host: HostSummary | None = None) -> Summary:
     """summary.json of one target from its records and its engine's result, as its model (``capacity``: see
     :func:`capacity_fields`; ``tokens``: how its token counts were made; ``trace``: the trace replayed, with the
     requests clipped to fit the target)."""
     sc = mt.loaded.scenario
-    notes = list(res.notes) + ([trace_note(trace)] if trace and trace["clipped"] else [])
+    notes = list(res.notes) + ([trace_note(trace)] if trace and trace.clipped else [])
     table = read_records(mt.tdir / REQUESTS)
     summary = build_summary(table, plan_phases(sc.load), sc.slo, res.duration,
                             target=mt.name, scenario=sc.name,
@@ -302,7 +317,7 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
     summary.lost_workers = [w.to_json() for w in res.lost_workers]  # the verdict names each (its target's)
     if trace is not None:
         summary.trace = trace
-    summary.host = host if host is not None else {"measured": False, "note": "host not measured"}
+    summary.host = host if host is not None else HostSummary(measured=False, note="host not measured")
     summary.run_name = run_name or mt.name  # differs from "target" for the fresh starts of a cold-start study
     example = res.error_example
     if example:  # what a server said, redacted where it stands (its first 200 characters may cut a secret short)
@@ -310,5 +325,5 @@ def summarize_target(mt: MeasuredTarget, res: EngineResult, engine: str, run_nam
     summary.failures = failure_summary(table, example)
     if server_exit is not None:
         summary.server_exit = server_exit
-    summary.preflight = check.to_json() if check is not None else {"ok": None, "skipped": True}
+    summary.preflight = check.result() if check is not None else Preflight(ok=None, skipped=True)
     return summary

@@ -36,7 +36,7 @@ from loadgen.engine.single import build_sender
 from loadgen.errors import EXIT_INVALID, EXIT_OK
 from loadgen.monitoring.exposition import PHASE, WatchExporter, serve
 from loadgen.monitoring.window import WindowState, watchable
-from loadgen.records.results import Summary, Watch, WatchTarget
+from loadgen.records.results import MetaWatch, Summary, Watch, WatchTarget
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
 from loadgen.records.rundir import HOST, SUMMARY, WATCH, RunDir, RunMeta, write_json
 from loadgen.run.measurement import Measurement, cli_target, exit_text, measure, server_info
@@ -77,7 +77,7 @@ class WatchedTarget:
     url: str
     writer: RotatingRecordWriter | None = None
     result: EngineResult | None = None
-    summary: dict | None = None
+    summary: Summary | None = None  # summary.json, as its model, once the watch ended
     skipped: list[str] = field(default_factory=list)  # objectives a watch does not judge, with why
 
 
@@ -203,9 +203,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
     exporter = WatchExporter(sc.name, settings.window_s)
     plan = settings.plan(sc.load.arrival)
     _write_scenario(rd, loaded, settings, settings.duration)
-    watch_fields = {"qps": settings.qps, "window_s": settings.window_s, "rotate_every_s": settings.rotate_every_s,
-                    "keep": settings.keep, "duration_s": settings.duration}
-    meta = RunMeta.start(rd, sc.name, "native", redactor, mode="watch", watch=watch_fields)
+    meta = RunMeta.start(rd, sc.name, "native", redactor, mode="watch", watch=_watch_meta(settings))
     watched: list[WatchedTarget] = []
     group = EngineGroup()
     stop_metrics = None
@@ -234,7 +232,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
             exporter.add_target(mt.name, slos, settings.qps, _clock_of(holder), all_slos=list(sc.slo),
                                 send_lag_threshold=sc.load.send_lag_threshold,
                                 goodput_bounds=bounds_for(sc.goodput or [], mt.name, PHASE))
-        meta.update(watch={**watch_fields, "metrics_url": metrics_url})
+        meta.update(watch=_watch_meta(settings, metrics_url))
         if on_ready:
             on_ready(metrics_url)
 
@@ -263,7 +261,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
             if m.exited is not None:
                 summary.server_exit = exit_text(m.exited, res.t0, [settings.plan(sc.load.arrival)])
             write_json(mt.tdir / SUMMARY, summary, redactor)
-            wt.summary = summary.to_json()
+            wt.summary = summary
         elapsed = max((r.duration for r in results), default=0.0)
         _write_scenario(rd, loaded, settings, max(elapsed, 0.001))
         verdict = judge([TargetOutcome(w.name, w.summary, None, None, False) for w in watched],
@@ -363,6 +361,15 @@ def _write_scenario(rd: RunDir, loaded: LoadedScenario, settings: WatchSettings,
     data["slo"] = [line for line, s in zip(data.get("slo") or [], loaded.scenario.slo) if s.expr in kept]
     data["description"] = f"latbench watch at {settings.qps:g} req/s. " + str(data.get("description") or "")
     rd.write_scenario(data, loaded.redactor)
+
+
+def _watch_meta(settings: WatchSettings, metrics_url: str | None = None) -> MetaWatch:
+    """meta.json's ``watch``: the watch's settings, and its /metrics URL once it serves one."""
+    w = MetaWatch(qps=settings.qps, window_s=settings.window_s, rotate_every_s=settings.rotate_every_s,
+                  keep=settings.keep, duration_s=settings.duration)
+    if metrics_url is not None:
+        w.metrics_url = metrics_url
+    return w
 
 
 def _watch_facts(watched: list[WatchedTarget], exporter: WatchExporter, settings: WatchSettings) -> Watch:

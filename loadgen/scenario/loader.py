@@ -23,8 +23,10 @@ from pydantic import ValidationError
 
 from loadgen.errors import ScenarioError
 from loadgen.redact import ENV_REF, PLACEMENTS, Placement, Redactor
+from loadgen.scenario.audio import check_audio
 from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.files import MAX_SCENARIO_BYTES, UnreadableFile, read_capped
+from loadgen.scenario.images import check_images
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.tokenizer import TokenizerError, resolve_local
 from loadgen.scenario.trace import Limits, TraceError, read_trace, resolve_trace_path, select, too_long_rows
@@ -110,7 +112,7 @@ def _path(loc: tuple) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif (part in ("float", "str", "int", "bool", "Ramp", "list[str]") or "[" in str(part)
-              or part.startswith("function")):
+              or part.startswith("function-")):
             continue
         else:  # a key from the file is quoted unless plain: a newline or escape in it must not break the line
             out += ("." if out else "") + (part if _PLAIN_KEY.match(part) else repr(part))
@@ -345,6 +347,15 @@ def _check_workload(scenario: Scenario, path: Path, root: yaml.Node, fname: str)
             errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {exc}")
     where = f"{fname}:{_mark(_locate(root, ('workload', 'dataset')))}: workload.dataset"
     errors += [f"{where}: {msg}" for msg in check_dataset(wl, base)]  # each with the dataset's own file:line
+    if wl.images is not None:  # every image file read and checked: a file that is not an image, named
+        images = wl.images
+        key = next((k for k in ("folder", "file", "urls") if getattr(images, k) is not None), None)
+        loc = ("workload", "images") + ((key,) if key else ())
+        where = f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}"
+        errors += [f"{where}: {msg}" for msg in check_images(images, base)]
+    if wl.audio is not None and wl.audio.folder is not None:
+        loc = ("workload", "audio", "folder")
+        errors += [f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {msg}" for msg in check_audio(wl.audio, base)]
     return errors
 
 

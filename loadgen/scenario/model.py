@@ -25,7 +25,21 @@ from pydantic.json_schema import SkipJsonSchema
 
 from loadgen import metric_registry
 from loadgen.redact import has_control
+from loadgen.scenario.media_model import (  # noqa: F401 (the reference pages find the models here)
+    Audio,
+    AudioSeconds,
+    ImageCount,
+    Images,
+    ImageSide,
+    ResponseFormat,
+    ToolDefinition,
+    ToolFunction,
+    ToolGeneration,
+    Tools,
+    ToolsField,
+)
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
+from loadgen.scenario.strict import Strict
 from loadgen.scenario.urls import url_problem
 from loadgen.units import parse_duration, parse_rate
 
@@ -73,11 +87,6 @@ def _scope_name(v: str) -> str:
     if ":" in v:
         raise ValueError("a name may not hold ':' (it separates an SLO's scope from its objective)")
     return _plain_name(v)
-
-
-class Strict(BaseModel):
-    # NaN and infinity are never a meaningful rate, size or time (and NaN slips through every `ge=` bound)
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class ReferenceTarget(Strict):
@@ -211,7 +220,7 @@ class Target(Strict):
     command: Optional[CommandTarget] = Field(None, description="a server latbench starts as a command (such as "
                                                                "vllm serve) and stops at the end")
     api: Literal["openai-chat", "openai-completions", "embeddings", "http", "anthropic-messages", "openai-responses",
-                 "rerank", "kserve-v2", "triton-generate"] = Field(
+                 "openai-transcriptions", "rerank", "kserve-v2", "triton-generate"] = Field(
         "openai-chat", description="the API spoken; kserve-v2 over HTTP/JSON (http://) or gRPC (grpc://)")
     model: Optional[str] = Field(None, examples=["Qwen/Qwen2.5-0.5B-Instruct"],
                                  description="model name sent in requests; default: the reference model, "
@@ -411,6 +420,7 @@ def as_dataset(value: "str | Dataset") -> Dataset:
 
 
 CONVERSATION_APIS = ("openai-chat", "openai-completions")
+IMAGE_APIS = ("openai-chat", "anthropic-messages", "openai-responses")  # the APIs that take images
 MAX_TURNS = 1000  # user turns of one session at most (a record's seq leaves room for this many, see records/schema)
 
 
@@ -470,6 +480,20 @@ class Workload(Strict):
     prefix: Optional[Prefix] = Field(None, description="shared system prompts, e.g. {tokens: 512, groups: 8}: "
                                                        "each request opens with one of `groups` prefixes of "
                                                        "`tokens` tokens, then its own prompt")
+    tools: Optional[ToolsField] = Field(
+        None, examples=[{"generate": {"count": 8, "tokens": 200}, "choice": "auto"}],
+        description="tools offered with each request (openai-chat, openai-responses, anthropic-messages): a list of "
+                    "definitions, or {definitions | generate, choice, result_tokens}")
+    response_format: Optional[ResponseFormat] = Field(
+        None, examples=[{"type": "json_object"}],
+        description="structured output (openai-chat, openai-responses): OpenAI's response_format; each answer's "
+                    "JSON validity and schema match are recorded")
+    audio: Optional[Audio] = Field(None, examples=[{"count": 1, "duration": "5s"}],
+                                   description="audio sent with each request: input_audio parts (openai-chat), or "
+                                               "the file uploaded to api: openai-transcriptions")
+    images: Optional[Images] = Field(None, examples=[{"count": 1, "sizes": ["256x256", "512x512"]}],
+                                     description="images sent with each request (openai-chat, anthropic-messages, "
+                                                 "openai-responses): synthetic, a folder, a JSON-lines file or URLs")
 
     @model_validator(mode="after")
     def _prefix_groups_used(self):
@@ -821,6 +845,58 @@ class Scenario(Strict):
                 raise ValueError("targets: every target needs a name")
             if len(set(names)) != len(names):
                 raise ValueError("targets: names must be unique")
+        return self
+
+    @model_validator(mode="after")
+    def _image_apis(self):
+        if self.workload.images is not None:
+            for t in self.target_list():
+                if t.api not in IMAGE_APIS:
+                    raise ValueError(f"workload.images: target {t.name!r} speaks {t.api}; images need one of "
+                                     f"{', '.join(IMAGE_APIS)}")
+            if self.workload.conversations is not None:
+                raise ValueError("workload.images: not with conversations (each turn would resend them; give "
+                                 "images in a dataset's messages instead)")
+            if self.load.trace is not None:
+                raise ValueError("workload.images: not with a trace replay (a trace gives its requests' text only)")
+        return self
+
+    @model_validator(mode="after")
+    def _audio_apis(self):
+        audio = self.workload.audio
+        for t in self.target_list():
+            if audio is not None and t.api not in ("openai-chat", "openai-transcriptions"):
+                raise ValueError(f"workload.audio: target {t.name!r} speaks {t.api}; audio needs openai-chat or "
+                                 "openai-transcriptions")
+            if t.api == "openai-transcriptions" and audio is None:
+                raise ValueError(f"target {t.name!r}: api openai-transcriptions needs workload.audio (the clips "
+                                 "it uploads)")
+        if audio is not None and (self.workload.conversations is not None or self.load.trace is not None):
+            raise ValueError("workload.audio: not with conversations or a trace replay")
+        return self
+
+    @model_validator(mode="after")
+    def _tool_apis(self):
+        if self.workload.tools is not None:
+            for t in self.target_list():
+                if t.api not in IMAGE_APIS:
+                    raise ValueError(f"workload.tools: target {t.name!r} speaks {t.api}; tools need one of "
+                                     f"{', '.join(IMAGE_APIS)}")
+                if "tools" in t.extra_body or "tool_choice" in t.extra_body:
+                    raise ValueError(f"workload.tools: target {t.name!r} also sets tools in extra_body; give them "
+                                     "in one place")
+        return self
+
+    @model_validator(mode="after")
+    def _response_format_apis(self):
+        if self.workload.response_format is not None:
+            for t in self.target_list():
+                if t.api not in ("openai-chat", "openai-responses"):
+                    raise ValueError(f"workload.response_format: target {t.name!r} speaks {t.api}; structured "
+                                     "output needs openai-chat or openai-responses")
+                if "response_format" in t.extra_body or "text" in t.extra_body:
+                    raise ValueError(f"workload.response_format: target {t.name!r} also sets it in extra_body; "
+                                     "give it in one place")
         return self
 
     @model_validator(mode="after")

@@ -80,6 +80,8 @@ class Prompt:
     added_tokens: int = -1  # what the server adds (chat template, or special tokens such as BOS); -1 unknown
     counted_by: str = "approximation"  # how input_tokens was counted: "tokenizer" or "approximation"
     extra_body: dict | None = None  # a dataset entry's own request options
+    images: tuple = ()  # workload.images: the ImageItems sent after the text (loadgen.scenario.images)
+    audio: tuple = ()  # workload.audio: the AudioItems sent after the text (loadgen.scenario.audio)
 
 
 class PromptSource:

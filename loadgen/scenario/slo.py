@@ -137,16 +137,15 @@ def _never_met(lhs: str, op: str, threshold: float, top: float, rhs: str) -> Non
         raise ValueError(f"{lhs} {op} {rhs} can never be met")
 
 
-def show_value(result: dict, value=None) -> str:
-    """A value of an objective's result dict for people: milliseconds for distributions, a percentage
-    for error_rate and goodput. ``value`` defaults to the measured one (pass a CI bound to show that)."""
-    v = result.get("value") if value is None else value
+def show_value(v, stat: str | None, metric: str | None) -> str:
+    """A value of an objective (``metric`` and its ``stat``, None for a scalar metric) for people: milliseconds
+    for distributions, a percentage for error_rate and goodput ('no value' for None)."""
     if v is None:
         return "no value"
     if v == "inf":
         return "inf"
-    if result.get("stat"):
+    if stat:
         return fmt_ms(float(v))
-    if metric_registry.slo_kind(result.get("metric")) == "fraction":
+    if metric_registry.slo_kind(metric) == "fraction":
         return f"{float(v) * 100:.2f}%"
     return f"{float(v):.4g}"

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..models.tokenizer import encode, render_chat
+from .media import IMAGE_MARK
 
 
 class ByteCounter:
@@ -30,7 +31,8 @@ class ByteCounter:
 
     name = "bytes"
 
-    def prompt(self, kind: str, prompt_ids: list[int], messages: list[dict] | None) -> int:
+    def prompt(self, kind: str, prompt_ids: list[int], messages: list[dict] | None, media_tokens: int = 0) -> int:
+        """The prompt's tokens; ``prompt_ids`` already hold the ``media_tokens`` of its images."""
         return len(prompt_ids)
 
     def output(self, text: str, generated: int) -> int:
@@ -104,10 +106,14 @@ class TokenizerCounter:
     def _ids(self, text: str, special: bool) -> list[int]:
         return self._tok.encode(text, add_special_tokens=special).ids
 
-    def prompt(self, kind: str, prompt_ids: list[int], messages: list[dict] | None) -> int:
+    def prompt(self, kind: str, prompt_ids: list[int], messages: list[dict] | None, media_tokens: int = 0) -> int:
+        """The prompt's tokens as a server of the tokenizer's model counts them, plus ``media_tokens`` (its images',
+        whose places in the messages are marked with IMAGE_MARK)."""
         if messages is None:  # completions: the prompt as text (ids given by the client are counted as they are)
             return len(self._ids(bytes(prompt_ids).decode("utf-8", "replace"), True))
-        return len(self.tokenize_chat(messages, True, False))
+        if media_tokens:
+            messages = [{**m, "content": m["content"].replace(IMAGE_MARK, "")} for m in messages]
+        return len(self.tokenize_chat(messages, True, False)) + media_tokens
 
     def output(self, text: str, generated: int) -> int:
         return len(self._ids(text, False))

@@ -115,7 +115,7 @@ async def begin(state: ServerState, req: ParsedRequest, arrival: float) -> Gener
         events, prompt_tokens = _replay(state, hit), hit.prompt_tokens  # counted when it was first answered
     else:
         gen = GenRequest(req.prompt_ids, req.max_tokens, req.temperature, req.top_p, req.seed, req.stop,
-                         arrival=arrival)
+                         arrival=arrival, images=req.images, image_spans=req.image_spans)
         try:
             state.engine.submit(gen)
         except QueueFull:
@@ -125,7 +125,7 @@ async def begin(state: ServerState, req: ParsedRequest, arrival: float) -> Gener
             raise ApiError(503, str(exc), "server_error", code="model_unavailable") from None
         deadline = arrival + cfg.request_timeout_s if cfg.request_timeout_s > 0 else None
         events = _engine_events(gen, deadline)
-        prompt_tokens = state.counter.prompt(req.kind, req.prompt_ids, req.messages)
+        prompt_tokens = state.counter.prompt(req.kind, req.prompt_ids, req.messages, req.image_tokens)
     return Generation(events, prompt_tokens, plan, key, gen, arrival)
 
 

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..models.tokenizer import encode, render_chat
+from .media import IMAGE_MARK, ImageInput, MediaError, read_audio_part, read_image_part, splice
+from .tools import ToolCall, ToolsError, json_template, parse_tools, plan_tool_call, tools_message
 
 CHAT_ROLES = ("system", "user", "assistant", "tool", "developer")
 
@@ -44,6 +46,15 @@ class ParsedRequest:
     include_usage: bool
     canonical: dict = field(default_factory=dict)
     messages: list[dict] | None = None  # chat: the normalized messages (string contents), for counting
+    images: list = field(default_factory=list)  # chat: the ImageInputs of its image parts, in order
+    image_spans: list = field(default_factory=list)  # each image's (start, length) in prompt_ids
+    tool_call: ToolCall | None = None  # the tool the answer calls (api.tools), None: it answers in text
+    json_format: tuple[str, str] | None = None  # response_format: the answer's JSON around the generated text
+
+    @property
+    def image_tokens(self) -> int:
+        """Prompt tokens its images take."""
+        return sum(n for _, n in self.image_spans)
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -92,21 +103,34 @@ def parse_json(raw: bytes) -> dict:
     return body
 
 
-def _chat_content(content, i: int) -> str:
+def _chat_content(content, i: int, images: list | None, patch: tuple[int, int, int]) -> str:
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+        return content.replace(IMAGE_MARK, "\ufffd") if images is not None else content
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, {"type": "image_url", ...}, ...]
         parts = []
-        for part in content:
-            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-                raise _bad(f"messages[{i}].content parts must be text parts", f"messages[{i}].content")
-            parts.append(part["text"])
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"].replace(IMAGE_MARK, "\ufffd") if images is not None else part["text"])
+            elif kind in ("image_url", "input_audio") and images is not None:
+                param = f"messages[{i}].content[{j}]"
+                try:
+                    images.append(read_image_part(part, param, *patch[:2]) if kind == "image_url"
+                                  else read_audio_part(part, param, patch[2]))
+                except MediaError as exc:
+                    raise _bad(str(exc), exc.param) from None
+                parts.append(IMAGE_MARK)
+            else:
+                what = "text, image_url or input_audio parts" if images is not None else "text parts"
+                raise _bad(f"messages[{i}].content parts must be {what}", f"messages[{i}].content")
         return "".join(parts)
-    raise _bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+    raise _bad(f"messages[{i}].content must be a string or a list of content parts", f"messages[{i}].content")
 
 
-def parse_messages(body: dict) -> list[dict]:
-    """The ``messages`` of a chat body, each with a role and string content; ApiError naming the bad field."""
+def parse_messages(body: dict, images: list | None = None, patch: tuple[int, int, int] = (16, 2, 25)) -> list[dict]:
+    """The ``messages`` of a chat body, each with a role and string content; ApiError naming the bad field. With
+    ``images`` (a list), image parts are read into it and marked in the content (:data:`media.IMAGE_MARK`);
+    ``patch`` is (patch size, merge, audio tokens a second): what an image's and a clip's tokens are counted by."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list", "messages")
@@ -116,14 +140,26 @@ def parse_messages(body: dict) -> list[dict]:
             raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
         if m.get("role") not in CHAT_ROLES:
             raise _bad(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}", f"messages[{i}].role")
-        normal.append({"role": m["role"], "content": _chat_content(m.get("content"), i)})
+        content = m.get("content")
+        if content is None and m["role"] == "assistant" and m.get("tool_calls"):  # a tool call, as its JSON
+            content = json.dumps(m["tool_calls"], separators=(",", ":"))
+        normal.append({"role": m["role"], "content": _chat_content(content, i, images, patch)})
     return normal
 
 
-def _prompt(body: dict, kind: str) -> tuple[list[int], object]:
+def _prompt(body: dict, kind: str, patch: tuple[int, int, int], tools: list[dict]) -> tuple[list[int], object, list,
+                                                                                           list]:
+    """(prompt ids, the canonical prompt, images, each image's (start, length) in the ids); ``tools`` (their
+    function definitions) open the rendered prompt."""
     if kind == "chat":
-        normal = parse_messages(body)
-        return encode(render_chat(normal)), normal
+        images: list[ImageInput] = []
+        normal = parse_messages(body, images, patch)
+        if tools:
+            normal = [tools_message(tools), *normal]
+        if images:
+            ids, spans = splice(render_chat(normal), images)
+            return ids, normal, images, spans
+        return encode(render_chat(normal)), normal, [], []
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -136,19 +172,47 @@ def _prompt(body: dict, kind: str) -> tuple[list[int], object]:
         raise _bad("'prompt' must be a string, a one-string list, or a list of token ids in [0, 255]", "prompt")
     if not ids:
         raise _bad("'prompt' must not be empty", "prompt")
-    return ids, ids
+    return ids, ids, [], []
+
+
+def _response_format(body: dict) -> tuple[str, str] | None:
+    """(prefix, suffix) of the JSON answer ``response_format`` asks for (None: text); ApiError for a bad one."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json_template({"type": "object"})
+    inner = fmt.get("json_schema") if isinstance(fmt, dict) else None
+    if kind == "json_schema" and isinstance(inner, dict) and isinstance(inner.get("schema"), dict):
+        return json_template(inner["schema"])
+    raise _bad("'response_format' must be {type: text | json_object} or {type: json_schema, json_schema: "
+               "{name, schema}}", "response_format")
+
+
+def escape(text: str) -> str:
+    """``text`` as it stands inside a JSON string."""
+    return json.dumps(text)[1:-1]
 
 
 def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: int,
-                  default_max_tokens: int) -> ParsedRequest:
-    """Validate a chat (``kind="chat"``) or completions body; raise ApiError naming the bad field."""
+                  default_max_tokens: int, image_patch: tuple[int, int, int] = (16, 2, 25)) -> ParsedRequest:
+    """Validate a chat (``kind="chat"``) or completions body; raise ApiError naming the bad field. An image part
+    of a chat message takes ``patches_of(width, height, patch size, merge)`` prompt tokens, an audio clip
+    ``ceil(seconds x audio tokens a second)`` (``image_patch``: those three)."""
     model = body.get("model")
     if not isinstance(model, str):
         raise _bad("'model' is required and must be a string", "model")
     if model != served_model:
         raise ApiError(404, f"The model `{model}` does not exist; this server serves `{served_model}`",
                        param="model", code="model_not_found")
-    prompt_ids, canonical_prompt = _prompt(body, kind)
+    try:
+        tools, tool_choice = parse_tools(body) if kind == "chat" else ([], None)
+    except ToolsError as exc:
+        raise _bad(str(exc), exc.param) from None
+    prompt_ids, canonical_prompt, images, spans = _prompt(body, kind, image_patch, tools)
     max_tokens = _int(body, "max_tokens")
     if kind == "chat" and body.get("max_completion_tokens") is not None:
         max_tokens = _int(body, "max_completion_tokens")
@@ -188,8 +252,17 @@ def parse_request(body: dict, kind: str, *, served_model: str, max_model_len: in
     _int(body, "min_tokens", 0)
     canonical = {"prompt": canonical_prompt, "max_tokens": max_tokens, "temperature": temperature,
                  "top_p": top_p, "seed": seed, "stop": stop}
+    if images:
+        canonical["images"] = [i.sha256 for i in images]
+    call = plan_tool_call(tools, tool_choice, canonical_prompt, len(prompt_ids)) if tools else None
+    if call is not None:
+        canonical["tool_call"] = call.name
+    json_format = _response_format(body) if kind == "chat" and call is None else None
+    if json_format is not None:
+        canonical["response_format"] = json_format
     return ParsedRequest(kind, model, prompt_ids, max_tokens, temperature, top_p, seed, stop,
-                         stream, include_usage, canonical, canonical_prompt if kind == "chat" else None)
+                         stream, include_usage, canonical, canonical_prompt if kind == "chat" else None,
+                         images, spans, call, json_format)
 
 
 # ---- responses -----------------------------------------------------------------------------------
@@ -206,7 +279,16 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 def full_response(req: ParsedRequest, rid: str, text: str, finish_reason: str, prompt_tokens: int,
                   completion_tokens: int) -> dict:
     """The non-streaming response body."""
-    if req.kind == "chat":
+    if req.kind == "chat" and req.tool_call is not None:
+        call = req.tool_call
+        function = {"name": call.name, "arguments": call.prefix + json.dumps(text)[1:-1] + call.suffix}
+        message = {"role": "assistant", "content": None,
+                   "tool_calls": [{"id": "call_" + rid[-12:], "type": "function", "function": function}]}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}
+        obj = "chat.completion"
+    elif req.kind == "chat":
+        if req.json_format is not None:
+            text = req.json_format[0] + escape(text) + req.json_format[1]
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                   "finish_reason": finish_reason}
         obj = "chat.completion"
@@ -235,6 +317,43 @@ def chunk(req: ParsedRequest, rid: str, created: int, text: str | None, *, first
     if req.include_usage:
         out["usage"] = None
     return out
+
+
+def tool_chunk(req: ParsedRequest, rid: str, created: int, arguments: str, *, first: bool = False,
+               finish_reason: str | None = None) -> dict:
+    """One streaming chunk of the answer's tool call: the first names it (with the role), each carries a fragment
+    of its arguments."""
+    call: dict = {"index": 0, "function": {"arguments": arguments}}
+    delta: dict = {"tool_calls": [call]}
+    if first:
+        delta["role"] = "assistant"
+        call.update(id="call_" + rid[-12:], type="function")
+        call["function"] = {"name": req.tool_call.name, "arguments": arguments}
+    out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": req.model,
+           "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+    if req.include_usage:
+        out["usage"] = None
+    return out
+
+
+class ToolChunks:
+    """The tool-call chunks of one stream: each generated token a fragment of the arguments (JSON-escaped), the
+    first one after the arguments' opening, then their closing in a chunk of its own."""
+
+    def __init__(self, req: ParsedRequest, rid: str, created: int):
+        self.req, self.rid, self.created = req, rid, created
+
+    def token(self, text: str, first: bool) -> bytes:
+        piece = json.dumps(text)[1:-1]
+        return sse(tool_chunk(self.req, self.rid, self.created, (self.req.tool_call.prefix if first else "") + piece,
+                              first=first))
+
+    def end(self, first: bool) -> bytes:
+        """The closing of the arguments (with the opening too when no token came), and the finish reason."""
+        call = self.req.tool_call
+        return (sse(tool_chunk(self.req, self.rid, self.created, (call.prefix if first else "") + call.suffix,
+                               first=first))
+                + sse(chunk(self.req, self.rid, self.created, None, finish_reason="tool_calls")))
 
 
 class ChunkTemplate:

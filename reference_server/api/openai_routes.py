@@ -1,5 +1,6 @@
 """The OpenAI-compatible routes: ``/v1/chat/completions`` and ``/v1/completions`` (a JSON answer, or server-sent
-events with usage), ``/v1/models``, and vLLM's ``/tokenize`` and ``/detokenize``."""
+events with usage), ``/v1/audio/transcriptions`` (:mod:`.transcriptions`), ``/v1/models``, and vLLM's
+``/tokenize`` and ``/detokenize``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from .openai_protocol import (
     ApiError,
     ChunkTemplate,
     ParsedRequest,
+    ToolChunks,
     chunk,
+    escape,
     full_response,
     new_id,
     parse_json,
@@ -24,6 +27,7 @@ from .openai_protocol import (
     sse,
     usage_chunk,
 )
+from .transcriptions import transcription
 
 
 class OpenAIRoutes:
@@ -37,6 +41,7 @@ class OpenAIRoutes:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/audio/transcriptions", self.transcriptions)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
 
@@ -45,6 +50,9 @@ class OpenAIRoutes:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await handle_generation(self.state, request, "completion")
+
+    async def transcriptions(self, request: web.Request) -> web.StreamResponse:
+        return await transcription(self.state, request)
 
     async def models(self, request: web.Request) -> web.Response:
         state = self.state
@@ -98,7 +106,8 @@ async def handle_generation(state: ServerState, request: web.Request, kind: str)
     arrival = time.perf_counter()
     cfg = state.config
     req = parse_request(parse_json(await request.read()), kind, served_model=state.served_model,
-                        max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens)
+                        max_model_len=state.resolved.spec.max_model_len, default_max_tokens=cfg.default_max_tokens,
+                        image_patch=(cfg.image_patch_size, cfg.image_merge, cfg.audio_tokens_per_s))
     g = await begin(state, req, arrival)
     try:
         if req.stream:
@@ -129,6 +138,8 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     rid, created = new_id(req.kind), int(time.time())
     template = ChunkTemplate(req, rid, created)
+    tools = ToolChunks(req, rid, created) if req.tool_call is not None else None
+    fmt = req.json_format
     pieces: list[str] = []
     out: list[bytes] = []
     prepared = False
@@ -143,13 +154,30 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
                         if out:
                             await resp.write(b"".join(out))
                         raise _Cut()
-                    out.append(template.encode(event[1]) if pieces
-                               else sse(chunk(req, rid, created, event[1], first=True)))
+                    if tools is not None:
+                        out.append(tools.token(event[1], not pieces))
+                    elif fmt is not None:  # a JSON answer: the text escaped into it, its opening first
+                        piece = escape(event[1])
+                        out.append(template.encode(piece) if pieces
+                                   else sse(chunk(req, rid, created, fmt[0] + piece, first=True)))
+                    else:
+                        out.append(template.encode(event[1]) if pieces
+                                   else sse(chunk(req, rid, created, event[1], first=True)))
                     pieces.append(event[1])
                 elif event[0] == "error":
                     out.append(sse(ApiError(500, event[1], "server_error").body()) + SSE_DONE)
+                elif tools is not None:
+                    out.append(tools.end(not pieces))
+                    completion = state.counter.output("".join(pieces), event[2])
+                    if req.include_usage:
+                        out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
+                    out.append(SSE_DONE)
+                    remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
                 else:
-                    if not pieces:
+                    if fmt is not None:  # the JSON answer's closing (its opening too when no token came)
+                        out.append(template.encode(fmt[1]) if pieces
+                                   else sse(chunk(req, rid, created, fmt[0] + fmt[1], first=True)))
+                    elif not pieces:
                         out.append(sse(chunk(req, rid, created, "", first=True)))
                     out.append(sse(chunk(req, rid, created, None, finish_reason=event[1])))
                     completion = state.counter.output("".join(pieces), event[2])

@@ -86,3 +86,5 @@ class GenRequest:
     cache: object = None
     stopper: StopMatcher | None = None
     rng: np.random.Generator | None = None
+    images: list = field(default_factory=list)  # the request's images (api.media.ImageInput), encoded at its start
+    image_spans: list = field(default_factory=list)  # each image's (start, length) in prompt_ids: placeholders

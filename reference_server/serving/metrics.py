@@ -69,6 +69,11 @@ class Metrics:
         self.faults = Counter("refserver:injected_faults", "Faults injected, by kind.", lb + ["kind"], registry=r)
         self.sim_overrun = bound(Counter("refserver:sim_overrun_seconds",
                                          "Sim steps' compute beyond the modelled time.", lb, registry=r))
+        self.images = bound(Counter("refserver:images", "Images received in prompts.", lb, registry=r))
+        self.image_cache_hits = bound(Counter("refserver:image_cache_hits",
+                                              "Images whose encoder tokens the image cache held.", lb, registry=r))
+        self.image_encoder = bound(hist("image_encoder_seconds",
+                                        "Decode and vision-encoder time of one request's images (cache misses)."))
 
     def add_prefix_cache(self, capacity_blocks: int) -> PrefixCacheMetrics:
         """Register the prefix cache's metrics (only a server with one exports them), named as vLLM's:

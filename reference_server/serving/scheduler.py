@@ -36,9 +36,11 @@ from collections import deque
 import numpy as np
 
 from ..config import ServerConfig
+from ..models.audio import AudioEncoder
 from ..models.backends import ResolvedBackend, load_model
 from ..models.sampling import StopMatcher, sample
 from ..models.tokenizer import decode_token
+from ..models.vision import ImageCache, VisionEncoder
 from .faults import FaultInjector
 from .gen_request import EngineFailed, EventChannel, GenRequest, QueueFull
 from .metrics import Metrics
@@ -54,6 +56,9 @@ class ServingEngine:
         self.state = "loading" if config.preload else "lazy"
         self.model = None
         self.prefix: PrefixCache | None = None  # made with the model, when config.prefix_cache
+        self.vision: VisionEncoder | None = None  # made at the first image
+        self.image_cache: ImageCache | None = None  # with it, when config.image_cache_size
+        self.audio: AudioEncoder | None = None  # made at the first audio clip
         self.error: str | None = None
         self._cv = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
@@ -229,9 +234,9 @@ class ServingEngine:
         # with several compute threads, several prompts share a step (a step splits by sequence)
         cap = max(budget // cfg.step_threads, MIN_PREFILL_CHUNK) if len(self._prefilling) > 1 else budget
         plan = []
-        for req in self._prefilling:
-            if req.cache is None:
-                self._start(req)
+        for req in list(self._prefilling):  # a request whose images cannot be decoded leaves it in _start
+            if req.cache is None and not self._start(req):
+                continue
             left = len(req.prompt_ids) - req.prefilled
             take = min(left, budget, cap) if chunked else left
             if take <= 0 or (not chunked and plan and take > budget):
@@ -240,10 +245,13 @@ class ServingEngine:
             budget -= take
         return plan
 
-    def _start(self, req: GenRequest) -> None:
-        """A request's first work: its queue time, sampling state and KV cache, which the prefix cache fills
-        with the prompt's first blocks where it holds them (those tokens are then not prefilled)."""
+    def _start(self, req: GenRequest) -> bool:
+        """A request's first work: its queue time, its images encoded into its prompt, sampling state and KV
+        cache, which the prefix cache fills with the prompt's first blocks where it holds them (those tokens are
+        then not prefilled). False when it ended instead (an image that cannot be decoded)."""
         self.metrics.queue_time.observe(time.perf_counter() - req.arrival)
+        if req.images and not self._encode_images(req):
+            return False
         self._counter += 1
         req.rng = np.random.default_rng(req.seed if req.seed is not None else (self.config.seed, self._counter))
         req.stopper = StopMatcher(req.stop)
@@ -251,6 +259,42 @@ class ServingEngine:
         if self.prefix is not None:
             req.block_hashes, req.prefilled = self.prefix.attach(req.prompt_ids, req.cache)
             req.cached_blocks = req.prefilled // BLOCK_TOKENS
+        return True
+
+    def _encode_images(self, req: GenRequest) -> bool:
+        """Fill the request's image placeholders with each image's tokens: from the image cache, or decoded and
+        run through the vision encoder (on this thread: the step waits for it, as a model runner's does)."""
+        cfg = self.config
+        if self.vision is None:
+            self.vision = VisionEncoder(cfg.image_patch_size, min(self.resolved.spec.d_model, 512),
+                                        cfg.image_encoder_layers, cfg.weights_seed, cfg.image_merge)
+            self.image_cache = ImageCache(cfg.image_cache_size) if cfg.image_cache_size > 0 else None
+        t0, encoded = time.perf_counter(), False
+        for image, (start, n) in zip(req.images, req.image_spans):
+            self.metrics.images.inc()
+            tokens = self.image_cache.get(image.sha256) if self.image_cache is not None else None
+            if tokens is not None:
+                self.metrics.image_cache_hits.inc()
+            else:
+                try:
+                    if image.kind == "audio":  # api.media's AudioInput (ImageInput's kind is "image")
+                        if self.audio is None:
+                            self.audio = AudioEncoder(cfg.audio_tokens_per_s, self.vision.d, cfg.image_encoder_layers,
+                                                      cfg.weights_seed)
+                        tokens = self.audio.tokens(image.data)[:n]
+                    else:
+                        tokens = self.vision.tokens(self.vision.pixels(image.data))
+                except Exception as exc:  # a header that read but data that does not decode
+                    self._finish(req, None, error=f"an image could not be decoded: {type(exc).__name__}")
+                    return False
+                encoded = True
+                if self.image_cache is not None:
+                    self.image_cache.put(image.sha256, tokens)
+            req.prompt_ids[start : start + n] = tokens
+        if encoded:
+            self.metrics.image_encoder.observe(time.perf_counter() - t0)
+        req.images = []  # their bytes are not needed any more
+        return True
 
     def _iterate(self) -> None:
         """One scheduler iteration: every decode, plus as much prompt work as the budget allows, in one pass."""

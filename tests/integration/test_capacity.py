@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from loadgen.analysis.capacity import Step, judge, knee, step_objectives
+from loadgen.records.results import Summary
 from loadgen.scenario.slo import parse_slo
 from tests.helpers import run, write_scenario
 
@@ -84,16 +85,16 @@ def test_objectives_scoped_to_phases_apply_to_every_step():
         ("latency.p99 < 500ms", None), ("error_rate < 0.1%", None), ("ttft.p90 < 1s", None)]
 
 
-def _summary(value, ci, ci_sectioned, achieved=10.0):
+def _summary(value, ci, ci_sectioned, achieved=10.0) -> Summary:
     t = list(range(10))
-    return {
+    return Summary.model_validate({
         "slo": [{"expr": "latency.p99 < 500ms", "metric": "latency", "stat": "p99", "op": "<", "threshold": 0.5,
                  "scope": None, "applies": True, "value": value, "ci": ci, "ci_sectioned": ci_sectioned,
                  "passed": value < 0.5}],
         "generator_limited": False, "notes": [],
         "phases": {"step": {"sent_qps": 10.0, "achieved_qps": achieved, "start": 0.0, "end": 10.0}},
         "timeseries": {"t": t, "latency_p50": [0.1] * 10, "in_flight": [2] * 10},
-    }
+    })
 
 
 @pytest.mark.parametrize("value,ci,sectioned,passed,unsure", [

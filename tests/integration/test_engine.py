@@ -11,6 +11,7 @@ from rich.console import Console
 from loadgen.cli.display import summary_table
 from loadgen.engine import native as engine_mod
 from loadgen.engine.options import EngineOptions
+from loadgen.records.results import Summary
 from reports import load_rundir
 from reports.markdown import render_markdown
 from reports.report_model import get
@@ -186,7 +187,7 @@ def test_a_closed_loop_that_cannot_hold_its_concurrency_is_generator_limited(tmp
     figure = f"closed loop held {cl['held']:.1f} of 4 in flight ({cl['fraction']:.0%}) in phase c"
     assert any(figure in r for r in res.reasons), res.reasons
     console = Console(width=250, record=True)
-    console.print(summary_table("t", s))
+    console.print(summary_table("t", Summary.model_validate(s)))
     assert f"{cl['held']:.1f} of 4 ({cl['fraction']:.0%})" in console.export_text()
     loaded = load_rundir(res.rundir.path)
     md = render_markdown(loaded)

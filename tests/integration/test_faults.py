@@ -80,6 +80,12 @@ def fault_run(tmp_path_factory):
                 "workload: {prompts: {input_tokens: 8, output_tokens: 3, distinct: 2}}\n"
                 "load:\n  arrival: constant\n  grace: 10s\n  phases:\n    - {name: main, duration: 300ms, qps: 10}\n")
         path = write_scenario(tmp, text, "faults.yaml")
+        # a run of one plain request first: what any run loads once per process (pyarrow's pandas, the writer, the
+        # engine) is in the baseline, so the growth measured is the fault run's bodies alone
+        with BadServer() as other:  # not plain: its hits are the fault run's alone
+            warm = write_scenario(tmp, f'name: warm\ntarget: {{url: "{other.url("ok")}", model: m, stream: false}}\n'
+                                       "load: {phases: [{name: w, duration: 100ms, qps: 10}]}\n", "warm.yaml")
+            run_scenario(load_scenario(warm), out=str(tmp / "warm"), preflight=False)
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # the load path's own record of each fault: the pre-flight would stop most of these before any load
         result = run_scenario(load_scenario(path), out=str(tmp / "runs"), preflight=False)

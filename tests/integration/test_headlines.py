@@ -168,7 +168,7 @@ def two_targets(tmp_path_factory):
 
 def test_architectures_headline_is_the_articles_sentence(two_targets):
     run_ = load_rundir(two_targets)
-    a = architectures([(td.name, td.summary, td.meta.server.to_json()) for td in run_.targets])
+    a = architectures([(td.name, td.result, td.meta.server.to_json()) for td in run_.targets])
     row = a["rows"][1]
     assert row["label"] == "slow" and row["p99_vs_first"]["lower"] is False
     assert row["p99_vs_first"]["value"] > 1.5  # 90 ms against 30 ms (less on a loaded machine)
@@ -197,9 +197,9 @@ def test_a_single_steady_target_gets_its_p50_and_p99_with_intervals(two_targets,
     run_ = load_rundir(two_targets)
     run_.targets = run_.targets[:1]
     h = headline(run_)
-    assert h["kind"] == "steady"
+    assert h.kind == "steady"
     s = run_.targets[0].summary
-    line = text(h["sentences"][0])
+    line = text(h.sentences[0])
     assert fmt.ms(get(s, "overall/metrics/latency/percentiles/p50/value")) in line
     assert fmt.rate(get(s, "overall/achieved_qps")) + " req/s achieved" in line
     assert not math.isnan(np.float64(get(s, "overall/count")))

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from loadgen.analysis.repeated import STAT_KEYS, run_value
+from loadgen.records.results import Summary
 from tests.helpers import run, write_scenario
 
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]
@@ -46,7 +47,7 @@ def test_a_repeated_run_interleaves_keeps_every_run_and_is_judged_over_the_runs(
     rep = json.loads((root / "repeats.json").read_text())
     assert rep["order"] == order and rep["runs"] == 3 and "Student-t" in rep["method"]
     for group in ("fast", "slow"):
-        sums = [json.loads((root / f"{group}-rep{k}" / "summary.json").read_text()) for k in (1, 2, 3)]
+        sums = [Summary.model_validate_json((root / f"{group}-rep{k}" / "summary.json").read_text()) for k in (1, 2, 3)]
         for key in STAT_KEYS:
             values = [run_value(s, key) for s in sums]
             if all(v is None for v in values):

@@ -117,12 +117,21 @@ def _trace(d):
     d["load"].update(speed=4, max_requests=24)
 
 
+def _vision(d):
+    d["load"]["phases"] = _phases(("measure", "1.5s", 2))
+
+
+def _agent(d):
+    d["workload"]["conversations"].update(think_time={"mean": "0.1s", "distribution": "exponential"})
+    d["load"].update(grace="1s", phases=_phases(("measure", "1.5s", 1)))
+
+
 #: How each bundled scenario is shortened: the same structure (targets, starts, phases, objectives), seconds
 #: instead of minutes, rates a 2-core machine holds beside the generator.
 SHORTEN = {"architectures": _architectures, "burst": _burst, "capacity_120": _capacity_120,
            "cold_start": _cold_start, "conversation": _conversation, "dataset": _dataset,
            "json_vs_protobuf": _json_vs_protobuf, "prefix": _prefix, "request_options": _request_options,
-           "steady": _steady, "sweep": _sweep, "trace": _trace}
+           "steady": _steady, "sweep": _sweep, "trace": _trace, "vision": _vision, "agent": _agent}
 REPORTS = [*BUNDLED, "server_killed", "compare"]
 
 

@@ -19,7 +19,7 @@ SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.y
 def test_the_scenario_library_is_complete():
     names = {p.stem for p in SCENARIOS}
     assert {"burst", "steady", "capacity_120", "cold_start", "architectures", "sweep", "dataset",
-            "request_options", "conversation", "prefix", "trace"} <= names
+            "request_options", "conversation", "prefix", "trace", "vision", "agent"} <= names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)

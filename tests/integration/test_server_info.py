@@ -38,7 +38,7 @@ def test_a_run_a_capacity_search_and_a_watch_describe_the_server_alike(tmp_path)
     cap_rd, cap = run_capacity(loaded, [parse_slo("latency.p99 < 5s")], 4, 4, 1.0, 0.0, out=str(tmp_path / "cap"))
     watched = watch_scenario(loaded, WatchSettings(qps=4, duration=1.0, port=free_port()), out=str(tmp_path / "w"))
     entries = {"run": _server_entries(ran.rundir.path), "capacity": _server_entries(cap_rd.path),
-               "capacity.json": [cap["target"]["server"]], "watch": _server_entries(watched.rundir.path)}
+               "capacity.json": [cap.target.server.to_json()], "watch": _server_entries(watched.rundir.path)}
     assert all(len(e) >= 1 for e in entries.values()), entries
     shapes = {where: {tuple(sorted(s)) for s in e} for where, e in entries.items()}
     assert len(set().union(*shapes.values())) == 1, shapes  # one set of keys everywhere
@@ -47,7 +47,7 @@ def test_a_run_a_capacity_search_and_a_watch_describe_the_server_alike(tmp_path)
         "schema_version", "limited_by_generator", "scenario", "slo", "search", "max_sustainable_qps",
         "first_failing_qps", "bracket", "knee_qps", "expected_qps", "headroom", "complete", "host_contended",
         "unreachable", "steps", "target"]
-    assert list(cap["search"]) == ["qps_min", "qps_max", "step_duration_s", "warmup_s", "tolerance", "seconds"]
+    assert list(cap.search.to_json()) == ["qps_min", "qps_max", "step_duration_s", "warmup_s", "tolerance", "seconds"]
     for where, e in entries.items():
         for s in e:
             assert s["arch"] == "optimized" and s["backend"] == "numpy", (where, s)

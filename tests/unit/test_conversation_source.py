@@ -145,12 +145,12 @@ def test_by_turn_statistics():
             out.session, out.turn = sid, turn
             buf.append(turn_seq(sid, turn), 0, True, float(turn), out, 0.0)
     c = conversation_stats(records_frame(pa.Table.from_batches([buf.drain()])))
-    assert c["sessions"] == 4 and c["turns_per_session"] == {"mean": 2.5, "max": 3} and c["ended_by_failure"] == 1
-    t = {x["turn"]: x for x in c["by_turn"]}
-    assert [t[i]["count"] for i in range(3)] == [4, 3, 3] and t[2]["error_rate"] == pytest.approx(1 / 3)
-    assert t[1]["latency"]["percentiles"]["p50"]["value"] == pytest.approx(0.2)
-    assert t[2]["ttft"]["percentiles"]["p50"]["value"] == pytest.approx(0.03)
-    assert t[0]["prompt_tokens_mean"] == 10 and t[2]["prompt_tokens_mean"] == 30
+    assert c.sessions == 4 and c.turns_per_session.to_json() == {"mean": 2.5, "max": 3} and c.ended_by_failure == 1
+    t = {x.turn: x for x in c.by_turn}
+    assert [t[i].count for i in range(3)] == [4, 3, 3] and t[2].error_rate == pytest.approx(1 / 3)
+    assert t[1].latency.pct("p50").value == pytest.approx(0.2)
+    assert t[2].ttft.pct("p50").value == pytest.approx(0.03)
+    assert t[0].prompt_tokens_mean == 10 and t[2].prompt_tokens_mean == 30
 
 
 def test_a_trace_refuses_a_prefix(tmp_path):

@@ -70,7 +70,7 @@ def test_a_watch_window_judges_goodput_by_the_block_and_leaves_aborted_requests_
     df = records_frame(pa.Table.from_batches([buf.drain()]))
     s = window_stats(df, 0.0, 10.0, [], {"latency": 0.1})
     # judged: all but the aborted one (5); good: succeeded within 100 ms (0.05, 0.08): 2 of 5
-    assert s["goodput"] == 2 / 5 and s["aborted"] == 1 and s["errors"] == {"http_5xx": 1}
-    assert s["goodput_qps"] == 2 / 10.0
-    assert window_stats(df, 0.0, 10.0, [], None)["goodput"] is None
+    assert s.goodput == 2 / 5 and s.aborted == 1 and s.errors == {"http_5xx": 1}
+    assert s.goodput_qps == 2 / 10.0
+    assert window_stats(df, 0.0, 10.0, [], None).goodput is None
     assert np.isnan(df["ttfat"]).all()

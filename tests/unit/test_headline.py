@@ -15,6 +15,7 @@ from loadgen.analysis.headline import (
     ratio,
     samples_for_interval,
 )
+from loadgen.records.results import Percentile, Scope, Summary
 from loadgen.schedule.arrivals import PhasePlan
 
 
@@ -28,10 +29,10 @@ def test_burst_effects_on_a_known_timeline():
     df = pd.DataFrame(rows, columns=["sent", "done"])
     t, n = in_flight_events(df)
     assert n.max() == 10 and n[-1] == 0
-    phases = {p.name: {"metrics": {}} for p in plans}
+    phases = {p.name: Scope(metrics={}) for p in plans}
     (b,) = burst_effects(df, plans, phases, [])
-    assert b["in_flight"] == {"baseline_peak": 1, "peak": 10, "drain_s": pytest.approx(2.1 + 8 * 0.03 - 2.0)}
-    assert b["recovery"] is None and b["tail"]["ratio"] == {"value": None, "ci": None}
+    assert b.in_flight.to_json() == {"baseline_peak": 1, "peak": 10, "drain_s": pytest.approx(2.1 + 8 * 0.03 - 2.0)}
+    assert b.recovery is None and b.tail.ratio.to_json() == {"value": None, "ci": None}
 
 
 @pytest.mark.parametrize("rows, peaks", [
@@ -54,7 +55,7 @@ def test_headroom_picks_the_expected_rate_and_the_step_above_it_never_a_spike():
     step = [p(0, "warm", 0, 1, 5), p(1, "at_100", 1, 2, 10), p(2, "at_120", 2, 3, 12)]
     step[0] = PhasePlan(0, "warm", 0, 1, 5, 5, recorded=False)
     hr = headroom(step, {}, [], 10.0)
-    assert (hr["base"]["phase"], hr["high"]["phase"]) == ("at_100", "at_120")
+    assert (hr.base.phase, hr.high.phase) == ("at_100", "at_120")
     spike = [p(0, "baseline", 0, 1, 10), p(1, "burst", 1, 2, 50), p(2, "recovery", 2, 3, 10)]
     assert headroom(spike, {}, [], 10.0) is None  # a spike is a burst, not a headroom step
     assert headroom([p(0, "only", 0, 1, 10)], {}, [], 10.0) is None
@@ -63,16 +64,17 @@ def test_headroom_picks_the_expected_rate_and_the_step_above_it_never_a_spike():
 
 
 def test_ratio_interval_comes_from_the_ends_of_both_intervals():
-    a = {"value": 0.3, "ci": [0.25, 0.4]}
-    b = {"value": 0.1, "ci": [0.08, 0.125]}
+    a = Percentile(value=0.3, ci=[0.25, 0.4])
+    b = Percentile(value=0.1, ci=[0.08, 0.125])
     r = ratio(a, b)
-    assert r["value"] == pytest.approx(3.0) and r["ci"] == pytest.approx([0.25 / 0.125, 0.4 / 0.08])
-    assert ratio(a, {"value": 0.1, "ci": None})["ci"] is None
+    assert r.value == pytest.approx(3.0) and r.ci == pytest.approx([0.25 / 0.125, 0.4 / 0.08])
+    assert ratio(a, Percentile(value=0.1, ci=None)).ci is None
     assert samples_for_interval(99.0) == 368 and samples_for_interval(50.0) == 6
 
 
 def test_architectures_names_the_knobs_that_differ():
-    s = {"overall": {"metrics": {"latency": {"n": 10, "mean": 0.1, "percentiles": {"p99": {"value": 0.2}}}}}}
+    s = Summary.model_validate(
+        {"overall": {"metrics": {"latency": {"n": 10, "mean": 0.1, "percentiles": {"p99": {"value": 0.2}}}}}})
     naive = {"arch": "naive", "preload": False, "warmup": False, "max_batch_size": 1, "cache_size": 0,
              "model": "tiny"}
     opt = {"arch": "optimized", "preload": True, "warmup": True, "max_batch_size": 32, "cache_size": 1024,
@@ -95,7 +97,7 @@ def test_a_recovery_phase_nobody_was_sent_in_is_not_a_recovery():
     cols = ["scheduled", "latency", "ok", "aborted"]
     df = pd.DataFrame([(0.5, 0.1, True, False), (2.5, 0.9, True, False)], columns=cols)
     (rec,) = recovery(df, plans, slos)
-    assert rec["measured"] is False and rec["recovered"] is False and rec["seconds"] is None
+    assert rec.measured is False and rec.recovered is False and rec.seconds is None
     df = pd.concat([df, pd.DataFrame([(6.2, 0.1, True, False)], columns=cols)], ignore_index=True)
     (rec,) = recovery(df, plans, slos)
-    assert rec["measured"] and rec["recovered"] and rec["seconds"] == 0.0  # empty windows before it: good
+    assert rec.measured and rec.recovered and rec.seconds == 0.0  # empty windows before it: good

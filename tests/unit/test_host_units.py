@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from loadgen.analysis.host import MIN_BUSY, WAIT_SHARE_LIMIT, host_summary, notable_lines, wait_share_series
+from loadgen.records.results import HostSummary
 from loadgen.schedule.arrivals import PhasePlan
 
 PLANS = [PhasePlan(0, "warm", 0.0, 2.0, 5, 5, recorded=False), PhasePlan(1, "calm", 2.0, 6.0, 10, 10),
@@ -37,7 +38,7 @@ def frame(rates: dict[str, list[tuple[float, float]]], steal_share: float = 0.0,
 
 def test_wait_share_is_wait_over_the_time_it_had_work_per_phase():
     f = frame({"server": [(0.5, 0.5), (0.5, 0.1), (1.0, 1.0)], "latbench": [(0.1, 0.0)] * 3}, steal_share=0.05)
-    h = host_summary(f, PLANS, 10.0, "server", LABELS)
+    h = host_summary(f, PLANS, 10.0, "server", LABELS).to_json()  # the block as summary.json holds it
     calm, spike = h["phases"]["calm"]["processes"]["server"], h["phases"]["spike"]["processes"]["server"]
     assert calm["cpu_s"] == pytest.approx(2.0) and calm["wait_s"] == pytest.approx(0.4)
     assert calm["wait_share"] == pytest.approx(0.4 / 2.4) and calm["busy"] == pytest.approx(0.5)
@@ -59,15 +60,14 @@ def test_wait_share_is_wait_over_the_time_it_had_work_per_phase():
 ])
 def test_which_phases_are_contended(rates, judged, contended):
     h = host_summary(frame(rates), PLANS, 10.0, judged, LABELS)
-    assert [c["phase"] for c in h["contended"]] == contended
+    assert [c.phase for c in h.contended] == contended
 
 
 def test_not_measured_and_a_run_shorter_than_its_phases():
-    assert host_summary(None, PLANS, 10.0, "server", LABELS, note="host not measured: no /proc here") == {
+    assert host_summary(None, PLANS, 10.0, "server", LABELS, note="host not measured: no /proc here").to_json() == {
         "measured": False, "note": "host not measured: no /proc here"}
     h = host_summary(frame({"server": [(0.5, 0.5)] * 3}), PLANS, 7.0, "server", LABELS)  # interrupted at 7 s
-    assert h["phases"]["spike"]["end"] == 7.0 and h["phases"]["spike"]["processes"]["server"]["cpu_s"] == \
-        pytest.approx(0.5)
+    assert h.phases["spike"].end == 7.0 and h.phases["spike"].processes["server"].cpu_s == pytest.approx(0.5)
 
 
 def test_notable_lines_name_the_process_share_and_steal():
@@ -77,7 +77,7 @@ def test_notable_lines_name_the_process_share_and_steal():
         "phase warm: CPU steal 3.0%", "phase calm: CPU steal 3.0%",
         "phase spike: the reference server waited for a CPU 50% of the time it had work (1.00 CPUs busy; limit 33%); "
         "CPU steal 3.0%"]
-    assert notable_lines({"measured": False, "note": "x"}) == [] and notable_lines(None) == []
+    assert notable_lines(HostSummary(measured=False, note="x")) == [] and notable_lines(None) == []
 
 
 def test_wait_share_series_per_sample_interval_blank_where_idle():
@@ -89,7 +89,6 @@ def test_wait_share_series_per_sample_interval_blank_where_idle():
 
 def test_the_scenario_limit_replaces_the_default_and_one_never_judges():
     f = frame({"server": [(0.5, 0.0), (0.5, 0.2), (0.5, 4.0)]})  # 29% in calm, 89% in spike
-    assert [c["phase"] for c in host_summary(f, PLANS, 10.0, "server", LABELS, limit=0.25)["contended"]] == \
-        ["calm", "spike"]
+    assert [c.phase for c in host_summary(f, PLANS, 10.0, "server", LABELS, limit=0.25).contended] == ["calm", "spike"]
     h = host_summary(f, PLANS, 10.0, "server", LABELS, limit=1.0)
-    assert h["contended"] == [] and h["wait_share_limit"] == 1.0
+    assert h.contended == [] and h.wait_share_limit == 1.0

@@ -17,6 +17,7 @@ from loadgen.analysis.metrics import records_frame, summarize
 from loadgen.analysis.verdict import TargetOutcome, generator_limited_text, target_reasons
 from loadgen.cli.display import status_line
 from loadgen.engine.live import GroupLive, LiveStats
+from loadgen.records.results import Generator, Summary
 from loadgen.records.schema import SCHEMA, Outcome, RecordBuffer, read_records
 from loadgen.schedule.arrivals import PhasePlan
 
@@ -96,13 +97,14 @@ def test_the_group_of_processes_sums_rates_and_workers():
 def test_the_verdict_of_a_cpu_bound_closed_loop_names_only_the_cpu():
     g = {"send_lag_p99": 0.00002, "send_lag_threshold": 0.005, "cpu_utilization": 0.97, "lagging": False,
          "cpu_saturated": True}
-    assert generator_limited_text(g) == "generator-limited (generator CPU saturated)"
+    assert generator_limited_text(Generator.model_validate(g)) == "generator-limited (generator CPU saturated)"
     old = {k: v for k, v in g.items() if k != "lagging"}  # a summary written before 'lagging' existed
-    assert generator_limited_text(old) == "generator-limited (generator CPU saturated)"
+    assert generator_limited_text(Generator.model_validate(old)) == "generator-limited (generator CPU saturated)"
     lagging = {**old, "send_lag_p99": 0.020, "cpu_saturated": False}
-    assert generator_limited_text(lagging) == "generator-limited (send lag p99 20.0 ms > 5 ms)"
+    text = "generator-limited (send lag p99 20.0 ms > 5 ms)"
+    assert generator_limited_text(Generator.model_validate(lagging)) == text
     summary = {"overall": {"count": 10, "ok": 10, "errors": {}}, "generator_limited": True, "generator": g, "slo": []}
-    (reason,) = target_reasons(TargetOutcome("t", summary))
+    (reason,) = target_reasons(TargetOutcome("t", Summary.model_validate(summary)))
     assert "send lag" not in reason.text and "CPU saturated" in reason.text
 
 
@@ -126,7 +128,7 @@ def test_a_closed_loop_that_did_not_hold_its_concurrency_says_how_many_it_held()
     assert cl["fraction"] == pytest.approx(6 / 7) and cl["limited"] and cl["measure"] == "requests"
     assert cl["gap"] == {"n": 2, "p50": pytest.approx(0.5), "p99": pytest.approx(0.5)}  # user 0's two waits
     assert s["generator_limited"] and not s["generator"]["lagging"] and not s["generator"]["cpu_saturated"]
-    (reason,) = target_reasons(TargetOutcome("t", s))
+    (reason,) = target_reasons(TargetOutcome("t", Summary.model_validate(s)))
     assert reason.text == "t: generator-limited (closed loop held 1.7 of 2 in flight (86%) in phase steady)"
     assert held_share(0.949) == "94.9%"  # just below the threshold: never shown as 95%
     unrecorded = PhasePlan(index=0, name="warm", start=0.0, end=4.0, concurrency=2, recorded=False)
@@ -152,5 +154,5 @@ def test_records_written_before_the_user_column_still_give_the_concurrency_held(
     old = read_records(tmp_path / "old.parquet")
     assert old.schema == SCHEMA and old.column("user").to_pylist() == [-1] * 4
     cl = closed_loop_stats(records_frame(old), PhasePlan(index=0, name="c", start=0.0, end=4.0, concurrency=2), 4.0)
-    assert cl["window"] == [0.5, 4.0] and cl["held"] == pytest.approx(6 / 3.5)  # from the second send
-    assert cl["gap"] is None  # which request followed which is not known
+    assert cl.window == [0.5, 4.0] and cl.held == pytest.approx(6 / 3.5)  # from the second send
+    assert cl.gap is None  # which request followed which is not known

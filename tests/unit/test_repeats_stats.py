@@ -19,6 +19,7 @@ from loadgen.analysis.repeated import (
 from loadgen.analysis.tdist import t_cdf, t_ppf, t_sf
 from loadgen.analysis.verdict import Kind, TargetOutcome, judge
 from loadgen.errors import ScenarioError
+from loadgen.records.results import Meta, RepeatSlo, SloResult, Summary
 from loadgen.records.rundir import REPEATS, SUMMARY
 from loadgen.run.repeated import plan_runs
 from loadgen.scenario.loader import load_scenario, scenario_schema
@@ -62,19 +63,19 @@ T2 = 4.302652729911275  # t(0.975, 2)
 ])
 def test_between_run_interval(values, scale, median, centre, ci):
     b = between(values, scale)
-    assert b["values"] == values and b["n"] == sum(v is not None for v in values) and b["scale"] == scale
-    assert b["median"] == pytest.approx(median)
+    assert b.values == values and b.n == sum(v is not None for v in values) and b.scale == scale
+    assert b.median == pytest.approx(median)
     if centre is None:
-        assert b["centre"] is None and b["ci"] is None
+        assert b.centre is None and b.ci is None
     else:
-        assert b["centre"] == pytest.approx(centre) and b["ci"] == pytest.approx(ci, rel=1e-4)
+        assert b.centre == pytest.approx(centre) and b.ci == pytest.approx(ci, rel=1e-4)
 
 
 @pytest.mark.parametrize("scale", ["log", "linear"])
 def test_equal_values_give_exactly_that_value_and_interval(scale):
     v = 47.56828460010884  # exp(log(v)) != v: a log-scale interval of equal runs must not exclude the value
     b = between([v, v], scale)
-    assert b["centre"] == v and b["ci"] == [v, v] and b["ci"][0] <= b["median"] <= b["ci"][1]
+    assert b.centre == v and b.ci == [v, v] and b.ci[0] <= b.median <= b.ci[1]
 
 
 @pytest.mark.parametrize("metric, values, scale", [
@@ -87,8 +88,8 @@ def test_times_and_rates_on_a_log_scale_fractions_on_their_own(metric, values, s
 
 # ---- objectives over runs ------------------------------------------------------------------------------------
 
-def row(value, applies=True):
-    return {"expr": "x", "applies": applies, "passed": True, "value": value}
+def row(value, applies=True) -> SloResult:
+    return SloResult(expr="x", applies=applies, passed=True, value=value)
 
 
 @pytest.mark.parametrize("line, judge, values, passed, judged", [
@@ -104,21 +105,21 @@ def row(value, applies=True):
 def test_objectives_judged_over_runs(line, judge, values, passed, judged):
     slo = parse_slo(line)
     r = group_slo(slo, [row(v) for v in values], judge)
-    assert r["applies"] and r["passed"] is passed, r
-    assert r["judge"] == (slo.judge or judge)
-    assert r["values"] == values
+    assert r.applies and r.passed is passed, r
+    assert r.judge == (slo.judge or judge)
+    assert r.values == values
     if judged is not None:
-        assert r["value"] == pytest.approx(judged)
+        assert r.value == pytest.approx(judged)
     if None in values:
-        assert r["value"] is None and "run 2" in r["reason"]
-    elif r["judge"] == "upper":
-        assert r["value"] == pytest.approx(r["ci"][1] if slo.op == "<" else r["ci"][0])
-        assert "bound of the between-run 95% interval over 3 runs" in r["basis"]
+        assert r.value is None and "run 2" in r.reason
+    elif r.judge == "upper":
+        assert r.value == pytest.approx(r.ci[1] if slo.op == "<" else r.ci[0])
+        assert "bound of the between-run 95% interval over 3 runs" in r.basis
 
 
 def test_an_objective_for_another_target_does_not_apply():
     r = group_slo(parse_slo("b: latency.p99 < 300ms"), [row(None, applies=False)] * 3, "median")
-    assert not r["applies"] and r["passed"]
+    assert not r.applies and r.passed
 
 
 @pytest.mark.parametrize("text, judge", [("latency.p99 < 300ms @upper", "upper"),
@@ -144,21 +145,22 @@ def test_repeats_json_holds_each_runs_summary_values(tmp_path):
     assert rep["order"] == ["a-rep1", "b-rep1", "a-rep2", "b-rep2", "a-rep3", "b-rep3"]
     assert rep["runs"] == 3 and set(rep["targets"]) == {"a", "b"}
     for group, g in rep["targets"].items():
-        sums = [json.loads((root / f"{group}-rep{k}" / SUMMARY).read_text()) for k in (1, 2, 3)]
+        sums = [Summary.model_validate_json((root / f"{group}-rep{k}" / SUMMARY).read_text()) for k in (1, 2, 3)]
         for key, stat in g["stats"].items():
             assert stat["values"] == [run_value(s, key) for s in sums], key
             assert stat["median"] == pytest.approx(sorted(stat["values"])[1])
         p99 = g["stats"]["latency.p99"]
         assert p99["ci"][0] < p99["centre"] < p99["ci"][1] and p99["scale"] == "log"
         (lat, err) = g["slo"]
-        assert lat["values"] == [s["slo"][0]["value"] for s in sums] and lat["value"] == pytest.approx(p99["median"])
-    groups = repeat_groups(json.loads((root / "meta.json").read_text())["targets"])
-    assert [e["dir"] for e in groups["a"]] == ["a-rep1", "a-rep2", "a-rep3"]
+        assert lat["values"] == [s.slo[0].value for s in sums] and lat["value"] == pytest.approx(p99["median"])
+    groups = repeat_groups(Meta.model_validate_json((root / "meta.json").read_text()).targets)
+    assert [e.dir for e in groups["a"]] == ["a-rep1", "a-rep2", "a-rep3"]
 
 
 def test_repeats_summary_of_runs_that_did_not_all_run():
-    s = {"overall": {"metrics": {"latency": {"n": 10, "percentiles": {"p50": {"value": 0.1}}, "mean": 0.1}},
-                     "error_rate": 0.0, "achieved_qps": 9.0}, "slo": [row(0.1)]}
+    s = Summary.model_validate({"overall": {"metrics": {"latency": {"n": 10, "percentiles": {"p50": {"value": 0.1}},
+                                                                     "mean": 0.1}},
+                                            "error_rate": 0.0, "achieved_qps": 9.0}, "slo": [row(0.1).to_json()]})
     rep = repeats_summary([RepeatRun("a", 1, "a-rep1", s), RepeatRun("a", 2, "a-rep2", None)],
                           [parse_slo("latency.p50 < 1s")], "median")
     g = rep["targets"]["a"]
@@ -209,10 +211,11 @@ def test_repeat_and_starts_are_one_model_give_one(tmp_path):
 
 # ---- the verdict ---------------------------------------------------------------------------------------------
 
-def summary_with(slo_passed: bool) -> dict:
-    return {"overall": {"count": 10, "ok": 10, "errors": {}}, "generator_limited": False, "generator": {},
-            "slo": [{"expr": "latency.p99 < 300ms", "applies": True, "passed": slo_passed, "value": 0.4,
-                     "stat": "p99", "metric": "latency"}]}
+def summary_with(slo_passed: bool) -> Summary:
+    return Summary.model_validate(
+        {"overall": {"count": 10, "ok": 10, "errors": {}}, "generator_limited": False, "generator": {},
+         "slo": [{"expr": "latency.p99 < 300ms", "applies": True, "passed": slo_passed, "value": 0.4,
+                  "stat": "p99", "metric": "latency"}]})
 
 
 @pytest.mark.parametrize("runs_pass, group_pass, outcome", [
@@ -222,9 +225,9 @@ def summary_with(slo_passed: bool) -> dict:
 ])
 def test_a_repeated_run_is_judged_on_its_groups(runs_pass, group_pass, outcome):
     runs = [TargetOutcome(f"a-rep{k}", summary_with(p), slo=[]) for k, p in enumerate(runs_pass, 1)]
-    group = TargetOutcome("a", slo=[{"expr": "latency.p99 < 300ms", "applies": True, "passed": group_pass,
-                                     "value": 0.31, "stat": "p99", "metric": "latency",
-                                     "basis": "the median of 3 runs"}])
+    group = TargetOutcome("a", slo=[RepeatSlo(expr="latency.p99 < 300ms", applies=True, passed=group_pass,
+                                              value=0.31, stat="p99", metric="latency",
+                                              basis="the median of 3 runs")])
     v = judge(runs, groups=[group], expected_targets=3)
     assert v.outcome == outcome
     if outcome == "failed":

@@ -4,11 +4,18 @@ and that it survives the trip through meta.json."""
 import pytest
 
 from loadgen.analysis.verdict import Kind, Reason, TargetOutcome, Verdict, generator_limited_text, judge
+from loadgen.records.results import Summary
 
 SERVER = "the reference server"
 
 
-def summary(*, ok=100, count=100, errors=None, slos=(), limited=False, lagging=True, saturated=False, contended=()):
+def summary(**kw) -> Summary:
+    """summary.json's model, as the verdict reads it (:func:`summary_json`'s)."""
+    return Summary.model_validate(summary_json(**kw))
+
+
+def summary_json(*, ok=100, count=100, errors=None, slos=(), limited=False, lagging=True, saturated=False,
+                 contended=()) -> dict:
     return {"overall": {"count": count, "ok": ok, "errors": errors or {}},
             "host": {"measured": True, "contended": [{"phase": ph, "source": "server", "label": SERVER,
                                                       "wait_share": share, "busy": 0.8} for ph, share in contended]},
@@ -40,7 +47,8 @@ ELSEWHERE = ("other: latency.p99 < 1ms", False, False)
     ([TargetOutcome("a", summary(limited=True, slos=[MISSED]))], {}, "invalid", 3, [Kind.GENERATOR_LIMITED, Kind.SLO]),
     ([TargetOutcome("a", summary(contended=[("burst", 0.38)], slos=[MISSED]))], {}, "invalid", 3,
      [Kind.HOST_CONTENDED, Kind.SLO]),
-    ([TargetOutcome("a", {**summary(), "host": {"measured": False, "note": "no /proc"}})], {}, "passed", 0, []),
+    ([TargetOutcome("a", Summary.model_validate({**summary_json(), "host": {"measured": False, "note": "no /proc"}}))],
+     {}, "passed", 0, []),
     ([TargetOutcome("a", error="the reference server exited")], {}, "invalid", 3, [Kind.TARGET_ERROR]),
     ([TargetOutcome("a", summary())], {"interrupted": True}, "invalid", 3, [Kind.INTERRUPTED]),
     ([TargetOutcome("a", summary())], {"expected_targets": 2}, "invalid", 3, [Kind.MISSING_TARGETS]),
@@ -61,7 +69,7 @@ def test_verdicts(targets, kw, outcome, code, kinds):
     (True, True, "generator-limited (send lag p99 12.0 ms > 5 ms, generator CPU saturated)"),
 ])
 def test_generator_limited_states_only_what_held(lagging, saturated, text):
-    assert generator_limited_text(summary(lagging=lagging, saturated=saturated)["generator"]) == text
+    assert generator_limited_text(summary(lagging=lagging, saturated=saturated).generator) == text
 
 
 def test_invalid_reasons_come_before_failed_ones():
@@ -78,10 +86,10 @@ def test_a_run_that_mostly_failed_without_an_error_objective_passes_with_a_warni
 
 
 def test_every_request_failed_names_the_commonest_failure_and_an_example():
-    s = summary(ok=0, errors={"http_4xx": 100})
+    s = summary_json(ok=0, errors={"http_4xx": 100})
     s["failures"] = {"count": 100, "by_status": [{"error": "http_4xx", "status": 404, "count": 100}],
                      "example": {"error": "http_4xx", "status": 404, "detail": "Not Found\x1b]0;pwned\x07"}}
-    (r,) = judge([TargetOutcome("a", s)]).reasons
+    (r,) = judge([TargetOutcome("a", Summary.model_validate(s))]).reasons
     assert r.kind == Kind.SETUP and "http_4xx (HTTP 404) on 100 of 100" in r.text and "Not Found" in r.text
     assert "\x1b" not in r.text and "\x07" not in r.text
 
@@ -93,8 +101,8 @@ def test_a_lost_worker_is_named_in_an_interrupted_reason_of_its_target():
     lost = [LostWorker("local-1", "run", index=1, exit_code=-9, at=2.14, records=40),
             LostWorker("hostb:77", "run", index=2, host="hostb", pid=77, at=3.0, records=5),
             LostWorker("local-0", "start-up", pid=4242, exit_code=1)]
-    s = {**summary(), "lost_workers": [w.to_json() for w in lost]}
-    assert [LostWorker.from_json(w) for w in s["lost_workers"]] == lost
+    s = Summary.model_validate({**summary_json(), "lost_workers": [w.to_json() for w in lost]})
+    assert [LostWorker.from_json(w) for w in s.lost_workers] == lost
     v = judge([TargetOutcome("a", s)], interrupted=True)
     assert v.outcome == "invalid"
     assert [r.text for r in v.reasons if r.kind is Kind.INTERRUPTED and r.target == "a"] == [
@@ -129,9 +137,20 @@ def test_host_contended_names_the_process_its_share_and_the_phase(contended, tex
     ("a", "latency.p99 < 1s", {"value": None}, "a: latency.p99 < 1s (not measured: no request succeeded)"),
 ])
 def test_a_missed_objective_names_its_target_once_and_says_why_it_has_no_value(name, expr, slo, text):
-    s = summary(slos=[(expr, True, False)])
+    s = summary_json(slos=[(expr, True, False)])
     s["slo"][0].update(slo)
     s["phases"] = {"recovery": {"count": 0}}
     s["complete"] = False
-    (reason,) = [r for r in judge([TargetOutcome(name, s)]).reasons if r.kind is Kind.SLO]
+    (reason,) = [r for r in judge([TargetOutcome(name, Summary.model_validate(s))]).reasons if r.kind is Kind.SLO]
     assert reason.text.startswith(text), reason.text
+
+
+def test_a_fresh_start_is_named_under_its_architecture_in_every_reason():
+    """A cold-start study's targets are its starts (folders naive-start1, naive-start2): the verdict names a start
+    as junit.xml and summary.md group it, 'naive (start 2)', never by its folder."""
+    s = summary(contended=[("first_requests", 0.5)], slos=[("naive/first_requests: latency.max < 10s", True, False)])
+    v = judge([TargetOutcome("naive-start2", s, group="naive", start=2)])
+    assert [r.target for r in v.reasons] == ["naive-start2", "naive-start2"]  # the reasons still say which run
+    assert v.texts()[0].startswith("naive (start 2): host contended: the reference server waited")
+    assert v.texts()[1].startswith("naive/first_requests: latency.max < 10s (start 2: measured")
+    assert not any("naive-start2" in t for t in v.texts())
