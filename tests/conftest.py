@@ -243,6 +243,7 @@ def pytest_xdist_make_scheduler(config, log):
             if self._units is None:  # first called once every worker has collected, and so written the file
                 path = _units_file(self.nodes[0].workerinput["testrunuid"])
                 self._units = json.loads(path.read_text()) if path.is_file() else {}
+                path.unlink(missing_ok=True)
             return self._units.get(nodeid) or super()._split_scope(nodeid)
 
     return UnitScheduling(config, log)
