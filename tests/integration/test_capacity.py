@@ -11,8 +11,6 @@ from loadgen.records.results import Summary
 from loadgen.scenario.slo import parse_slo
 from tests.helpers import run, write_scenario
 
-pytestmark = pytest.mark.alone  # timing-sensitive: no other test runs beside it (conftest.py)
-
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]
 
 
@@ -38,6 +36,7 @@ def managed(qps=10):
     return scenario("x", qps).replace('{url: "x", stream: false}', command + ", stream: false}")
 
 
+@pytest.mark.alone  # timing-sensitive (conftest.py); the tests below it are not: a refusal and the rules
 def test_capacity_brackets_the_known_capacity_and_steady_runs_agree(tmp_path):
     path = write_scenario(tmp_path, managed())
     r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "200", "--step-duration", "3s",

@@ -125,7 +125,7 @@ def test_sessions_stay_with_the_sender_that_started_them(tmp_path, flags):
         load: {{arrival: constant, phases: [{{name: a, duration: 2s, qps: 6}}]}}
         """)
         r = subprocess.run([sys.executable, "-m", "loadgen.cli", "run", str(path), "--out", str(tmp_path / "runs"),
-                            "--quiet", *flags], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                            "--quiet", "--no-report", *flags], cwd=ROOT, capture_output=True, text=True, timeout=120)
     finally:
         srv.stop()
     assert r.returncode == 0, r.stdout + r.stderr

@@ -182,7 +182,7 @@ def test_a_worker_joining_from_another_process_over_the_master_port(tmp_path, kn
     latbench = [sys.executable, "-m", "loadgen.cli"]
     master = subprocess.Popen(latbench + ["run", str(path), "--engine", "locust", "--workers", "1",
                                           "--expect-workers", "1", "--master-bind", f"127.0.0.1:{port}",
-                                          "--out", str(tmp_path / "runs"), "--quiet"],
+                                          "--out", str(tmp_path / "runs"), "--quiet", "--no-report"],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env={**env, "LATBENCH_WORKER_SECRET_FILE": str(tmp_path / "secret")})
     join = latbench + ["worker", "--master", f"127.0.0.1:{port}"]

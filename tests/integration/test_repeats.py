@@ -88,12 +88,13 @@ def test_cli_repeat_flags_and_a_slower_build_fails_the_between_run_gate(tmp_path
     fast, slower = known_server(delay=0.02), known_server(delay=0.08)  # 4x: clear of a busy host's stalls
     base = write_scenario(tmp_path / "b", scenario(fast.url, fast.url, runs=1, slo="[]"))
     cur = write_scenario(tmp_path / "c", scenario(slower.url, slower.url, runs=1, slo="[]"))
-    r = subprocess.run(LATBENCH + ["run", str(base), "--quiet", "--repeat", "3", "--pause", "0s",
+    # --no-report: the verdicts and the RunDirs are judged here, not report.html (test_a_repeated_run_interleaves...)
+    r = subprocess.run(LATBENCH + ["run", str(base), "--quiet", "--no-report", "--repeat", "3", "--pause", "0s",
                                    "--out", str(tmp_path / "runs-b")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     (brd,) = list((tmp_path / "runs-b").iterdir())
     assert json.loads((brd / "meta.json").read_text())["repeat"]["runs"] == 3
-    r = subprocess.run(LATBENCH + ["run", str(cur), "--quiet", "--repeat", "3", "--baseline", str(brd),
+    r = subprocess.run(LATBENCH + ["run", str(cur), "--quiet", "--no-report", "--repeat", "3", "--baseline", str(brd),
                                    "--max-regression", "20%", "--out", str(tmp_path / "runs-c")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
@@ -137,7 +138,7 @@ def test_capacity_repeat_reports_each_bracket_and_their_spread(tmp_path, known_s
         - {{name: steady, duration: 2s, qps: 10}}
     slo: ["latency.p99 < 150ms"]
     """)
-    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "80", "--step-duration", "2s",
+    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "80", "--step-duration", "1s",
                                    "--warmup", "0.5s", "--tolerance", "45%", "--repeat", "2",
                                    "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300)
     (rd,) = list((tmp_path / "runs").iterdir())

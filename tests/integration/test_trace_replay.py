@@ -25,6 +25,9 @@ from tests.helpers import run
 from tests.servers import RecordingServer
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The intended times, the lengths and the prompts are under test here, not how late a loaded machine sent nor how
+#: long its CPUs kept a process waiting: the runs judge neither (so no test here needs to run alone).
+UNJUDGED = "send_lag_threshold: 1s, host_wait_limit: 1"
 
 
 def trace_file(tmp_path: Path, n: int, qps: float, block: int = 32, **kw) -> tuple[Path, list[dict]]:
@@ -42,7 +45,6 @@ def assert_on_schedule(df, rows: list[dict], speed: float) -> None:
     assert (df["input_tokens"].to_numpy() == [r["input_length"] for r in rows]).all()
 
 
-@pytest.mark.alone  # a 40x replay's send times: the other worker contended latbench's CPU (43%)
 def test_a_trace_replays_at_its_times_with_its_lengths_and_shared_prefixes_on_the_wire(tmp_path, bpe_dir):
     path, rows = trace_file(tmp_path, 60, 40.0)
     srv = RecordingServer().start()
@@ -51,7 +53,7 @@ def test_a_trace_replays_at_its_times_with_its_lengths_and_shared_prefixes_on_th
         name: trace
         target: {{url: "{srv.url}", model: known, api: openai-completions}}
         workload: {{tokenizer: {bpe_dir}}}
-        load: {{mode: trace, file: {path.name}, speed: 2, block_tokens: 32}}
+        load: {{mode: trace, file: {path.name}, speed: 2, block_tokens: 32, {UNJUDGED}}}
         """)
     finally:
         srv.stop()
@@ -80,7 +82,6 @@ def test_a_trace_replays_at_its_times_with_its_lengths_and_shared_prefixes_on_th
     assert checked[0] > 100 and checked[2] > 100
 
 
-@pytest.mark.alone  # several generator processes and a server on two cores: the other worker would contend
 @pytest.mark.parametrize("opts", [EngineOptions(processes=2), EngineOptions(engine="locust", workers=2)],
                          ids=["processes", "locust"])
 def test_every_engine_replays_the_trace_on_its_times(tmp_path, known_server, opts):
@@ -89,8 +90,8 @@ def test_every_engine_replays_the_trace_on_its_times(tmp_path, known_server, opt
     res, s, df = run(tmp_path, f"""
     name: trace
     target: {{url: "{srv.url}", model: known}}
-    load: {{mode: trace, file: {path.name}, block_tokens: 16, send_lag_threshold: 1s}}
-    """, opts=opts)  # the intended times are under test here, not how late a loaded machine sends
+    load: {{mode: trace, file: {path.name}, block_tokens: 16, {UNJUDGED}}}
+    """, opts=opts)
     assert res.exit_code == 0, res.reasons
     assert_on_schedule(df, rows, 1.0)
     assert set(df["worker"]) == {0, 1} and (df["error"] == "").all()
@@ -106,9 +107,9 @@ def bundled_trace(tmp_path: Path, **load) -> Path:
     return p
 
 
-@pytest.mark.alone  # the reference server's CPU waits are judged (host_wait_limit)
 def test_the_bundled_trace_against_the_reference_server_in_its_own_tokens(tmp_path):
-    loaded = load_scenario(bundled_trace(tmp_path, max_requests=40, speed=4.0))
+    loaded = load_scenario(bundled_trace(tmp_path, max_requests=40, speed=4.0, host_wait_limit=1,
+                                         send_lag_threshold="1s"))  # as UNJUDGED
     res = run_scenario(loaded, out=str(tmp_path / "runs"))
     assert res.exit_code == 0, res.reasons
     tdir = res.rundir.path / res.targets[0].dir
