@@ -6,9 +6,7 @@ Asserted, as a person reading them would see it: nothing runs off the page or ou
 "—", "nan" or "None" inside prose (the verdict, the headline, warnings, notes and captions; a dash in a table
 cell is a placeholder, not prose); every number of the headline is marked with its source (``data-src``) and
 equals that source, formatted at the precision shown, and no number in a headline sentence is unmarked; every
-image loaded. With ``LATBENCH_SCREENSHOTS=1`` in the environment, PNG screenshots of both widths are kept in the
-test's tmp folder (printed) for people to look at; they are not taken otherwise (two thirds of the browser's time,
-for files no assertion reads and a CI job throws away).
+image loaded. PNG screenshots of both widths are kept in the test's tmp folder (printed) for people to look at.
 
 Cost: every run is short (phases of 1-2 s, a few requests a second) and shared by the module; the runs judge
 text, not numbers, so a busy host never voids them (``host_wait_limit: 1``).
@@ -284,26 +282,24 @@ INSPECT = r"""
 """
 
 
-async def _inspect_all(pages: dict[str, Path], shots: Path | None, profile: Path) -> dict[tuple[str, int], dict]:
+async def _inspect_all(pages: dict[str, Path], shots: Path, profile: Path) -> dict[tuple[str, int], dict]:
     found = {}
     async with Browser(profile) as b:
         for name, page in pages.items():
             for width in WIDTHS:
                 await b.open(page.resolve().as_uri(), width)
                 found[name, width] = await b.evaluate(INSPECT)
-                if shots is not None:
-                    await b.screenshot(shots / f"{name}-{width}.png")
+                await b.screenshot(shots / f"{name}-{width}.png")
     return found
 
 
 @pytest.fixture(scope="module")
 def seen(reports, tmp_path_factory) -> dict[tuple[str, int], dict]:
-    shots = tmp_path_factory.mktemp("screenshots") if os.environ.get("LATBENCH_SCREENSHOTS") else None
+    shots = tmp_path_factory.mktemp("screenshots")
     found = asyncio.run(asyncio.wait_for(
         _inspect_all({name: page for name, (page, _) in reports.items()}, shots, tmp_path_factory.mktemp("chromium")),
         timeout=300))
-    print(f"\nscreenshots of {len(found)} pages: {shots}" if shots else
-          "\nno screenshots (LATBENCH_SCREENSHOTS=1 keeps them)")
+    print(f"\nscreenshots of {len(found)} pages: {shots}")
     return found
 
 
