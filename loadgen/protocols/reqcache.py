@@ -9,8 +9,7 @@ by the Request's identity) reused. Anything else is built per request, as before
 
 from __future__ import annotations
 
-from loadgen.scenario.audio import AudioPrompts
-from loadgen.scenario.images import ImagePrompts
+from loadgen.scenario.images import AttachedPrompts
 from loadgen.scenario.prefix import PrefixedPrompts
 from loadgen.scenario.prompts import ListPrompts, SyntheticPrompts
 
@@ -25,8 +24,7 @@ class RequestCache:
         self.protocol, self.prompts = protocol, prompts
         self._bytes = 0
         cacheable = (getattr(protocol, "per_request", True) is False  # sources whose request seq is prompt seq % len
-                     and isinstance(prompts, (SyntheticPrompts, ListPrompts, PrefixedPrompts, ImagePrompts,
-                                              AudioPrompts)))
+                     and isinstance(prompts, (SyntheticPrompts, ListPrompts, PrefixedPrompts, AttachedPrompts)))
         self._n = len(prompts) if cacheable else 0
         self._cache: list | None = [None] * self._n if cacheable else None
 

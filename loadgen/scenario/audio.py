@@ -18,16 +18,16 @@ import base64
 import hashlib
 import io
 import wave
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.scenario.files import UnreadableFile, read_capped
-from loadgen.scenario.images import ImageError
+from loadgen.scenario.images import AttachedPrompts, ImageError
 from loadgen.scenario.media_model import MAX_AUDIO_SECONDS, MAX_IMAGES, Audio
 from loadgen.scenario.problems import Problems
-from loadgen.scenario.prompts import Prompt, PromptSource
+from loadgen.scenario.prompts import PromptSource
 
-__all__ = ["AudioItem", "AudioPrompts", "audio_pool", "check_audio", "synthetic_wav", "with_audio"]
+__all__ = ["AudioItem", "audio_pool", "check_audio", "synthetic_wav", "with_audio"]
 
 MAX_AUDIO_BYTES = 256 << 20  # one audio file at most
 
@@ -121,19 +121,6 @@ def check_audio(spec: Audio | None, base_dir: Path) -> list[str]:
     return []
 
 
-class AudioPrompts(PromptSource):
-    """``base``'s prompts, prompt ``i`` with its clips (``groups[i]``); request ``seq`` gets prompt ``seq % len``."""
-
-    def __init__(self, base: PromptSource, groups: list[tuple[AudioItem, ...]]):
-        self._base, self._groups = base, groups
-        self._n = len(base)
-
-    def __len__(self) -> int:
-        return self._n
-
-    def get(self, seq: int) -> Prompt:
-        i = seq % self._n
-        return replace(self._base.get(i), audio=self._groups[i])
 
 
 def with_audio(base: PromptSource, spec: Audio | None, seed: int, base_dir: Path, one: bool = False) -> PromptSource:
@@ -155,4 +142,4 @@ def with_audio(base: PromptSource, spec: Audio | None, seed: int, base_dir: Path
     for k in counts.tolist():
         groups.append(tuple(pool[(at + j) % len(pool)] for j in range(k)))
         at += k
-    return AudioPrompts(base, groups)
+    return AttachedPrompts(base, groups, "audio")

@@ -33,7 +33,7 @@ from loadgen.scenario.media_model import MAX_IMAGE_SIDE, MAX_IMAGES, Images
 from loadgen.scenario.problems import Problems
 from loadgen.scenario.prompts import Prompt, PromptSource, draw_tokens  # one rule for every drawn length
 
-__all__ = ["ImageError", "ImageItem", "ImagePrompts", "check_images", "image_pool", "synthetic_image",
+__all__ = ["AttachedPrompts", "ImageError", "ImageItem", "check_images", "image_pool", "synthetic_image",
            "with_images"]
 
 MAX_IMAGE_BYTES = 64 << 20  # one image file at most (64 MiB)
@@ -229,11 +229,12 @@ def check_images(spec: Images | None, base_dir: Path) -> list[str]:
     return []
 
 
-class ImagePrompts(PromptSource):
-    """``base``'s prompts, prompt ``i`` with its images (``groups[i]``); request ``seq`` gets prompt ``seq % len``."""
+class AttachedPrompts(PromptSource):
+    """``base``'s prompts, prompt ``i`` with its attachments ``groups[i]`` as its field ``field`` (``images`` or
+    ``audio``); request ``seq`` gets prompt ``seq % len``."""
 
-    def __init__(self, base: PromptSource, groups: list[tuple[ImageItem, ...]]):
-        self._base, self._groups = base, groups
+    def __init__(self, base: PromptSource, groups: list[tuple], field: str):
+        self._base, self._groups, self._field = base, groups, field
         self._n = len(base)
 
     def __len__(self) -> int:
@@ -241,7 +242,7 @@ class ImagePrompts(PromptSource):
 
     def get(self, seq: int) -> Prompt:
         i = seq % self._n
-        return replace(self._base.get(i), images=self._groups[i])
+        return replace(self._base.get(i), **{self._field: self._groups[i]})
 
 
 def with_images(base: PromptSource, spec: Images | None, seed: int, base_dir: Path) -> PromptSource:
@@ -262,7 +263,7 @@ def with_images(base: PromptSource, spec: Images | None, seed: int, base_dir: Pa
         for c in counts.tolist():
             groups.append(tuple(pool[(at + k) % len(pool)] for k in range(c)))
             at += c
-    return ImagePrompts(base, groups)
+    return AttachedPrompts(base, groups, "images")
 
 
 def image_stats(items) -> tuple[int, int, int]:
