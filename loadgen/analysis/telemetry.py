@@ -19,6 +19,7 @@ power samples or more fall in the phase.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ from loadgen.records.results import (
     TelemetryStat,
     TelemetrySummary,
 )
+from loadgen.records.series_file import HEADER
 from loadgen.scenario.slo import SLO
 from loadgen.schedule.arrivals import PhasePlan
 from loadgen.telemetry import adapters as ad
@@ -46,6 +48,30 @@ BATCH_TIMEOUT = (0.050, 0.100)  # a dynamic batcher's timeout, seconds
 FLOORS = {"requests": 1.0, "sequences": 1.0, "fraction": 0.05, "s": 0.005, "bytes": 1e8, "W": 10.0, "MHz": 100.0,
           "1/s": 1.0, "tokens": 0.1}
 STALE_SCRAPES = 3  # a /metrics whose last scrape is this many intervals before the run's end stopped answering
+
+
+def read_samples(path: Path) -> pd.DataFrame | None:
+    """Raw scraped samples (server_metrics.csv, gpu_metrics.csv: time, metric, labels, value), or None when the
+    file is absent, empty or unreadable."""
+    try:
+        f = pd.read_csv(path, dtype={"metric": str, "labels": str}, keep_default_na=False, na_values=[])
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return None
+    if not {"time", "metric", "labels", "value"} <= set(f.columns) or f.empty:
+        return None
+    f["time"] = pd.to_numeric(f["time"], errors="coerce")
+    f["value"] = pd.to_numeric(f["value"], errors="coerce")
+    return f
+
+
+def series_frame(server: pd.DataFrame | None, gpu: pd.DataFrame | None = None,
+                 engine: str = "auto") -> pd.DataFrame | None:
+    """telemetry.csv's frame (time, source, metric, value) made from raw samples, for a RunDir written before
+    telemetry.csv existed; None when no quantity can be read."""
+    if server is None and gpu is None:
+        return None
+    rows = Reading(server, gpu, engine if engine in ad.BY_NAME or engine == "auto" else "auto").rows()
+    return pd.DataFrame(rows, columns=list(HEADER)) if rows else None
 
 
 def _quantities() -> list[metric_registry.Metric]:

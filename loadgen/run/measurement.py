@@ -27,10 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import pandas as pd
-
 from loadgen.analysis.host import host_summary, read_host
-from loadgen.analysis.telemetry import telemetry_summary
+from loadgen.analysis.telemetry import read_samples, telemetry_summary
 from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
 from loadgen.engine.gpu import GpuSampler
 from loadgen.engine.host import INTERVAL, HostSampler, watch_run
@@ -181,18 +179,6 @@ class Measurement:
             control = self._control
         if control is not None:
             control.call_soon(control.abort)
-
-
-def read_samples(path: Path) -> pd.DataFrame | None:
-    """Raw scraped samples (server_metrics.csv, gpu_metrics.csv: time, metric, labels, value), or None."""
-    try:
-        f = pd.read_csv(path, dtype={"metric": str, "labels": str}, keep_default_na=False, na_values=[])
-    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
-        return None
-    if not {"time", "metric", "labels", "value"} <= set(f.columns) or f.empty:
-        return None
-    f["value"] = pd.to_numeric(f["value"], errors="coerce")
-    return f
 
 
 def server_info(server: ManagedServer | None) -> ServerInfo:
