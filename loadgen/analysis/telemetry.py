@@ -316,7 +316,7 @@ def checklist(t: TelemetrySummary, summary: Summary, server_config: dict | None)
 
 
 def _unknown(name: str, target: str, why: str) -> ChecklistItem:
-    return ChecklistItem(name=name, status="not_measurable", target=target, text=f"not measurable here: {why}")
+    return ChecklistItem(name=name, status="not_measurable", target=target, text=why)
 
 
 def _batch_timeout(cfg: dict | None) -> ChecklistItem:
