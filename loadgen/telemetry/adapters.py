@@ -14,8 +14,9 @@ the first way its adapter lists whose samples were scraped. A :class:`Way` is on
 - ``ratio``: delta hits / (delta hits + delta misses) (a result cache's hit rate);
 - ``gshare``: a gauge over a sum of gauges at each scrape (GPU memory used / (used + free)).
 
-Names are the samples' names as exposed (a counter with its ``_total``). Each engine's names are those of its
-source, named on each adapter; ``tests/data/*_metrics.txt`` hold a text of each.
+Names are the samples' names as latbench stores them: Prometheus's text parser names every counter's sample
+``<family>_total``, also where the engine exposes it without the suffix (Triton, TGI). Each engine's names are
+those of its source, named on each adapter; ``tests/data/*_metrics.txt`` hold a text of each.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Way:
             return f"{self.names[0]} / ({self.names[0]} + {self.names[1]})"
         if self.kind == "gshare":
             return f"{self.names[0]} / ({' + '.join(self.den)})"
-        return " / ".join(self.names)
+        return (" + " if self.kind == "gauge" else " / ").join(self.names)
 
     def needs(self) -> tuple[str, ...]:
         """Sample names that must have been scraped for this way to be read."""
@@ -137,11 +138,13 @@ TGI = Adapter("tgi", "TGI", ("tgi_",), {
 
 TRITON = Adapter("triton", "Triton/KServe", ("nv_inference_",), {
     "server.queue_waiting": (gauge("nv_inference_pending_request_count"),),
-    "server.batch_size": (share("nv_inference_count", "nv_inference_exec_count"),),
-    "server.e2e": (share("nv_inference_request_duration_us", "nv_inference_request_success", scale=1e-6),),
-    "server.queue_time": (share("nv_inference_queue_duration_us", "nv_inference_request_success", scale=1e-6),),
+    "server.batch_size": (share("nv_inference_count_total", "nv_inference_exec_count_total"),),
+    # cumulative microseconds over successful requests: a mean per request (cached requests included)
+    "server.e2e": (share("nv_inference_request_duration_us_total", "nv_inference_request_success_total", 1e-6),),
+    "server.queue_time": (share("nv_inference_queue_duration_us_total", "nv_inference_request_success_total", 1e-6),),
     "server.ttft": (hist("nv_inference_first_response_histogram_ms", scale=1e-3),),
-    "server.result_cache_hit_rate": (ratio("nv_cache_num_hits_per_model", "nv_cache_num_misses_per_model"),),
+    "server.result_cache_hit_rate": (ratio("nv_cache_num_hits_per_model_total",
+                                           "nv_cache_num_misses_per_model_total"),),
     "gpu.utilization": (gauge("nv_gpu_utilization", agg="mean"),),
     "gpu.memory_used": (gauge("nv_gpu_memory_used_bytes"),),
     "gpu.memory_total": (gauge("nv_gpu_memory_total_bytes"),),
