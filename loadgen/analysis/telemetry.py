@@ -47,7 +47,7 @@ BATCH_TIMEOUT = (0.050, 0.100)  # a dynamic batcher's timeout, seconds
 #: How far a quantity must move to count, by unit, when it started near zero (for the "moved most" choice).
 FLOORS = {"requests": 1.0, "sequences": 1.0, "fraction": 0.05, "s": 0.005, "bytes": 1e8, "W": 10.0, "MHz": 100.0,
           "1/s": 1.0, "tokens": 0.1}
-STALE_SCRAPES = 3  # a /metrics whose last scrape is this many intervals before the run's end stopped answering
+STALE_SCRAPES = 2  # a /metrics whose last scrape is this many intervals before the run's end stopped answering
 
 
 def read_samples(path: Path) -> pd.DataFrame | None:

@@ -1,0 +1,133 @@
+"""The target's own telemetry from real short runs: against the bundled reference server (its figures agree with
+what it did: every request of the recorded phase a result-cache hit, its request count the records'), against a
+real aiohttp server serving a rebuilt SGLang or TGI /metrics whose values change over time (per-phase figures, the
+burst headline naming the quantity that moved most), and against a /metrics that is not Prometheus text or stops
+answering mid-run (noted; the run keeps its client figures)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.engine.scrape import parse_samples
+from loadgen.records.series_file import HEADER
+from reports import write_outputs
+from tests.engine_metrics import DATA, EngineMetricsServer
+from tests.helpers import run
+
+
+def hist_mean(engine: str, base: str) -> float:
+    s = parse_samples((DATA / f"{engine}_metrics.txt").read_text())
+    return sum(v for n, _, v in s if n == base + "_sum") / sum(v for n, _, v in s if n == base + "_count")
+
+
+def test_reference_server_telemetry_agrees_with_what_it_did(tmp_path):
+    res, summary, df = run(tmp_path, """
+    name: cache
+    target:
+      reference: {arch: optimized, model: tiny}
+      stream: true
+    workload: {prompts: {input_tokens: 8, output_tokens: 4, distinct: 1}}
+    load:
+      arrival: constant
+      host_wait_limit: 1
+      phases:
+        - {name: warmup, duration: 2s, qps: 4, record: false}
+        - {name: main, duration: 3s, qps: 10}
+    slo:
+      - server.result_cache_hit_rate.mean > 90%
+      - gpu.utilization.mean in 70%..80%
+    """)
+    t = summary["telemetry"]
+    assert t["engine"] == "refserver" and t["engine_chosen"] == "auto" and t["scrapes"] >= 5
+    main = t["phases"]["main"]["quantities"]
+    ok = int(df[(df["phase"] == 1) & df["ok"]].shape[0])
+    # one distinct prompt, cached in the warmup: every request of main was answered from the result cache
+    hit = main["server.result_cache_hit_rate"]
+    assert hit["mean"] == pytest.approx(1.0, abs=0.02) and hit["source"].startswith("refserver:cache_hits_total")
+    assert main["server.e2e"]["count"] == pytest.approx(ok, abs=2)  # the server's requests are the records'
+    assert main["server.queue_waiting"]["source"] == "refserver:num_requests_waiting"
+    checks = {c["name"]: c for c in t["checklist"]}
+    assert checks["result_cache_hit_rate"]["status"] == "met" and checks["gpu_utilization"]["status"] == \
+        "not_measurable"
+    assert checks["batch_timeout"]["figure"] == t["batch_timeout_s"] == 0.002  # the optimized preset's own
+    slo = {s["expr"]: s for s in summary["slo"]}
+    assert slo["server.result_cache_hit_rate.mean > 90%"]["passed"]
+    gpu = slo["gpu.utilization.mean in 70%..80%"]
+    assert not gpu["passed"] and gpu["value"] is None and "gave no gpu.utilization" in gpu["reason"]
+    assert res.exit_code == 1 and any("not measurable here" in r for r in res.reasons)
+    tdir = res.rundir.path / res.targets[0].dir
+    lines = (tdir / "telemetry.csv").read_text().splitlines()
+    assert tuple(lines[0].split(",")) == HEADER == tuple((tdir / "host.csv").read_text().splitlines()[0].split(","))
+    assert any(",refserver:num_requests_waiting,server.queue_waiting," in x for x in lines)
+    write_outputs(res.rundir.path)
+    html, md = (res.rundir.path / "report.html").read_text(), (res.rundir.path / "summary.md").read_text()
+    assert "Server side, per phase" in html and "The article's checklist" in html
+    assert "result cache hit rate: met" in md and "GPU utilization: not measurable here" in md
+
+
+@pytest.mark.parametrize("engine, queue", [("sglang", "sglang:num_queue_reqs"), ("tgi", "tgi_queue_size")])
+def test_an_engine_whose_metrics_change_over_time(tmp_path, engine, queue):
+    srv = EngineMetricsServer(engine, ramp={queue: 5.0}, delay=0.005, ttft=0.01, gap=0.002, tokens=4).start()
+    try:
+        res, summary, _ = run(tmp_path, f"""
+        name: {engine}
+        target:
+          url: {srv.url}
+          stream: true
+          metrics_url: {srv.metrics_url}
+        workload: {{prompts: {{input_tokens: 8, output_tokens: 4}}}}
+        load:
+          arrival: constant
+          host_wait_limit: 1
+          phases:
+            - {{name: baseline, duration: 2s, qps: 4}}
+            - {{name: burst, duration: 2s, qps: 12}}
+            - {{name: recovery, duration: 1s, qps: 4}}
+        """)
+    finally:
+        srv.stop()
+    assert res.exit_code == 0, res.reasons
+    t = summary["telemetry"]
+    assert t["engine"] == engine
+    base, burst = t["phases"]["baseline"]["quantities"], t["phases"]["burst"]["quantities"]
+    assert burst["server.queue_waiting"]["max"] > base["server.queue_waiting"]["max"]  # 5 more each scrape
+    assert burst["server.queue_waiting"]["source"] == queue
+    e2e = {"sglang": "sglang:e2e_request_latency_seconds", "tgi": "tgi_request_duration"}[engine]
+    assert burst["server.e2e"]["mean"] == pytest.approx(hist_mean(engine, e2e))  # every interval adds the text's
+    move = t["moves"][0]
+    assert (move["phase"], move["baseline"], move["quantity"], move["source"]) == \
+        ("burst", "baseline", "server.queue_waiting", queue)
+    write_outputs(res.rundir.path)
+    md = (res.rundir.path / "summary.md").read_text()
+    assert f"what moved most from baseline to burst: requests waiting (peak) rose from **{move['before']:.3g}**" in md
+    assert f"({queue})" in md
+
+
+@pytest.mark.parametrize("bad, says", [({"garbage": True}, "not Prometheus text"),
+                                       ({"die_after": 2}, "stopped answering: its last scrape was 1.")])
+def test_a_bad_metrics_endpoint_is_noted_and_the_client_figures_stay(tmp_path, bad, says):
+    srv = EngineMetricsServer("sglang", delay=0.005, ttft=0.01, gap=0.002, tokens=4, **bad).start()
+    try:
+        res, summary, _ = run(tmp_path, f"""
+        name: bad
+        target:
+          url: {srv.url}
+          stream: true
+          metrics_url: {srv.metrics_url}
+        workload: {{prompts: {{input_tokens: 8, output_tokens: 4}}}}
+        load:
+          arrival: constant
+          host_wait_limit: 1
+          phases: [{{name: main, duration: 4s, qps: 4}}]
+        slo: [latency.p99 < 5s]
+        """)
+    finally:
+        srv.stop()
+    assert res.exit_code == 0, res.reasons  # the client's figures and objectives stand
+    assert summary["overall"]["count"] >= 15 and summary["slo"][0]["passed"]
+    t = summary["telemetry"]
+    assert any(says in n for n in t["notes"])
+    if "garbage" in bad:
+        assert t["measured"] is False and "phases" not in t
+    else:  # two scrapes answered, then 500s: the figures of what was scraped
+        assert t["measured"] is True and t["scrapes"] == 2
