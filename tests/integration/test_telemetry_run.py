@@ -10,7 +10,8 @@ import pytest
 
 from loadgen.engine.scrape import parse_samples
 from loadgen.records.series_file import HEADER
-from reports import write_outputs
+from reports import load_rundir, write_outputs
+from reports.markdown import render_markdown
 from tests.engine_metrics import DATA, EngineMetricsServer
 from tests.helpers import run
 
@@ -31,14 +32,14 @@ def test_reference_server_telemetry_agrees_with_what_it_did(tmp_path):
       arrival: constant
       host_wait_limit: 1
       phases:
-        - {name: warmup, duration: 2s, qps: 4, record: false}
-        - {name: main, duration: 3s, qps: 10}
+        - {name: warmup, duration: 1.5s, qps: 4, record: false}
+        - {name: main, duration: 2s, qps: 10}
     slo:
       - server.result_cache_hit_rate.mean > 90%
       - gpu.utilization.mean in 70%..80%
     """)
     t = summary["telemetry"]
-    assert t["engine"] == "refserver" and t["engine_chosen"] == "auto" and t["scrapes"] >= 5
+    assert t["engine"] == "refserver" and t["engine_chosen"] == "auto" and t["scrapes"] >= 4
     main = t["phases"]["main"]["quantities"]
     ok = int(df[(df["phase"] == 1) & df["ok"]].shape[0])
     # one distinct prompt, cached in the warmup: every request of main was answered from the result cache
@@ -80,9 +81,9 @@ def test_an_engine_whose_metrics_change_over_time(tmp_path, engine, queue):
           arrival: constant
           host_wait_limit: 1
           phases:
-            - {{name: baseline, duration: 2s, qps: 4}}
-            - {{name: burst, duration: 2s, qps: 12}}
-            - {{name: recovery, duration: 1s, qps: 4}}
+            - {{name: baseline, duration: 1.5s, qps: 4}}
+            - {{name: burst, duration: 1.5s, qps: 12}}
+            - {{name: recovery, duration: 0.5s, qps: 4}}
         """)
     finally:
         srv.stop()
@@ -97,15 +98,14 @@ def test_an_engine_whose_metrics_change_over_time(tmp_path, engine, queue):
     move = t["moves"][0]
     assert (move["phase"], move["baseline"], move["quantity"], move["source"]) == \
         ("burst", "baseline", "server.queue_waiting", queue)
-    write_outputs(res.rundir.path)
-    md = (res.rundir.path / "summary.md").read_text()
+    md = render_markdown(load_rundir(res.rundir.path))  # the headline's words, without drawing the report's figures
     assert f"what moved most from baseline to burst: requests waiting (peak) rose from **{move['before']:.3g}**" in md
     assert f"({queue})" in md
 
 
-@pytest.mark.parametrize("bad, says", [({"garbage": True}, "not Prometheus text"),
-                                       ({"die_after": 2}, "stopped answering: its last scrape was 1.")])
-def test_a_bad_metrics_endpoint_is_noted_and_the_client_figures_stay(tmp_path, bad, says):
+@pytest.mark.parametrize("bad, seconds, says", [({"garbage": True}, 1, "not Prometheus text"),
+                                                ({"die_after": 1}, 3, "stopped answering: its last scrape was 0.")])
+def test_a_bad_metrics_endpoint_is_noted_and_the_client_figures_stay(tmp_path, bad, seconds, says):
     srv = EngineMetricsServer("sglang", delay=0.005, ttft=0.01, gap=0.002, tokens=4, **bad).start()
     try:
         res, summary, _ = run(tmp_path, f"""
@@ -118,16 +118,16 @@ def test_a_bad_metrics_endpoint_is_noted_and_the_client_figures_stay(tmp_path, b
         load:
           arrival: constant
           host_wait_limit: 1
-          phases: [{{name: main, duration: 4s, qps: 4}}]
+          phases: [{{name: main, duration: {seconds}s, qps: 5}}]
         slo: [latency.p99 < 5s]
         """)
     finally:
         srv.stop()
     assert res.exit_code == 0, res.reasons  # the client's figures and objectives stand
-    assert summary["overall"]["count"] >= 15 and summary["slo"][0]["passed"]
+    assert summary["overall"]["count"] >= 5 * seconds - 1 and summary["slo"][0]["passed"]
     t = summary["telemetry"]
     assert any(says in n for n in t["notes"])
     if "garbage" in bad:
         assert t["measured"] is False and "phases" not in t
-    else:  # two scrapes answered, then 500s: the figures of what was scraped
-        assert t["measured"] is True and t["scrapes"] == 2
+    else:  # the first scrape answered, then 500s: what was scraped stands, the rest is said
+        assert t["scrapes"] == 1
