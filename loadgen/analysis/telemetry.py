@@ -14,6 +14,9 @@ The article's checklist (each met / not met / not measurable here, with its figu
 Energy per output token: GPU power (summed over devices) integrated over the phase by the trapezoid rule between
 its samples, divided by the output tokens of the phase's successful requests (the client's count); only where two
 power samples or more fall in the phase.
+
+One idea at several stages, a target's own telemetry, so one file name: :mod:`loadgen.telemetry` (the engines'
+names), this module (the figures), :mod:`reports.telemetry` (showing them).
 """
 
 from __future__ import annotations

@@ -261,7 +261,8 @@ class Target(Strict):
     gpu_metrics_url: Optional[str] = Field(None, examples=["http://gpu-node:9400/metrics"],
                                            description="a DCGM exporter's /metrics for the target's GPUs, scraped "
                                                        "during the run (the GPUs of a remote server)")
-    telemetry: Telemetry = Field(default_factory=Telemetry, description="how the target's own telemetry is read")
+    telemetry: Telemetry = Field(default_factory=Telemetry, examples=[{"engine": "vllm", "nvml": False}],
+                                 description="how the target's own telemetry is read (server and GPU metrics)")
     max_header_bytes: int = Field(MAX_HEADER_BYTES, examples=[262144], ge=1024, le=1 << 30,
                                   description="cap of a response's header block in bytes; past it the response is "
                                               "recorded as bad_response and its connection closed")
