@@ -77,7 +77,8 @@ def phase_rows(s: Summary, target: str) -> tuple[list[str], list[dict], str]:
             st = (ph.quantities or {}).get(q)
             cells.append(num(getattr(st, stat) if st else None, f"telemetry/phases/{n}/quantities/{q}/{stat}",
                              kind(first.unit), target))
-        rows.append({"label": f"{LABELS[q]} ({'peak' if stat == 'max' else 'mean'})", "cells": cells})
+        unit = ", ms" if first.unit == "s" else ""
+        rows.append({"label": f"{LABELS[q]} ({'peak' if stat == 'max' else 'mean'}{unit})", "cells": cells})
         sources.append(f"{LABELS[q]}: {first.source}")
     energy = [ph.energy_per_token_j for _, ph in phases]
     if any(e is not None for e in energy):

@@ -50,6 +50,8 @@ BATCH_TIMEOUT = (0.050, 0.100)  # a dynamic batcher's timeout, seconds
 #: How far a quantity must move to count, by unit, when it started near zero (for the "moved most" choice).
 FLOORS = {"requests": 1.0, "sequences": 1.0, "fraction": 0.05, "s": 0.005, "bytes": 1e8, "W": 10.0, "MHz": 100.0,
           "1/s": 1.0, "tokens": 0.1}
+#: The engine's own latencies are the effect the client measured too, not a cause: left out of "what moved most".
+EFFECTS = ("server.ttft", "server.itl", "server.e2e")
 STALE_SCRAPES = 2  # a /metrics whose last scrape is this many intervals before the run's end stopped answering
 
 
@@ -240,7 +242,7 @@ def _figure(st: TelemetryStat) -> tuple[str, float | None]:
 def moves(t: TelemetrySummary, summary: Summary) -> list[TelemetryMove]:
     """For each spike (summary ``burst``) and step above the expected rate (``headroom``): the quantity whose figure
     (a gauge's max, else its mean) changed most from the baseline phase, relative to the baseline (or to a floor
-    by unit when the baseline is near zero)."""
+    by unit when the baseline is near zero); the engine's own latencies (``EFFECTS``) are not candidates."""
     pairs = [(b.spike, b.baseline) for b in summary.burst or [] if b.spike and b.baseline]
     h = summary.headroom
     if h is not None and h.high is not None and h.base is not None and h.high.phase and h.base.phase:
@@ -253,7 +255,7 @@ def moves(t: TelemetrySummary, summary: Summary) -> list[TelemetryMove]:
         best, score = None, 0.0
         for q, st in (after.quantities or {}).items():
             b = (before.quantities or {}).get(q)
-            if b is None:
+            if b is None or q in EFFECTS:
                 continue
             stat, va = _figure(st)
             vb = getattr(b, stat)
