@@ -41,8 +41,8 @@ PREFIXES = ("refserver_", "vllm_")
 #: :mod:`loadgen.telemetry.adapters`), so any engine latbench knows fills them; a panel whose source is already
 #: drawn (vLLM's batch size is its running requests) is left out.
 PANELS = (
-    ("server.batch_size", "batch size", "sequences", 1.0),
     ("server.requests_running", "requests running", "requests", 1.0),
+    ("server.batch_size", "batch size", "sequences", 1.0),
     ("server.queue_waiting", "queued requests", "requests", 1.0),
     ("server.queue_time", "queue time", "ms", 1e3),
     ("server.kv_cache_usage", "KV cache usage", "%", 100.0),

@@ -184,8 +184,9 @@ def telemetry_summary(server: pd.DataFrame | None, gpu: pd.DataFrame | None, pla
         if server is not None and reading.engine is None:
             notes.append("the target's /metrics names no engine latbench knows (vllm, sglang, tgi, triton, "
                          "refserver): set target.telemetry.engine or .names")
-        out = TelemetrySummary(measured=False, notes=notes or ["no server telemetry: the target has no metrics_url "
-                                                               "and no GPU was sampled"])
+        out = TelemetrySummary(measured=False, notes=notes or ["no server telemetry was recorded: no samples of the "
+                                                               "target's /metrics (none set, or none scraped) and "
+                                                               "no GPU sampled"])
         out.checklist = checklist(out, summary, server_config)
         return out, []
     power = None
