@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 #: How an SLO threshold is read: a duration ('300ms'), a fraction ('1%', 0.01) or a rate (requests/s).
-SloKind = Literal["duration", "fraction", "rate"]
+SloKind = Literal["duration", "fraction", "rate", "telemetry"]
 #: The scopes of summary.json: the run as a whole, and each phase.
 SCOPES = ("overall", "phases")
 
@@ -53,6 +53,7 @@ class Metric:
     scopes: tuple[str, ...] = SCOPES
     doc: str = ""  # the documentation's definition (Markdown); the definition when empty
     needs: Optional[str] = None  # a records column: in summary.json only where some request has it above 0
+    stats: tuple[str, ...] = ()  # a server-side (telemetry) quantity: the figures summary.json gives per phase
 
     @property
     def display(self) -> str:
@@ -113,6 +114,12 @@ def slo_rates() -> tuple[str, ...]:
     return tuple(m.name for m in _REGISTRY.values() if m.slo == "rate")
 
 
+def telemetry_quantities() -> tuple[Metric, ...]:
+    """Server-side quantities (``server.*``, ``gpu.*``): read from the engine's and the GPU's own telemetry, given
+    per phase in summary.json's ``telemetry`` block; an SLO names one as ``quantity.stat`` (a stat of ``stats``)."""
+    return tuple(m for m in _REGISTRY.values() if m.slo == "telemetry")
+
+
 def goodput_metrics() -> tuple[str, ...]:
     """Per-request metrics a goodput: bound may use."""
     return tuple(m.name for m in _REGISTRY.values() if m.goodput)
@@ -137,7 +144,8 @@ def doc_table() -> str:
     """The documentation's metric table, as Markdown (docs/reference/metrics.md holds it)."""
     lines = ["| metric | unit | definition | SLO | goodput |", "|---|---|---|---|---|"]
     for m in _REGISTRY.values():
-        slo = {"duration": "`.stat`", "fraction": "fraction", "rate": "req/s"}.get(m.slo or "", "")
+        slo = {"duration": "`.stat`", "fraction": "fraction", "rate": "req/s",
+               "telemetry": "`." + "`, `.".join(m.stats) + "`"}.get(m.slo or "", "")
         text = m.doc or m.definition.replace("|", "\\|")
         lines.append(f"| {m.name} | {m.unit} | {text} | {slo} | {'yes' if m.goodput else ''} |")
     return "\n".join(lines) + "\n"
@@ -388,5 +396,58 @@ for _m in (
             "conversation's later turn: from its due time), p50 and p99")),
     Metric("latency_errors_inf", "s",
            "latency percentiles with every failed request counted as infinitely slow"),
+):
+    register(_m)
+
+
+#: Server-side quantities: what the engine and the GPU say of themselves (loadgen.telemetry maps each engine's own
+#: names onto these). Units: fractions 0-1 (shown as %), seconds, bytes, watts, MHz, requests.
+_GAUGE, _HIST, _ONE = ("mean", "max"), ("mean", "p50", "p99"), ("mean",)
+TELEMETRY = "telemetry"
+for _m in (
+    Metric("server.requests_running", "requests", "requests the engine is running (in its batch), per scrape",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("server.queue_waiting", "requests", "requests waiting in the engine's queue, not yet running, per scrape",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("server.kv_cache_usage", "fraction", "share of the engine's KV-cache blocks in use, per scrape",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("server.prefix_cache_hit_rate", "fraction",
+           "prompt tokens found in the engine's prefix cache / prompt tokens looked up, over the phase",
+           slo=TELEMETRY, stats=_ONE, scopes=(TELEMETRY,)),
+    Metric("server.result_cache_hit_rate", "fraction",
+           "requests answered from a result (response) cache / requests looked up, over the phase",
+           slo=TELEMETRY, stats=_ONE, scopes=(TELEMETRY,)),
+    Metric("server.preemptions", "1/s", "requests preempted (vLLM) or retracted (SGLang) per second, over the phase",
+           slo=TELEMETRY, stats=_ONE, scopes=(TELEMETRY,)),
+    Metric("server.batch_size", "sequences",
+           "sequences per engine step (a batch-size histogram), else the running requests per scrape",
+           slo=TELEMETRY, stats=_GAUGE + ("p50", "p99"), scopes=(TELEMETRY,)),
+    Metric("server.spec_acceptance_rate", "fraction", "speculative decoding: accepted / proposed draft tokens",
+           slo=TELEMETRY, stats=_ONE, scopes=(TELEMETRY,)),
+    Metric("server.spec_acceptance_length", "tokens",
+           "speculative decoding: tokens per verification step (1 + accepted / drafts)",
+           slo=TELEMETRY, stats=_ONE, scopes=(TELEMETRY,)),
+    Metric("server.ttft", "s", "the engine's own time to first token (its histogram: arrival to first token)",
+           slo=TELEMETRY, stats=_HIST, scopes=(TELEMETRY,)),
+    Metric("server.itl", "s", "the engine's own inter-token latency (its histogram)",
+           slo=TELEMETRY, stats=_HIST, scopes=(TELEMETRY,)),
+    Metric("server.e2e", "s", "the engine's own end-to-end request latency (its histogram, or its duration counters)",
+           slo=TELEMETRY, stats=_HIST, scopes=(TELEMETRY,)),
+    Metric("server.queue_time", "s", "the engine's own queue time per request (its histogram, or its counters)",
+           slo=TELEMETRY, stats=_HIST, scopes=(TELEMETRY,)),
+    Metric("gpu.utilization", "fraction", "GPU utilization (share of time a kernel ran), per sample, over devices",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("gpu.memory_used", "bytes", "GPU memory in use, summed over devices, per sample",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("gpu.memory_total", "bytes", "GPU memory (VRAM), summed over devices",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("gpu.memory_share", "fraction", "GPU memory in use / VRAM, per sample",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("gpu.power", "W", "GPU power draw, summed over devices, per sample",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("gpu.sm_clock", "MHz", "GPU SM clock, over devices, per sample",
+           slo=TELEMETRY, stats=_GAUGE, scopes=(TELEMETRY,)),
+    Metric("gpu.energy_per_token", "J", "GPU energy (power integrated over the phase) / output tokens of the phase",
+           slo=TELEMETRY, stats=_ONE, scopes=(TELEMETRY,)),
 ):
     register(_m)

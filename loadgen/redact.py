@@ -449,6 +449,7 @@ def register_placement(field: str, placement: Placement) -> None:
 
 register_placement("url", Placement(_collect_url, _redact_url_field, _userinfo, _url_place))
 register_placement("metrics_url", Placement(_collect_url, _redact_url_field, _userinfo, _url_place))
+register_placement("gpu_metrics_url", Placement(_collect_url, _redact_url_field, _userinfo, _url_place))
 register_placement("headers", Placement(_collect_headers, _redact_headers_field))
 register_placement("extra_body", json_placement())  # request options merged into every body (workloads)
 

@@ -157,14 +157,15 @@ def target_figures(td: TargetData) -> list[dict]:
         if hp:
             figs.append({"id": "host", "title": "Host: CPU waits", "uri": hp, "caption": host_caption(td.result)})
         records = td.frame() if td.has_records else None
-        sp, panels = server_plot(td.result, td.server_metrics(), records)
+        sp, panels = server_plot(td.result, td.server_metrics(), records, td.telemetry())
         if sp:
-            gpu = gpu_utilization(td.server_metrics())
+            gpu = gpu_utilization(td.telemetry())
             band = ("" if gpu is None else
                     f" GPU utilization: median {gpu['median']:.0f}%; {gpu['within']:.0%} of scrapes within the "
                     f"article's 70-80% band (shaded), {gpu['below']:.0%} below, {gpu['above']:.0%} above.")
             figs.append({"id": "server", "title": "Server side", "uri": sp,
-                         "caption": "Scraped from the target's Prometheus /metrics every second, on the same clock: "
+                         "caption": "The target's own telemetry (its Prometheus /metrics, and NVML or DCGM where "
+                                    "sampled), every second on the same clock as the requests: "
                                     + ", ".join(panels) + " (per scrape interval)." + band + _ttft_note(
                                         ttft_comparison(td.server_metrics(), records))})
     return figs

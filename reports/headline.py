@@ -40,6 +40,7 @@ from reports.claims import includes_one
 from reports.repeated import repeated_headline
 from reports.report_model import COLD, COMPARED, Cell, Headline, compared, num, pct
 from reports.rundir_loader import RunData, TargetData
+from reports.telemetry import move_sentences
 
 ARCH = "@architectures"  # Cell.target of numbers of loadgen.headline.architectures()
 
@@ -281,6 +282,7 @@ def burst_headline(spikes: list[tuple[TargetData, int]]) -> Headline:
         else:
             second.append(".")
         sentences.append(second)
+        sentences += move_sentences(s, name, e.spike)
         if rec is not None and rec.measured is not False:
             notes.append(f"Recovery rule: the p99 latency of every {rec.window_s:g} s window of requests scheduled "
                          f"in {rec.phase} (failed ones as infinitely slow), sliding by {rec.step_s:g} s, stays "
@@ -317,6 +319,7 @@ def headroom_headline(targets: list[TargetData]) -> Headline:
                              (d.high.phase, d.base.phase))
         sentences.append(first)
         sentences.append(_headroom_verdict(s, name) + _headroom_capacity(d, name))
+        sentences += move_sentences(s, name, d.high.phase)
     notes.append("Ratio interval from the ends of the two 95% intervals (holds with at least 90% confidence).")
     if not any(td.result.headroom.capacity for td in targets):
         notes.append("Pass `--capacity RUNDIR` (a `latbench capacity` search of the same target) to place the load "

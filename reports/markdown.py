@@ -16,6 +16,7 @@ from reports import fmt, repeated, report_model
 from reports.headline import headline
 from reports.run_report import run_comparison
 from reports.rundir_loader import RunData
+from reports.telemetry import checklist_lines
 
 ICON = {"passed": "✅", "failed": "❌", "invalid": "⚠️"}
 
@@ -156,6 +157,9 @@ def render_markdown(run: RunData) -> str:
             for line in notable_lines(td.result.host if td.result else None)]
     if host:
         lines += ["**Host:**", *host, ""]
+    checks = [f"- {esc(td.name)}: {esc(line)}" for td in run.targets for line in checklist_lines(td.result)]
+    if checks:
+        lines += ["**The article's checklist (server side):**", *checks, ""]
     cmp = run_comparison(run)
     if cmp:
         words = [c[3] for c in report_model.COMPARE]

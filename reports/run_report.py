@@ -6,7 +6,7 @@ from pathlib import Path
 
 from loadgen.analysis.closedloop import HELD_MIN
 from loadgen.records.rundir import write_text
-from reports import breakdowns, repeated, report_model
+from reports import breakdowns, repeated, report_model, telemetry
 from reports.figures import overview_figures, target_figures, warmup_figure
 from reports.headline import headline
 from reports.html import render
@@ -22,7 +22,7 @@ def target_section(td, i: int) -> dict:
     if s is None:
         return sec | {"scopes": [], "outcomes": None, "rates": None, "tokens": None, "figures": [], "turns": [],
                       "turns_note": "", "closed": [], "image_sizes": [], "tools": [], "tools_note": "",
-                      "structured_note": ""}
+                      "structured_note": "", "server": {"rows": []}, "checklist": []}
     sec["scopes"] = [{"label": label, "recorded": sc.is_recorded,
                       "rows": report_model.percentile_table(sc, td.name, prefix)}
                      for label, prefix, sc in s.scopes()]
@@ -36,6 +36,8 @@ def target_section(td, i: int) -> dict:
     sec["turns"], sec["turns_note"] = report_model.turn_rows(s, td.name), report_model.conversation_note(s)
     sec["image_sizes"], sec["tools"] = breakdowns.image_rows(s, td.name), breakdowns.tool_rows(s, td.name)
     sec["tools_note"], sec["structured_note"] = breakdowns.tool_note(s), breakdowns.structured_note(s)
+    cols, rows, note = telemetry.phase_rows(s, td.name)
+    sec["server"], sec["checklist"] = {"cols": cols, "rows": rows, "note": note}, telemetry.checklist_rows(s, td.name)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)

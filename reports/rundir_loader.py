@@ -23,21 +23,25 @@ from pydantic import ValidationError
 from loadgen.analysis.coldstart import cold_start_summary
 from loadgen.analysis.host import read_host
 from loadgen.analysis.metrics import records_frame, summarize
+from loadgen.analysis.telemetry import read_samples, series_frame
 from loadgen.errors import RunDirError
 from loadgen.records.results import CapacityRef, ColdStart, Meta, MetaTarget, Repeats, StartGroup, Summary
 from loadgen.records.rundir import (
     COLD_START,
+    GPU_METRICS,
     HOST,
     META,
     REPEATS,
     REQUESTS,
     SERVER_METRICS,
     SUMMARY,
+    TELEMETRY,
     RunDir,
     jsonable,
     read_result,
 )
 from loadgen.records.schema import SCHEMA, read_records, records_exist
+from loadgen.records.series_file import read_series
 from loadgen.scenario.model import GoodputObjectives, Load, slo_line
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
 
@@ -62,6 +66,7 @@ class TargetData:
     _frame: pd.DataFrame | None = None
     _ok: pd.DataFrame | None = None
     _server: pd.DataFrame | None = None
+    _telemetry: pd.DataFrame | None = None
     _host: pd.DataFrame | None = None
     _result: Summary | None = None
 
@@ -127,6 +132,17 @@ class TargetData:
         if self._host is None:
             self._host = read_host(self.dir / HOST)
         return self._host
+
+    def telemetry(self) -> pd.DataFrame | None:
+        """telemetry.csv (time, source, metric, value: each server-side quantity by the name it was read from), or,
+        for a RunDir written before it existed, the same made from server_metrics.csv; None without telemetry."""
+        if self._telemetry is None:
+            self._telemetry = read_series(self.dir / TELEMETRY)
+            if self._telemetry is None:
+                t = self.result.telemetry if self.result else None
+                self._telemetry = series_frame(self.server_metrics(), read_samples(self.dir / GPU_METRICS),
+                                               (t.engine if t is not None and t.engine else "auto"))
+        return self._telemetry
 
 
 def _float(s: str) -> float:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from loadgen.analysis.telemetry import series_frame
 from loadgen.records.results import Summary, Timeseries
 from reports.drawing import figure, plot_style, to_uri
 from reports.plots import (
@@ -35,22 +36,19 @@ from reports.plots import (
 
 PREFIXES = ("refserver_", "vllm_")
 
-#: Each panel: title, y label, and the ways to compute it, first available wins: ("hist", base, scale) mean
-#: per interval; ("gauge", name, scale) value summed over label sets; ("gauge_mean", name, scale) averaged
-#: over label sets (a percentage per engine); ("ratio", hits, misses) hits / (hits + misses); ("share", hits,
-#: queries) hits / queries. A fourth element of a hist or gauge way names the panel instead of its title.
+#: The panels, in order: (quantity of the metric registry, title, unit, scale from its unit to the one shown). The
+#: series come from telemetry.csv (each quantity read through its engine's adapter,
+#: :mod:`loadgen.telemetry.adapters`), so any engine latbench knows fills them; a panel whose source is already
+#: drawn (vLLM's batch size is its running requests) is left out.
 PANELS = (
-    ("batch size", "sequences", [("hist", "{p}batch_size", 1.0),
-                                 ("gauge", "{p}num_requests_running", 1.0, "requests running")]),
-    ("queued requests", "requests", [("gauge", "{p}num_requests_waiting", 1.0)]),
-    ("queue time", "ms", [("hist", "{p}request_queue_time_seconds", 1e3)]),
-    ("KV cache usage", "%", [("gauge_mean", "{p}kv_cache_usage_perc", 100.0),
-                             ("gauge_mean", "{p}gpu_cache_usage_perc", 100.0)]),
-    ("prefix cache hit rate", "% of tokens", [("share", "{p}prefix_cache_hits_total", "{p}prefix_cache_queries_total"),
-                                              ("share", "{p}gpu_prefix_cache_hits_total",
-                                               "{p}gpu_prefix_cache_queries_total")]),
-    ("cache hit rate", "%", [("ratio", "{p}cache_hits_total", "{p}cache_misses_total")]),
-    ("GPU utilization", "%", [("gauge", "{p}gpu_utilization_percent", 1.0), ("gauge", "DCGM_FI_DEV_GPU_UTIL", 1.0)]),
+    ("server.requests_running", "requests running", "requests", 1.0),
+    ("server.batch_size", "batch size", "sequences", 1.0),
+    ("server.queue_waiting", "queued requests", "requests", 1.0),
+    ("server.queue_time", "queue time", "ms", 1e3),
+    ("server.kv_cache_usage", "KV cache usage", "%", 100.0),
+    ("server.prefix_cache_hit_rate", "prefix cache hit rate", "% of tokens", 100.0),
+    ("server.result_cache_hit_rate", "cache hit rate", "%", 100.0),
+    ("gpu.utilization", "GPU utilization", "%", 100.0),
 )
 #: The engine's own time to first token (a histogram, seconds), under each server's prefix.
 TTFT_BASE = "{p}time_to_first_token_seconds"
@@ -84,49 +82,28 @@ def hist_mean(df: pd.DataFrame, base: str) -> pd.Series:
     return (ds / dc.where(dc > 0)).iloc[1:]  # NaN kept: a gap in the line, not a straight line across it
 
 
-def counter_rate(df: pd.DataFrame, name: str) -> pd.Series:
-    """Per-second rate of a counter over each scrape interval."""
-    s = total(df, name)
-    dt = pd.Series(s.index, index=s.index).diff()
-    return (_delta(s) / dt).dropna()
-
-
-def gauge_mean(df: pd.DataFrame, name: str) -> pd.Series:
-    """One gauge averaged over its label sets (one value per engine), indexed by scrape time."""
-    return df[df["metric"] == name].groupby("time")["value"].mean().sort_index()
-
-
-def _ratio(df, a: str, b: str, share: bool) -> pd.Series:
-    da, db = _delta(total(df, a)), _delta(total(df, b))
-    den = db if share else da + db
-    return (100.0 * da / den.where(den > 0)).iloc[1:]
+def panels(frame: pd.DataFrame | None) -> list[tuple[str, str, pd.Series, str]]:
+    """(title, unit, series indexed by time, source name) for each panel telemetry.csv's ``frame`` can fill."""
+    if frame is None or frame.empty:
+        return []
+    out, drawn = [], set()
+    for quantity, title, unit, scale in PANELS:
+        sel = frame[frame["metric"] == quantity]
+        if sel.empty:
+            continue
+        source = str(sel["source"].iloc[0])
+        if source in drawn:
+            continue
+        drawn.add(source)
+        s = sel.groupby("time")["value"].mean().sort_index() * scale
+        out.append((title, unit, s, source))
+    return out
 
 
 def panel_series(df: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
-    """(title, unit, series) for each panel the scraped metrics can fill; absent metrics are left out."""
-    df = normalise(df)
-    names = set(df["metric"].unique())
-    out = []
-    for title, unit, ways in PANELS:
-        for way in ways:
-            for p in PREFIXES:
-                kind, first = way[0], way[1].format(p=p)
-                if kind == "hist" and first + "_count" in names:
-                    s = hist_mean(df, first) * way[2]
-                elif kind == "gauge" and first in names:
-                    s = total(df, first) * way[2]
-                elif kind == "gauge_mean" and first in names:
-                    s = gauge_mean(df, first) * way[2]
-                elif kind in ("ratio", "share") and first in names and way[2].format(p=p) in names:
-                    s = _ratio(df, first, way[2].format(p=p), kind == "share")
-                else:
-                    continue
-                out.append((way[3] if kind in ("hist", "gauge", "gauge_mean") and len(way) > 3 else title, unit, s))
-                break
-            else:
-                continue
-            break
-    return out
+    """(title, unit, series) of each panel raw scraped samples (server_metrics.csv) can fill, read through the
+    engine adapters as a run's telemetry.csv is."""
+    return [(title, unit, s) for title, unit, s, _ in panels(series_frame(df))]
 
 
 def _ttft_base(names: set[str]) -> str | None:
@@ -205,12 +182,11 @@ def ttft_panel(df: pd.DataFrame, records: pd.DataFrame | None) -> tuple[pd.Serie
     return engine, client_ttft(records, times)
 
 
-def gpu_utilization(df: pd.DataFrame | None) -> dict | None:
-    """GPU utilization against the article's 70-80% band, over the scrapes: median and the share of scrapes
-    below, within and above it (percent, fractions); None when the server exported none (a CPU server)."""
-    if df is None or df.empty:
-        return None
-    s = next((s for title, _, s in panel_series(df) if title == GPU_TITLE), None)
+def gpu_utilization(frame: pd.DataFrame | None) -> dict | None:
+    """GPU utilization against the article's 70-80% band, over the samples of telemetry.csv's ``frame``: median and
+    the share of samples below, within and above it (percent, fractions); None when none was sampled (a CPU
+    server)."""
+    s = next((s for title, _, s, _ in panels(frame) if title == GPU_TITLE), None)
     v = s.dropna().to_numpy() if s is not None else np.empty(0)
     if not v.size:
         return None
@@ -219,25 +195,27 @@ def gpu_utilization(df: pd.DataFrame | None) -> dict | None:
             "within": float(np.mean((v >= lo) & (v <= hi))), "above": float(np.mean(v > hi)), "scrapes": int(v.size)}
 
 
-def server_plot(summary: Summary, df: pd.DataFrame | None,
-                records: pd.DataFrame | None = None) -> tuple[str | None, list[str]]:
-    """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles).
+def server_plot(summary: Summary, df: pd.DataFrame | None, records: pd.DataFrame | None = None,
+                frame: pd.DataFrame | None = None) -> tuple[str | None, list[str]]:
+    """Client p99 above the server's panels on one time axis; returns (data URI or None, panel titles, each with
+    the metric it was read from).
 
-    ``records``: the run's records frame (``loadgen.analysis.metrics.records_frame``); with it, a server that reports
-    its own TTFT gets a panel with latbench's TTFT per interval beside the engine's.
+    ``df``: server_metrics.csv (raw, for the engine's TTFT); ``frame``: telemetry.csv (the panels; made from ``df``
+    when not given). ``records``: the run's records frame (``loadgen.analysis.metrics.records_frame``); with it, a
+    server that reports its own TTFT gets a panel with latbench's TTFT per interval beside the engine's.
     """
-    if df is None or df.empty:
-        return None, []
-    panels = [p for p in panel_series(df) if p[2].notna().any()]
-    ttft = ttft_panel(df, records)
-    if not panels and ttft is None:
+    has_df = df is not None and not df.empty
+    frame = frame if frame is not None else (series_frame(df) if has_df else None)
+    panels_ = [p for p in panels(frame) if p[2].notna().any()]
+    ttft = ttft_panel(df, records) if has_df else None
+    if not panels_ and ttft is None:
         return None, []
     ts = summary.timeseries or Timeseries()
     t = np.asarray(ts.t or [], dtype=float)
     step = float(ts.step_s or 1.0)
     p99 = series(ts.latency_p99 or [])
     phases = phase_windows(summary)
-    rows = len(panels) + (ttft is not None)
+    rows = len(panels_) + (ttft is not None)
     with plot_style():
         fig, ax = figure(11, 1.6 + 1.5 * rows, 1 + rows, 1, sharex=True)
         a = ax[0, 0]
@@ -245,7 +223,7 @@ def server_plot(summary: Summary, df: pd.DataFrame | None,
             a.plot(t + step / 2, p99 * 1e3, color=PALETTE[1], lw=1.3, label="client p99")
         latency_axis(a, p99 * 1e3, "client p99")
         shade_phases(a, phases)
-        for i, (title, unit, s) in enumerate(panels, start=1):
+        for i, (title, unit, s, _) in enumerate(panels_, start=1):
             b = ax[i, 0]
             b.plot(s.index.to_numpy(), s.to_numpy(), color=PALETTE[(i + 1) % len(PALETTE)], lw=1.3, marker=".", ms=3)
             b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(0, None if np.nanmax(s.to_numpy()) > 0 else 1)
@@ -265,6 +243,8 @@ def server_plot(summary: Summary, df: pd.DataFrame | None,
             b.legend(loc="upper right", fontsize=7, frameon=False)
             shade_windows(b, phases)
         ax[-1, 0].set_xlabel("time since start (s)")
-        end = max([t[-1] + step if t.size else 0] + [p["end"] for p in phases] + [float(df["time"].max())])
+        end = max([t[-1] + step if t.size else 0] + [p["end"] for p in phases] + [float(frame["time"].max())
+                                                                                   if frame is not None else 0.0])
         a.set_xlim(0, end)
-        return to_uri(fig), [p[0] for p in panels] + ([TTFT_TITLE] if ttft is not None else [])
+        return to_uri(fig), ([f"{p[0]} ({p[3]})" for p in panels_]
+                             + ([TTFT_TITLE] if ttft is not None else []))

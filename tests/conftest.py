@@ -129,6 +129,7 @@ ALONE_UNIT = "alone"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: timing-sensitive; runs while no other test of the session runs")
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU and nvidia-ml-py; skips where there is none")
     config.addinivalue_line("markers", "contends: contends its host on purpose; its failures are never excused as "
                                        "the host's")
 

@@ -161,6 +161,10 @@ class KnownServer:
         self.queries.append(request.query_string)
         return web.json_response({"object": "list", "data": [{"id": "known", "object": "model"}]})
 
+    def get_routes(self) -> list:
+        """(path, handler) of GET routes a subclass adds (an engine's /metrics)."""
+        return []
+
     def _serve(self):
         try:
             import uvloop
@@ -174,6 +178,8 @@ class KnownServer:
         app.router.add_get("/sleep", self.sleep)
         for path, handler in self.more_routes():
             app.router.add_post(path, handler)
+        for path, handler in self.get_routes():
+            app.router.add_get(path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", self.port or 0)

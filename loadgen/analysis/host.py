@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen.records.results import Contended, HostPhase, HostSummary, HostTree
+from loadgen.records.series_file import read_series
 from loadgen.schedule.arrivals import PhasePlan
 
 WAIT_SHARE_LIMIT = 1 / 3  # over it, the judged tree's work took over 1.5 times its CPU time: invalid
@@ -49,11 +50,7 @@ NOTABLE_STEAL = 0.02
 
 def read_host(path: Path) -> pd.DataFrame | None:
     """host.csv (time, source, metric, value), or None when the run has none or it cannot be read."""
-    try:
-        f = pd.read_csv(path, dtype={"source": str, "metric": str})
-    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
-        return None
-    return f if set(f.columns) >= {"time", "source", "metric", "value"} and len(f) else None
+    return read_series(path)
 
 
 def series(frame: pd.DataFrame, source: str, metric: str) -> tuple[np.ndarray, np.ndarray]:

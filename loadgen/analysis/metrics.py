@@ -481,5 +481,6 @@ def evaluate_slos(overall: Scope, phases: dict[str, Scope], slos: list[SLO], tar
             continue
         value, ci = slo_value(scope, s)
         out.append(SloResult(expr=s.expr, metric=s.metric, stat=s.stat, op=s.op, threshold=s.threshold,
-                             scope=s.scope, applies=True, value=value, ci=ci, passed=s.check(value)))
+                             scope=s.scope, applies=True, value=value, ci=ci, passed=s.check(value),
+                             **({"upper": s.upper} if s.upper is not None else {})))
     return out

@@ -45,7 +45,7 @@ from loadgen.records.results import (
     Summary,
 )
 from loadgen.records.results import RepeatRun as RepeatRun_
-from loadgen.scenario.slo import SLO
+from loadgen.scenario.slo import IN, SLO
 from loadgen.units import fmt_ms
 
 CONFIDENCE = 0.95
@@ -139,7 +139,7 @@ def group_slo(slo: SLO, rows: list[SloResult | None], default_judge: str) -> Rep
         return RepeatSlo(expr=slo.expr, metric=slo.metric, stat=slo.stat, op=slo.op, threshold=slo.threshold,
                          scope=slo.scope, applies=False, passed=True, value=None, ci=None)
     values = [None if r is None else _num(r.value) for r in rows]
-    judge = slo.judge or default_judge
+    judge = "median" if slo.op == IN else (slo.judge or default_judge)  # a range has no pessimistic side
     b = between(values, scale_for(slo.metric, values))
     lower_is_better = slo.op in ("<", "<=")
     missing = [i + 1 for i, v in enumerate(values) if v is None]

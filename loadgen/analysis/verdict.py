@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from loadgen import metric_registry
 from loadgen.analysis.closedloop import held_text
 from loadgen.analysis.failures import SERVICE_CLASSES, describe
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
@@ -183,7 +184,10 @@ def labelled(name: str, expr: str) -> str:
 
 def unmeasured(slo: SloResult, s: Summary | None) -> str:
     """Why an objective has no value, in words: its phase recorded no request (the run stopped before it, or the
-    phase never ran), or none of its requests succeeded."""
+    phase never ran), or none of its requests succeeded; a server-side objective's quantity was not measurable here
+    (its reason says why)."""
+    if metric_registry.slo_kind(slo.metric) == "telemetry":
+        return "not measurable here"
     s = s or Summary()
     name = (slo.scope or "").split("/")[-1]
     phases = s.phases or {}

@@ -246,7 +246,8 @@ def scenario_page() -> str:
 
 # -- metrics -------------------------------------------------------------------------------------------------------
 
-_SLO_EXAMPLE = {"duration": "{name}.p99 < 300ms", "fraction": "{name} < 1%", "rate": "{name} > 10"}
+_SLO_EXAMPLE = {"duration": "{name}.p99 < 300ms", "fraction": "{name} < 1%", "rate": "{name} > 10",
+                "telemetry": "{name}.mean > 0"}
 
 
 def metrics_page() -> str:
@@ -268,7 +269,9 @@ def metrics_page() -> str:
             facts.append("- **measured over**: " + ("every request" if m.of_all else "the successful requests")
                          + "; summary.json gives its count, mean, percentiles with 95% intervals and maximum")
         facts.append("- **in summary.json**: " + " and ".join(
-            {"overall": "`overall`", "phases": "each of `phases`"}.get(s, s) for s in m.scopes))
+            {"overall": "`overall`", "phases": "each of `phases`",
+             "telemetry": "`telemetry.overall` and each of `telemetry.phases` (its `quantities`)"}.get(s, s)
+            for s in m.scopes))
         if m.computed_by:
             facts.append(f"- **computed by**: `{m.computed_by}`")
         if m.slo:
@@ -377,8 +380,16 @@ OTHER_FILES = {
     rundir.SERVER_LOG: "what a server latbench started printed (stdout and stderr, redacted, 8 MiB at most)",
     rundir.HOST: "the host sampled every 0.5 s: CPU time and run-queue wait of latbench and of the managed server, "
                  "steal, load average",
+    rundir.GPU_METRICS: "the target's GPUs sampled every second, as raw samples in `server_metrics.csv`'s columns: "
+                        "NVML on the latbench host (`nvml:*`, the `gpu` extra) or a DCGM exporter's `/metrics` "
+                        "(`gpu_metrics_url`, `DCGM_FI_*`)",
+    rundir.TELEMETRY: "the target's own telemetry over time in `host.csv`'s columns (time, source, metric, value): "
+                      "each server-side quantity (`metric`: `server.queue_waiting`, `gpu.utilization`, ...) by the "
+                      "engine's own name it was read from (`source`: `vllm:num_requests_waiting`, ...); gauges per "
+                      "scrape, histograms' means and counters' rates per scrape interval",
 }
-PER_TARGET = (rundir.REQUESTS, rundir.SUMMARY, rundir.SERVER_METRICS, rundir.SERVER_LOG, rundir.HOST)
+PER_TARGET = (rundir.REQUESTS, rundir.SUMMARY, rundir.SERVER_METRICS, rundir.SERVER_LOG, rundir.HOST,
+              rundir.GPU_METRICS, rundir.TELEMETRY)
 
 
 def _columns() -> dict[str, str]:

@@ -28,15 +28,15 @@ One idea at several stages, the host's share of a run, so one file name: :mod:`l
 
 from __future__ import annotations
 
-import csv
 import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadgen.records.series_file import write_series
+
 INTERVAL = 0.5  # seconds between samples: a 4 s phase gets 8 of them
-HEADER = ("time", "source", "metric", "value")
 PROC = Path("/proc")
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -284,9 +284,4 @@ class HostSampler:
         """host.csv, times since ``t0`` (perf_counter); None when nothing was sampled."""
         if not self.samples:
             return None
-        path = Path(path)
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(HEADER)
-            w.writerows((f"{t - t0:.4f}", src, metric, repr(float(v))) for t, src, metric, v in self.rows)
-        return path
+        return write_series(path, ((t - t0, src, metric, v) for t, src, metric, v in self.rows))

@@ -35,7 +35,7 @@ from loadgen.monitoring.exposition import (
     REQUESTS,
     SLO_HOLDING,
 )
-from loadgen.scenario.slo import SLO, percentile_of
+from loadgen.scenario.slo import IN, SLO, percentile_of
 
 _NEGATE_EXACT = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 # from buckets a value equal to the threshold cannot be told apart: the strict side is taken (ties aside)
@@ -79,6 +79,8 @@ def slo_expr(slo: SLO, scenario: str, target: str, range_s: float) -> tuple[str,
     """(PromQL that is non-empty while ``slo`` is breached, how it is computed: 'buckets', 'exact' or 'watch')."""
     r = duration(range_s)
     sel = selector(scenario, target)
+    if slo.op == IN:  # a range: the watch's own holding gauge says it
+        return f"{SLO_HOLDING}{selector(scenario, target, slo=slo.expr)} == 0", "watch"
     if slo.metric == "error_rate":
         errors = f'sum(rate({REQUESTS}{selector(scenario, target, outcome="error")}[{r}]))'
         return (f"{errors} / sum(rate({REQUESTS}{sel}[{r}])) {_NEGATE_EXACT[slo.op]} {_num(slo.threshold)}",

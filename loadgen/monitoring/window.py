@@ -30,6 +30,8 @@ def watchable(slos: list[SLO], target: str) -> tuple[list[SLO], list[tuple[SLO, 
         tgt, name = s.scope_parts()
         if s.metric == "achieved_qps":
             skip.append((s, "the probe's rate is set by --qps, not by the scenario"))
+        elif s.server_side:
+            skip.append((s, "a server-side quantity: judged from a run's telemetry, not by a watch"))
         elif tgt is not None:
             if tgt == target:
                 skip.append((s, f"scoped to phase {name!r}; a watch has one phase, 'watch'"))

@@ -103,6 +103,13 @@ from loadgen.records.summary_scope import (  # noqa: F401 (re-exported: the resu
     ToolCountRow,
     UsageVsCounted,
 )
+from loadgen.records.summary_telemetry import (  # noqa: F401 (re-exported: the result models' one import path)
+    ChecklistItem,
+    TelemetryMove,
+    TelemetryPhase,
+    TelemetryStat,
+    TelemetrySummary,
+)
 
 #: Result file name -> its model (the names are loadgen.records.rundir's RESULT_FILES).
 RESULT_MODELS: dict[str, type[ResultFile]] = {

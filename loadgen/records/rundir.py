@@ -8,6 +8,8 @@
       <target>/summary.json         per phase and overall
       <target>/server_metrics.csv   scraped Prometheus metrics, when the target has them
       <target>/host.csv             the host sampled: CPU wait of latbench and the managed server, steal, load
+      <target>/gpu_metrics.csv      the GPUs sampled: NVML on this host, or a DCGM exporter (gpu_metrics_url)
+      <target>/telemetry.csv        the engine's and GPU's quantities over time (host.csv's shape), by source name
 
 Nothing here ever holds a secret: every file goes through the run's :class:`~loadgen.redact.Redactor` (one that
 knows no secret still redacts the userinfo and credential parameters of every URL).
@@ -46,6 +48,8 @@ SUMMARY = "summary.json"
 SERVER_METRICS = "server_metrics.csv"
 SERVER_LOG = "server.log"  # what a managed server printed, redacted (loadgen.run.targets.ServerLog)
 HOST = "host.csv"  # loadgen.engine.host
+GPU_METRICS = "gpu_metrics.csv"  # loadgen.engine.gpu (NVML) or a DCGM exporter's samples (loadgen.engine.scrape)
+TELEMETRY = "telemetry.csv"  # loadgen.analysis.telemetry: time, source, metric, value (loadgen.records.series_file)
 META = "meta.json"
 REGRESSION = "regression.json"
 COLD_START = "cold_start.json"

@@ -8,6 +8,7 @@ from typing import Any
 
 from loadgen.records.result_base import Num, ResultFile, ResultModel
 from loadgen.records.summary_scope import MetricStats, Percentile, Scope, ShortPhase, SloResult, Spread
+from loadgen.records.summary_telemetry import TelemetrySummary
 
 
 class RecoveryWindows(ResultModel):
@@ -319,6 +320,7 @@ class Summary(ResultFile):
     engine: str | None = None
     lost_workers: list[Any] | None = None
     host: HostSummary | None = None
+    telemetry: TelemetrySummary | None = None
     run_name: str | None = None
     failures: Failures | None = None
     preflight: Preflight | None = None

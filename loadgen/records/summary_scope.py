@@ -239,4 +239,5 @@ class SloResult(ResultModel):
     value: Num = None
     ci: list[Num] | None = None
     reason: str | None = None
+    upper: Num = None  # ``in lo..hi``: hi (``threshold`` is lo)
     ci_sectioned: list[Num] | None = None  # a capacity step's: see loadgen.analysis.capacity

@@ -12,7 +12,10 @@ the process and keeps its log. What could have bent the numbers is measured here
   answer in its API's shape stops the run before any load (:class:`PreflightFailed`, exit 3);
 - the CPU waits of latbench and of the managed server are sampled while each engine runs
   (:meth:`Measurement.sampling`, ``host.csv``), and a phase in which the judged one waited too long for a CPU
-  makes the run (or the capacity step, or the watch) invalid (:meth:`Measurement.host_block`).
+  makes the run (or the capacity step, or the watch) invalid (:meth:`Measurement.host_block`);
+- the target's own telemetry (its /metrics, its GPUs: NVML here, :meth:`Measurement.gpu_sampling`, or a DCGM
+  exporter) is read per phase into summary.json's ``telemetry`` and ``telemetry.csv``
+  (:meth:`Measurement.telemetry_block`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ from pathlib import Path
 from typing import Iterator
 
 from loadgen.analysis.host import host_summary, read_host
+from loadgen.analysis.telemetry import read_samples, telemetry_summary
 from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
+from loadgen.engine.gpu import GpuSampler
 from loadgen.engine.host import INTERVAL, HostSampler, watch_run
+from loadgen.engine.scrape import INTERVAL as SCRAPE_INTERVAL
 from loadgen.errors import TargetError
 from loadgen.fetch import FetchError, fetch
-from loadgen.records.results import HostSummary, ServerExited, ServerInfo
-from loadgen.records.rundir import HOST, SERVER_LOG
+from loadgen.records.results import HostSummary, ServerExited, ServerInfo, Summary, TelemetrySummary
+from loadgen.records.rundir import GPU_METRICS, HOST, SERVER_LOG, SERVER_METRICS, TELEMETRY
+from loadgen.records.series_file import write_series
 from loadgen.run.preflight import Check, check_tokenizer, preflight
 from loadgen.run.targets import ManagedServer, ServerExit, ServerLog, start_managed
 from loadgen.scenario.loader import LoadedScenario
@@ -138,6 +145,33 @@ class Measurement:
         time it had work (:func:`loadgen.analysis.host.host_summary`)."""
         judged, labels = host_judged(self.target)
         return host_summary(read_host(Path(tdir) / HOST), plans, duration, judged, labels, note=note, limit=limit)
+
+    @contextmanager
+    def gpu_sampling(self) -> Iterator[GpuSampler | None]:
+        """The latbench host's GPUs sampled with NVML around one engine run (None: ``target.telemetry.nvml`` is off,
+        or a DCGM exporter speaks for the target's GPUs); ``write`` its samples to gpu_metrics.csv after."""
+        if not self.target.telemetry.nvml or self.target.gpu_metrics_url:
+            yield None
+            return
+        sampler = GpuSampler().start()
+        try:
+            yield sampler
+        finally:
+            sampler.stop()
+
+    def telemetry_block(self, tdir: Path, plans: list[PhasePlan], duration: float, summary: Summary,
+                        notes: list[str]) -> TelemetrySummary:
+        """summary.json's ``telemetry`` from ``tdir``'s server_metrics.csv and gpu_metrics.csv (raw samples), and
+        ``telemetry.csv`` written beside them (:func:`loadgen.analysis.telemetry.telemetry_summary`)."""
+        tdir = Path(tdir)
+        server, gpu = read_samples(tdir / SERVER_METRICS), read_samples(tdir / GPU_METRICS)
+        cfg = self.server.config if self.server is not None else None
+        t = self.target.telemetry
+        block, rows = telemetry_summary(server, gpu, plans, duration, summary, t.engine, t.names, cfg, notes,
+                                        SCRAPE_INTERVAL)
+        if rows:
+            write_series(tdir / TELEMETRY, rows)
+        return block
 
     def _on_exit(self, ex: ServerExit) -> None:
         log.error("%s exited (%s) during the run: stopping the load", ex.what, ex.how)

@@ -20,6 +20,7 @@ from loadgen.analysis.metrics import build_summary
 from loadgen.analysis.regression import check_baseline
 from loadgen.analysis.repeated import RepeatRun, build_repeats, group_outcomes
 from loadgen.analysis.repeated_baseline import baseline_reasons, build_regression
+from loadgen.analysis.telemetry import telemetry_slos
 from loadgen.analysis.verdict import Kind, TargetOutcome, Verdict, judge
 from loadgen.engine.base import EngineResult, MeasuredTarget, OnEngine
 from loadgen.engine.failfast import FAIL_FAST_SLACK
@@ -42,6 +43,7 @@ from loadgen.records.results import (
 from loadgen.records.rundir import (
     CAPACITY,
     COLD_START,
+    GPU_METRICS,
     HOST,
     REGRESSION,
     REPEATS,
@@ -250,7 +252,7 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
             spec = sc.load.trace
             trace = (describe_trace(mt.target, sc.workload, spec, m.model, m.url, loaded.path.parent,
                                     chat=target.api in CHAT_APIS) if spec is not None else None)
-            with m.sampling() as host:  # CPU waits and steal, while the engine runs
+            with m.sampling() as host, m.gpu_sampling() as gpu:  # CPU waits and steal, GPUs, while it runs
                 res = opts.engine_for(target).run(mt, m.on_engine(on_engine), fail_fast)
     except PreflightFailed as exc:
         tr.error, tr.error_kind = exc.check.problem, Kind.PREFLIGHT
@@ -273,6 +275,12 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
                                trace=trace, server_exit=exited, check=m.check,
                                host=m.host_block(tdir, plan_phases(sc.load), res.duration, host.note,
                                                  sc.load.host_wait_limit))
+    gpu_notes = [gpu.note] if gpu is not None and gpu.note and gpu.devices else []  # no GPU here: nothing to say
+    if gpu is not None:
+        gpu.write(tdir / GPU_METRICS, res.t0)
+    summary.telemetry = m.telemetry_block(tdir, plan_phases(sc.load), res.duration, summary,
+                                          res.telemetry_notes + gpu_notes)
+    telemetry_slos(summary, sc.slo)
     write_json(tdir / SUMMARY, summary, redactor)
     tr.summary = summary
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the

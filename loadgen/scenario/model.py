@@ -40,6 +40,7 @@ from loadgen.scenario.media_model import (  # noqa: F401 (the reference pages fi
 )
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
 from loadgen.scenario.strict import Strict
+from loadgen.scenario.telemetry_model import Telemetry
 from loadgen.scenario.urls import url_problem
 from loadgen.units import parse_duration, parse_rate
 
@@ -257,6 +258,11 @@ class Target(Strict):
                             "where it can, else read")
     metrics_url: Optional[str] = Field(None, description="Prometheus /metrics to scrape during the run; "
                                        "for a command target, '{port}' is its port")
+    gpu_metrics_url: Optional[str] = Field(None, examples=["http://gpu-node:9400/metrics"],
+                                           description="a DCGM exporter's /metrics for the target's GPUs, scraped "
+                                                       "during the run (the GPUs of a remote server)")
+    telemetry: Telemetry = Field(default_factory=Telemetry, examples=[{"engine": "vllm", "nvml": False}],
+                                 description="how the target's own telemetry is read (server and GPU metrics)")
     max_header_bytes: int = Field(MAX_HEADER_BYTES, examples=[262144], ge=1024, le=1 << 30,
                                   description="cap of a response's header block in bytes; past it the response is "
                                               "recorded as bad_response and its connection closed")
@@ -272,7 +278,7 @@ class Target(Strict):
             raise ValueError("; ".join(problems))
         return v
 
-    @field_validator("url", "metrics_url")
+    @field_validator("url", "metrics_url", "gpu_metrics_url")
     @classmethod
     def _url(cls, v: str | None, info: ValidationInfo) -> str | None:
         # a command target's metrics_url may name '{port}', its started server's port

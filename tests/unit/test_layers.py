@@ -11,11 +11,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("loadgen", "reports", "reference_server")
 #: loadgen's stages, lowest first: a module may import its own stage and the ones before it.
-STAGES = ("version", "errors", "units", "metric_registry", "redact", "fetch", "scenario", "schedule", "records",
-          "protocols", "transports", "engine", "analysis", "monitoring", "run", "cli")
+STAGES = ("version", "errors", "units", "metric_registry", "redact", "fetch", "telemetry", "scenario", "schedule",
+          "records", "protocols", "transports", "engine", "analysis", "monitoring", "run", "cli")
 #: what reports may import from loadgen: definitions and analysis, never what sends load
-REPORTS_MAY_IMPORT = {"version", "errors", "units", "metric_registry", "redact", "scenario", "schedule", "records",
-                      "analysis"}
+REPORTS_MAY_IMPORT = {"version", "errors", "units", "metric_registry", "redact", "telemetry", "scenario", "schedule",
+                      "records", "analysis"}
 
 
 def _modules() -> dict[str, Path]:
