@@ -29,9 +29,10 @@ from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
 from loadgen.engine.host import INTERVAL, HostSampler, watch_run
 from loadgen.errors import TargetError
 from loadgen.fetch import FetchError, fetch
-from loadgen.records.results import HostSummary, ServerExited, ServerInfo
+from loadgen.records.results import HostSummary, ServerExited, ServerInfo, StateReset
 from loadgen.records.rundir import HOST, SERVER_LOG
 from loadgen.run.preflight import Check, check_tokenizer, preflight
+from loadgen.run.reset import reset_state
 from loadgen.run.targets import ManagedServer, ServerExit, ServerLog, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Target
@@ -138,6 +139,17 @@ class Measurement:
         time it had work (:func:`loadgen.analysis.host.host_summary`)."""
         judged, labels = host_judged(self.target)
         return host_summary(read_host(Path(tdir) / HOST), plans, duration, judged, labels, note=note, limit=limit)
+
+    def reset(self) -> StateReset | None:
+        """Empty what ``target.reset`` names before a run (None when it names nothing): the outcome, never an
+        exception (a reset that cannot be made leaves the cache as it was, and says so)."""
+        spec = self.target.reset
+        if spec is None:
+            return None
+        known = "reference" if self.target.reference is not None else None
+        out = reset_state(spec, self.url, self.metrics_url, self.target.headers, engine=known)
+        (log.info if out.done else log.warning)("%s: %s", self.target.name or "target", out.text)
+        return out
 
     def _on_exit(self, ex: ServerExit) -> None:
         log.error("%s exited (%s) during the run: stopping the load", ex.what, ex.how)

@@ -250,6 +250,9 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
             spec = sc.load.trace
             trace = (describe_trace(mt.target, sc.workload, spec, m.model, m.url, loaded.path.parent,
                                     chat=target.api in CHAT_APIS) if spec is not None else None)
+            reset = m.reset()  # after the pre-flight, right before the load: its request is not left cached
+            if reset is not None:
+                entry.update(reset=reset)
             with m.sampling() as host:  # CPU waits and steal, while the engine runs
                 res = opts.engine_for(target).run(mt, m.on_engine(on_engine), fail_fast)
     except PreflightFailed as exc:
@@ -273,6 +276,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
                                trace=trace, server_exit=exited, check=m.check,
                                host=m.host_block(tdir, plan_phases(sc.load), res.duration, host.note,
                                                  sc.load.host_wait_limit))
+    if reset is not None:
+        summary.reset = reset
     write_json(tdir / SUMMARY, summary, redactor)
     tr.summary = summary
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the

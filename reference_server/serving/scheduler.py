@@ -32,6 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from ..models.backends import ResolvedBackend, load_model
 from ..models.sampling import StopMatcher, sample
 from ..models.tokenizer import decode_token
 from ..models.vision import ImageCache, VisionEncoder
+from .cache_reset import CacheResets
 from .faults import FaultInjector
 from .gen_request import EngineFailed, EventChannel, GenRequest, QueueFull
 from .metrics import Metrics
@@ -60,6 +62,7 @@ class ServingEngine:
         self.image_cache: ImageCache | None = None  # with it, when config.image_cache_size
         self.audio: AudioEncoder | None = None  # made at the first audio clip
         self.error: str | None = None
+        self.resets = CacheResets()  # asked from the event loop, served by the worker between two steps
         self._cv = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
         self._prefilling: list[GenRequest] = []  # admitted, prompt not (fully) in the cache yet
@@ -113,6 +116,14 @@ class ServingEngine:
             except ValueError:
                 pass
             self.metrics.waiting.set(len(self._waiting))
+
+    def reset_caches(self) -> Future:
+        """Empty the prefix and image caches at the worker's next step boundary (call from the event loop); the
+        future gives what each held."""
+        with self._cv:
+            fut = self.resets.ask()
+            self._cv.notify()
+        return fut
 
     def _deliver(self, items: list[tuple[GenRequest, tuple]]) -> None:
         for req, event in items:
@@ -181,6 +192,7 @@ class ServingEngine:
             while True:
                 if self._stopping:
                     return False
+                self.resets.serve(self)
                 self._drop_aborted()
                 free = cfg.max_batch_size - len(self._running) - len(self._prefilling)
                 busy = self._running or self._prefilling
