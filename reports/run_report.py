@@ -36,6 +36,8 @@ def target_section(td, i: int) -> dict:
     sec["turns"], sec["turns_note"] = report_model.turn_rows(s, td.name), report_model.conversation_note(s)
     sec["image_sizes"], sec["tools"] = breakdowns.image_rows(s, td.name), breakdowns.tool_rows(s, td.name)
     sec["tools_note"], sec["structured_note"] = breakdowns.tool_note(s), breakdowns.structured_note(s)
+    if s.reset is not None and not s.reset.done:  # the run started from what earlier runs left: said where it shows
+        sec["notes"].append(s.reset.text)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)

@@ -16,7 +16,9 @@ The endpoint sits at the server's root, not under the API's ``/v1``. The engine 
 target is, else the one its ``/metrics`` names (``vllm:``, ``sglang:``, ``refserver:``...), else the
 ``owned_by`` of its ``/v1/models``; ``reset.url`` names the endpoint outright (a proxy, an unknown engine).
 
-A reset that cannot be made is not a server failure: it never fails the run. The summary then says that the
+An engine that cannot reset while requests hold its cache (vLLM answers ``{"success": false}``, SGLang 400) is
+asked again for a few seconds: the last run's cancelled requests end within moments. A reset that cannot be
+made is not a server failure: it never fails the run. The summary then says that the
 cache carried over, and why (an endpoint that answers 404 or 405, an engine without one, a refusal).
 """
 
@@ -32,6 +34,7 @@ from loadgen.scenario.reset import Reset
 from loadgen.scenario.urls import join_url
 
 RESET_DEADLINE_S = 30.0  # a reset waits for the engine's step in progress; generous, and never more than this
+BUSY_RETRY_S, BUSY_PAUSE_S = 10.0, 0.25  # an engine busy with requests is asked again, this long at most
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}  # what vLLM needs to serve /reset_prefix_cache
 
 #: engine -> (its name in sentences, the path of its prefix-cache reset; None: it has none)
@@ -98,25 +101,44 @@ def reset_state(spec: Reset, url: str, metrics_url: str | None = None, headers: 
     endpoint = spec.url or server_root(url) + path
     base.url = safe_url(endpoint)
     t0 = time.perf_counter()
-    try:
-        resp = fetch("POST", endpoint, headers=headers, deadline_s=RESET_DEADLINE_S)
-    except FetchError as exc:
-        base.seconds = time.perf_counter() - t0
-        return _carried(base, "failed", f"POST {base.url}: {exc.detail}")
+    while True:
+        try:
+            resp = fetch("POST", endpoint, headers=headers, deadline_s=RESET_DEADLINE_S)
+        except FetchError as exc:
+            base.seconds = time.perf_counter() - t0
+            return _carried(base, "failed", f"POST {base.url}: {exc.detail}")
+        if not _busy(resp) or time.perf_counter() - t0 > BUSY_RETRY_S:
+            break
+        time.sleep(BUSY_PAUSE_S)  # the last run's requests still hold blocks: they end within moments
     base.seconds, base.status = time.perf_counter() - t0, resp.status
     return _judged(base, resp, label or "the server")
 
 
+def _refused(resp: Response) -> bool:
+    """vLLM's answer to a reset it could not make: HTTP 200 with ``{"success": false}``."""
+    try:
+        return resp.ok and resp.json().get("success") is False
+    except (ValueError, AttributeError):
+        return False
+
+
+def _busy(resp: Response) -> bool:
+    """The engine could not reset now because requests still run: vLLM's ``success: false``, SGLang's 400."""
+    return _refused(resp) or resp.status == 400
+
+
 def _judged(base: StateReset, resp: Response, label: str) -> StateReset:
     where = f"POST {urlsplit(base.url).path}"
-    if resp.ok:
+    if resp.ok and not _refused(resp):
         base.done = True
         base.text = f"{WHAT[base.what]} reset before the run ({label}, {where}: HTTP {resp.status})"
         return base
     if resp.status in (404, 405):
         hint = " (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)" if base.engine == "vllm" else ""
         return _carried(base, "not available", f"{label} answered HTTP {resp.status} to {where}{hint}")
-    return _carried(base, "failed", f"{label} answered HTTP {resp.status} to {where}")
+    busy = f" for {BUSY_RETRY_S:g} s (requests still held its blocks)" if _busy(resp) else ""
+    said = "success: false" if _refused(resp) else f"HTTP {resp.status}"
+    return _carried(base, "failed", f"{label} answered {said} to {where}{busy}")
 
 
 def _carried(base: StateReset, how: str, why: str) -> StateReset:
