@@ -11,16 +11,17 @@ import json
 import pytest
 from aiohttp import web
 
+from loadgen.errors import ScenarioError
 from loadgen.fetch import fetch
 from loadgen.records.results import Meta, Summary
 from loadgen.run import reset
 from loadgen.run.reset import reset_state
+from loadgen.run.targets import free_port
+from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.model import Repeat
 from loadgen.scenario.reset import Reset
-from reference_server.background import BackgroundServer
-from reference_server.config import ServerConfig
 from reports import write_outputs
-from tests.helpers import run
+from tests.helpers import parse, run, start_reference, write_scenario
 from tests.vllm_like import VllmLikeServer
 
 PREFIX = "You are a careful assistant. Answer briefly and say nothing you do not know. " * 3  # 240 bytes: 15 blocks
@@ -39,9 +40,12 @@ def chat(root: str, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def refserver(weights_dir):
-    config = ServerConfig.from_preset("optimized", model="tiny", backend="numpy", cache_dir=weights_dir)
-    with BackgroundServer(config) as srv:
-        yield srv.url.removesuffix("/v1")
+    """The reference server (optimized: result, prefix and image caches) in a process of its own."""
+    port = free_port()
+    proc = start_reference(port, "--cache-dir", weights_dir)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
 
 
 def test_the_reference_servers_caches_really_empty(refserver):
@@ -107,9 +111,9 @@ def test_a_vllm_without_dev_mode_answers_404_and_the_summary_says_the_cache_carr
                 "POST /reset_prefix_cache (vLLM serves it only with VLLM_SERVER_DEV_MODE=1))")
     assert r["text"] == expected
     write_outputs(res.rundir.path)
-    assert expected.replace("(", "\\(").replace(")", "\\)") in (res.rundir.path / "summary.md").read_text() \
-        or expected in (res.rundir.path / "summary.md").read_text()
-    assert expected in (res.rundir.path / "report.html").read_text().replace("&#39;", "'")
+    assert f"- ⚠️ target: {expected}" in (res.rundir.path / "summary.md").read_text()
+    page = parse(res.rundir.path / "report.html")
+    assert page.text.count(expected) == 2  # the warning above the section, and its "state reset" row
 
 
 def test_a_vllm_latbench_starts_gets_dev_mode_and_its_cache_is_reset(tmp_path):
@@ -200,3 +204,20 @@ def test_an_engine_without_a_reset_and_one_latbench_cannot_tell_are_said_so():
                         "empties its prefix cache)")
     unknown = reset_state(Reset(what="prefix_cache"), "http://127.0.0.1:9/v1")  # nothing listens: no names at all
     assert not unknown.done and unknown.engine is None and "latbench cannot tell the engine" in unknown.text
+
+
+@pytest.mark.parametrize("reset, expected", [
+    ("kv", "s.yaml:3:47: target.reset.what: Input should be 'prefix_cache', got 'kv'"),
+    ("{what: prefix_cache, url: ftp://x}", "s.yaml:3:73: target.reset.url: expected an http:// or https:// URL"),
+    ("{what: prefix_cache, when: always}", "s.yaml:3:68: target.reset.when: unknown field"),
+])
+def test_a_bad_reset_is_named_with_its_line_before_anything_is_sent(tmp_path, reset, expected):
+    text = f"""name: x
+load: {{phases: [{{name: a, duration: 1s, qps: 1}}]}}
+target: {{url: "http://127.0.0.1:9/v1", reset: {reset}}}
+"""
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write_scenario(tmp_path, text))
+    assert [err.rsplit("/", 1)[-1][: len(expected)] for err in e.value.errors] == [expected], e.value.errors
+    assert load_scenario(write_scenario(tmp_path, text.replace(reset, "prefix_cache"))).scenario.target.reset.what \
+        == "prefix_cache"
