@@ -218,6 +218,6 @@ target: {{url: "http://127.0.0.1:9/v1", reset: {reset}}}
 """
     with pytest.raises(ScenarioError) as e:
         load_scenario(write_scenario(tmp_path, text))
-    assert [err.rsplit("/", 1)[-1][: len(expected)] for err in e.value.errors] == [expected], e.value.errors
+    assert [err[err.index("s.yaml:"):][: len(expected)] for err in e.value.errors] == [expected], e.value.errors
     assert load_scenario(write_scenario(tmp_path, text.replace(reset, "prefix_cache"))).scenario.target.reset.what \
         == "prefix_cache"
