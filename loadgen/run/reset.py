@@ -13,8 +13,9 @@ summary.json):
 - the bundled reference server: ``POST /reset_prefix_cache`` (its prefix, result and image caches).
 
 The endpoint sits at the server's root, not under the API's ``/v1``. The engine is the one a managed reference
-target is, else the one its ``/metrics`` names (``vllm:``, ``sglang:``, ``refserver:``...), else the
-``owned_by`` of its ``/v1/models``; ``reset.url`` names the endpoint outright (a proxy, an unknown engine).
+target is, else the one its ``/metrics`` names (``vllm:``, ``sglang:``, ``refserver:``...), else the ``owned_by``
+of its ``/v1/models``; ``reset.url`` names the endpoint outright (a proxy, an unknown engine). One idea at two
+stages: :mod:`loadgen.scenario.reset` (what a scenario may ask) and this module (the call).
 
 An engine that cannot reset while requests hold its cache (vLLM answers ``{"success": false}``, SGLang 400) is
 asked again for a few seconds: the last run's cancelled requests end within moments. A reset that cannot be

@@ -38,7 +38,7 @@ from loadgen.scenario.media_model import (  # noqa: F401 (the reference pages fi
     Tools,
     ToolsField,
 )
-from loadgen.scenario.reset import ResetField
+from loadgen.scenario.reset import Reset, ResetField  # noqa: F401 (the reference pages find the models here)
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
 from loadgen.scenario.strict import Strict
 from loadgen.scenario.urls import url_problem

@@ -1,7 +1,8 @@
 """``target.reset``: the server state latbench empties before each run, so that no run inherits the last one's.
 
 ``reset: prefix_cache`` (or ``{what: prefix_cache, url: ...}``) asks the engine to drop its prefix cache before
-each run, each repetition of ``--repeat`` and each capacity step (:mod:`loadgen.run.reset` makes the call).
+each run, each repetition of ``--repeat`` and each capacity step. One idea at two stages: this module (what a
+scenario may ask) and :mod:`loadgen.run.reset` (the call).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ RESETS = ("prefix_cache",)
 
 
 class Reset(Strict):
-    """The state to empty before each run, and (rarely needed) the endpoint that empties it."""
+    """The state to empty before each run, and (rarely needed) the endpoint that empties it. ``reset: prefix_cache``
+    is short for ``reset: {what: prefix_cache}``."""
 
     what: Literal["prefix_cache"] = Field(
+        examples=["prefix_cache"],
         description="prefix_cache: the engine's prefix (KV-block) cache, and the reference server's result and "
                     "image caches with it")
     url: Optional[str] = Field(None, examples=["http://127.0.0.1:8000/reset_prefix_cache"],
