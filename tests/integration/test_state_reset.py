@@ -15,11 +15,13 @@ from loadgen.errors import ScenarioError
 from loadgen.fetch import fetch
 from loadgen.records.results import Meta, Summary
 from loadgen.run import reset
+from loadgen.run.capacity import run_capacity
 from loadgen.run.reset import reset_state
 from loadgen.run.targets import free_port
 from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.model import Repeat
 from loadgen.scenario.reset import Reset
+from loadgen.scenario.slo import parse_slo
 from reports import write_outputs
 from tests.helpers import parse, run, start_reference, write_scenario
 from tests.vllm_like import VllmLikeServer
@@ -221,3 +223,16 @@ target: {{url: "http://127.0.0.1:9/v1", reset: {reset}}}
     assert [err[err.index("s.yaml:"):][: len(expected)] for err in e.value.errors] == [expected], e.value.errors
     assert load_scenario(write_scenario(tmp_path, text.replace(reset, "prefix_cache"))).scenario.target.reset.what \
         == "prefix_cache"
+
+
+def test_each_capacity_step_starts_from_an_empty_cache(tmp_path, refserver):
+    loaded = load_scenario(write_scenario(tmp_path, _scenario(refserver + "/v1", ", reset: prefix_cache")))
+    misses = counter(refserver, "cache_misses")
+    rd, found = run_capacity(loaded, [parse_slo("latency.p99 < 5s")], 2.0, 4.0, 1.0, 0.0, out=str(tmp_path / "runs"),
+                             preflight=False)
+    assert [s.qps for s in found.steps] == [2.0, 4.0]
+    meta = Meta.model_validate_json((rd.path / "meta.json").read_text())
+    for entry in meta.targets:  # a step's folder is its entry's name
+        summary = Summary.model_validate_json((rd.path / entry.dir / "summary.json").read_text())
+        assert summary.reset.done and entry.reset == summary.reset
+    assert counter(refserver, "cache_misses") - misses == 4  # the 2 prompts missed at each step
