@@ -59,7 +59,7 @@ def test_a_vllm_latbench_starts_serves_the_reset_and_its_cache_empties(vllm):
     chat(vllm, PROMPT + "first question")
     before = hits(vllm)
     chat(vllm, PROMPT + "second question")
-    assert hits(vllm) - before >= 512  # the shared prefix (~780 tokens) found cached, in blocks of 16
+    assert hits(vllm) - before >= 128  # the shared prefix found cached, in blocks of 16
 
     out = reset_state(Reset(what="prefix_cache"), vllm + "/v1")  # the engine told by its /metrics names
     assert (out.done, out.status, out.engine, out.found_by) == (True, 200, "vllm", "metrics"), out
