@@ -90,7 +90,7 @@ class ServerRoutes:
         finds nothing any earlier one left; answers how many entries each held (503 when the engine's worker does
         not reach a step boundary in time)."""
         state = self.state
-        future = state.engine.reset_caches()  # the worker's caches, at its next step boundary
+        future = state.engine.resets.ask()  # the worker's caches, at its next step boundary
         dropped = {"result_cache": state.cache.clear() if state.cache is not None else 0}
         try:
             dropped.update(await asyncio.wait_for(asyncio.wrap_future(future), RESET_WAIT_S))

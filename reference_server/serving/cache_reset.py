@@ -8,23 +8,29 @@ emptied there. Counters (hits, queries) are never reset: like vLLM's, they only 
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future
 
 
 class CacheResets:
-    """Resets asked and not yet served. ``ask`` and ``serve`` run under the engine's lock."""
+    """Resets asked and not yet served, under the engine's lock ``cv`` (its worker waits on it for work)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cv: threading.Condition) -> None:
+        self._cv = cv
         self._pending: list[Future] = []
 
     def ask(self) -> Future:
-        """A reset to serve at the next step boundary; its future gives {cache: entries dropped}."""
+        """A reset to serve at the worker's next step boundary (call from the event loop); its future gives
+        {cache: entries dropped}."""
         fut: Future = Future()
-        self._pending.append(fut)
+        with self._cv:
+            self._pending.append(fut)
+            self._cv.notify()
         return fut
 
     def serve(self, engine) -> None:
-        """Empty ``engine``'s prefix and image caches (on its worker thread) and answer every reset asked."""
+        """Empty ``engine``'s prefix and image caches and answer every reset asked: on its worker thread, holding
+        the lock."""
         if not self._pending:
             return
         dropped = {"prefix_cache_blocks": engine.prefix.clear() if engine.prefix is not None else 0,

@@ -32,7 +32,6 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 
 import numpy as np
 
@@ -62,8 +61,8 @@ class ServingEngine:
         self.image_cache: ImageCache | None = None  # with it, when config.image_cache_size
         self.audio: AudioEncoder | None = None  # made at the first audio clip
         self.error: str | None = None
-        self.resets = CacheResets()  # asked from the event loop, served by the worker between two steps
         self._cv = threading.Condition()
+        self.resets = CacheResets(self._cv)  # asked from the event loop, served by the worker between two steps
         self._waiting: deque[GenRequest] = deque()
         self._prefilling: list[GenRequest] = []  # admitted, prompt not (fully) in the cache yet
         self._running: list[GenRequest] = []  # decoding
@@ -116,14 +115,6 @@ class ServingEngine:
             except ValueError:
                 pass
             self.metrics.waiting.set(len(self._waiting))
-
-    def reset_caches(self) -> Future:
-        """Empty the prefix and image caches at the worker's next step boundary (call from the event loop); the
-        future gives what each held."""
-        with self._cv:
-            fut = self.resets.ask()
-            self._cv.notify()
-        return fut
 
     def _deliver(self, items: list[tuple[GenRequest, tuple]]) -> None:
         for req, event in items:
