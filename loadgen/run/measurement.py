@@ -146,8 +146,10 @@ class Measurement:
         spec = self.target.reset
         if spec is None:
             return None
-        known = "reference" if self.target.reference is not None else None
-        out = reset_state(spec, self.url, self.metrics_url, self.target.headers, engine=known)
+        ref = self.target.reference is not None and self.server is not None
+        # a managed reference server's own root: its API URL may be a gRPC address (transport: grpc)
+        out = reset_state(spec, self.server.root if ref else self.url, self.metrics_url, self.target.headers,
+                          engine="reference" if ref else None)
         (log.info if out.done else log.warning)("%s: %s", self.target.name or "target", out.text)
         return out
 

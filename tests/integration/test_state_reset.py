@@ -240,3 +240,12 @@ def test_each_capacity_step_starts_from_an_empty_cache(tmp_path, refserver):
         sent += min(2, summary.overall.count)  # the prompts a step sent: each a miss after its reset
     assert len(meta.targets) == len(found.steps) >= 1
     assert counter(refserver, "cache_misses") - misses == sent
+
+
+def test_a_reference_server_latbench_starts_is_reset_at_its_own_root(tmp_path):
+    text = _scenario("x", ", reset: prefix_cache").replace('url: "x"', "reference: {arch: optimized, model: tiny}")
+    res, summary, _ = run(tmp_path, text, preflight=False)
+    assert res.exit_code == 0, res.reasons
+    r = summary["reset"]
+    assert (r["done"], r["status"], r["engine"], r["found_by"]) == (True, 200, "reference", "managed")
+    assert r["url"].endswith("/reset_prefix_cache") and "/v1" not in r["url"]
