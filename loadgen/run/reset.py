@@ -2,10 +2,10 @@
 
 A prefix cache warmed by one run makes the next one faster: the repeats of ``--repeat`` against one server, or
 two runs in a row against a deployment, would then measure different servers. With ``reset: prefix_cache``
-latbench POSTs to the engine's reset endpoint before each run, each repetition and each capacity step, through
-its one non-load client (:mod:`loadgen.fetch`: a deadline, a size cap, the target's headers sent to its own
-origin only), and records what happened (:class:`~loadgen.records.results.StateReset`, in meta.json and
-summary.json):
+latbench POSTs to the engine's reset endpoint before each run, each repetition and each capacity step (and once
+before a watch's probe), after the pre-flight check, through its one non-load client (:mod:`loadgen.fetch`: a
+deadline, a size cap, the target's headers sent to its own origin only), and records what happened
+(:class:`~loadgen.records.results.StateReset`, in meta.json and summary.json):
 
 - vLLM: ``POST /reset_prefix_cache``, served only when the server runs with ``VLLM_SERVER_DEV_MODE=1`` (latbench
   sets it for a ``command:`` target it starts itself with a reset asked);

@@ -265,10 +265,10 @@ class Target(Strict):
                                  description="cap of one server-sent-event line or event in bytes; past it the "
                                              "stream is recorded as bad_stream and its connection closed")
     reset: Optional[ResetField] = Field(None, examples=["prefix_cache"],
-                                        description="state emptied before each run, repetition and capacity step: "
-                                                    "prefix_cache (vLLM, SGLang, the reference server); where the "
-                                                    "engine has no such endpoint the summary says the cache "
-                                                    "carried over")
+                                        description="state emptied before each run, repetition and capacity step "
+                                                    "(and once before a watch): prefix_cache (vLLM, SGLang, the "
+                                                    "reference server); where the engine has no such endpoint the "
+                                                    "summary says the cache carried over")
 
     @field_validator("headers")
     @classmethod

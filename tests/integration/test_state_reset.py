@@ -18,6 +18,7 @@ from loadgen.run import reset
 from loadgen.run.capacity import run_capacity
 from loadgen.run.reset import reset_state
 from loadgen.run.targets import free_port
+from loadgen.run.watch import WatchSettings, watch_scenario
 from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.model import Repeat
 from loadgen.scenario.reset import Reset
@@ -249,3 +250,16 @@ def test_a_reference_server_latbench_starts_is_reset_at_its_own_root(tmp_path):
     r = summary["reset"]
     assert (r["done"], r["status"], r["engine"], r["found_by"]) == (True, 200, "reference", "managed")
     assert r["url"].endswith("/reset_prefix_cache") and "/v1" not in r["url"]
+
+
+def test_a_watch_resets_once_before_its_probe(tmp_path, refserver):
+    loaded = load_scenario(write_scenario(tmp_path, _scenario(refserver + "/v1", ", reset: prefix_cache")))
+    for k in range(2):  # the second watch finds what the first left cached: its reset empties it
+        misses = counter(refserver, "cache_misses")
+        watched = watch_scenario(loaded, WatchSettings(qps=2, duration=2.0, port=free_port()),
+                                 out=str(tmp_path / f"w{k}"), preflight=False)
+        (wt,) = watched.targets
+        assert wt.summary.reset.done and wt.summary.reset.engine == "reference"
+        meta = Meta.model_validate_json((watched.rundir.path / "meta.json").read_text())
+        assert meta.targets[0].reset == wt.summary.reset
+        assert counter(refserver, "cache_misses") - misses == 2  # A and B, once each: the rest are hits
