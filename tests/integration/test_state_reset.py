@@ -145,7 +145,7 @@ class SglangLike(VllmLikeServer):
 
     def __init__(self, busy: int = 1, **kw):
         super().__init__(**kw)
-        self.busy, self.flushes = busy, 0
+        self.busy, self.flushes, self.auth = busy, 0, None
 
     async def models(self, request):
         return web.json_response({"object": "list", "data": [{"id": "tiny", "object": "model",
@@ -156,6 +156,7 @@ class SglangLike(VllmLikeServer):
 
     async def flush_cache(self, request):
         self.flushes += 1
+        self.auth = request.headers.get("Authorization")
         if self.flushes <= self.busy:
             return web.Response(status=400, text="Cache not flushed. Please check backend logs for more details. "
                                                  "(When there are running or waiting requests, the operation will "
@@ -177,7 +178,7 @@ def test_sglangs_flush_cache_is_asked_again_while_busy_then_flushes(monkeypatch)
         out = reset_state(Reset(what="prefix_cache"), srv.root + "/v1", headers={"Authorization": "Bearer s3cret"})
         assert (out.done, out.status, out.engine, out.found_by) == (True, 200, "sglang", "metrics")
         assert srv.flushes == 3 and out.url == srv.root + "/flush_cache"
-        assert "s3cret" not in out.model_dump_json()
+        assert srv.auth == "Bearer s3cret" and "s3cret" not in out.model_dump_json()  # sent, never written
         srv.busy = 10**6  # busy for good: after the retries, the cache carried over, and the run goes on
         out = reset_state(Reset(what="prefix_cache", url=srv.root + "/flush_cache"), srv.root + "/v1")
         assert (out.done, out.status, out.found_by) == (False, 400, "given")
