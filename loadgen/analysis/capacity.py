@@ -39,8 +39,8 @@ import pandas as pd
 
 from loadgen.analysis.metrics import metric_samples
 from loadgen.analysis.stats import sectioned_ci
-from loadgen.analysis.verdict import UNREACHABLE_CLASSES, host_contended_text
-from loadgen.records.results import Capacity, CapacityStep, Scope, SloResult, Summary
+from loadgen.analysis.verdict import UNREACHABLE_CLASSES, generator_limited_text, host_contended_text
+from loadgen.records.results import Capacity, CapacityStep, Generator, Scope, SloResult, Summary
 from loadgen.records.rundir import CAPACITY
 from loadgen.scenario.model import GoodputObjectives, Load, Phase
 from loadgen.scenario.slo import SLO, percentile_of, show_value
@@ -69,6 +69,7 @@ class Step:
     inconclusive: bool = False  # the objectives' intervals straddled their thresholds: run again, longer
     unreachable: bool = False  # every request failed to connect: the step says nothing of the target's capacity
     contended: str | None = None  # the judged process waited too long for a CPU: a failure that may be the host's
+    generator_limited: str | None = None  # the load generator fell behind: a failure that may be latbench's own
 
     def result(self) -> CapacityStep:
         """The step as capacity.json's ``steps`` lists it."""
@@ -76,7 +77,7 @@ class Step:
                             latency_p50=self.latency_p50, latency_p99=self.latency_p99, ttft_p99=self.ttft_p99,
                             error_rate=self.error_rate, stopped_early=self.stopped_early, reasons=self.reasons,
                             dir=self.dir, inconclusive=self.inconclusive, unreachable=self.unreachable,
-                            contended=self.contended)
+                            contended=self.contended, generator_limited=self.generator_limited)
 
 
 def step_load(base: Load, qps: float, duration: float, warmup: float, index: int = 0) -> Load:
@@ -165,7 +166,7 @@ def judge(summary: Summary, qps: float) -> tuple[bool, list[str], bool]:
             reaches = show_value(iv[1], r.stat, r.metric)
             doubt.append(f"{r.expr}: met ({measured}) but its 95% interval reaches {reaches}")
     if summary.generator_limited:
-        hard.append("generator-limited")
+        hard.append(generator_limited_text(summary.generator or Generator()))
     step = summary.phases["step"]
     offered = step.sent_qps  # the arrivals this step actually drew, not the nominal rate: a short
     if step.achieved_qps < KEEP_UP * offered:  # Poisson step at 5 req/s may draw 4.1 req/s

@@ -110,8 +110,7 @@ def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance,
     out_console.print(f"RunDir: {rd.path}   report: {rd.path / 'report.html'}", highlight=False)
     if result.unreachable or not result.complete:
         why = ("the target could not be reached" if result.unreachable else
-               (result.server_exit.text if result.server_exit else None) or result.host_contended
-               or "it was interrupted")
+               result.invalid_reason or "it was interrupted")
         out_console.print(f"the search is invalid: {why}", style="bold yellow")
         sys.exit(EXIT_INVALID)
     ok = result.max_sustainable_qps is not None and (result.headroom is None or result.headroom >= 0)

@@ -53,7 +53,7 @@ class NativeEngine(InFlight):
         self._flush_now = asyncio.Event()
         self._flush_done = False
         self.interrupted = False
-        self.spin_seconds = 0.0  # wall time spent yielding just before due sends (see _sleep_until)
+        self.spin_seconds = 0.0  # CPU time spent yielding just before due sends (see _sleep_until)
         self.write_error: OSError | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # workload.conversations: the sessions build each turn (:mod:`loadgen.protocols.conversation`)
@@ -174,14 +174,16 @@ class NativeEngine(InFlight):
         t0 = self.t0
         spin_from = None
         while not self._stopping:
-            now = clock()
-            wait = sleep_for(t - (now - t0))
+            wait = sleep_for(t - (clock() - t0))
             if wait is None:
-                if spin_from is not None:  # spinning burns CPU without work: not counted as load below
-                    self.spin_seconds += now - spin_from
+                # spinning burns CPU without work: not counted as load below. Its CPU time, not its wall time:
+                # on a busy host the spin is preempted, and wall time would exceed the CPU it used (a
+                # generator that used 1.2 CPU-s was counted as 0 when two hogs shared its cores)
+                if spin_from is not None:
+                    self.spin_seconds += time.thread_time() - spin_from
                 return True
             if wait == 0.0 and spin_from is None:
-                spin_from = now
+                spin_from = time.thread_time()
             await asyncio.sleep(wait)
         return False
 

@@ -202,6 +202,7 @@ class CapacityStep(ResultModel):
     inconclusive: bool | None = None
     unreachable: bool | None = None
     contended: str | None = None
+    generator_limited: str | None = None
 
 
 class CapacityTarget(ResultModel):
@@ -242,6 +243,9 @@ class Capacity(ResultFile):
     limited_by_generator: bool | None = None
     complete: bool | None = None
     host_contended: str | None = None
+    #: the step that failed first was one the load generator could not drive: nothing held, and that says nothing
+    #: of the target (a later step's generator limit is the lower bound ``limited_by_generator`` says)
+    generator_limited: str | None = None
     unreachable: bool | None = None
     search: CapacitySearch | None = None
     bracket: list[Num] | None = None
@@ -250,6 +254,12 @@ class Capacity(ResultFile):
     searches: list[RepeatedSearch] | None = None
     spread: SearchSpread | None = None
     server_exit: ServerExited | None = None
+
+    @property
+    def invalid_reason(self) -> str | None:
+        """Why the search measured something other than the target (its server died, the host or the load
+        generator failed a step), or None."""
+        return (self.server_exit.text if self.server_exit else None) or self.host_contended or self.generator_limited
 
 
 class Check(ResultModel):

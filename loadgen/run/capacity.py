@@ -27,11 +27,11 @@ from loadgen.analysis.capacity import (
     unreachable,
 )
 from loadgen.analysis.metrics import build_summary, records_frame
-from loadgen.analysis.verdict import Kind, Reason, Verdict, host_contended_text
+from loadgen.analysis.verdict import Kind, Reason, Verdict, generator_limited_text, host_contended_text
 from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
 from loadgen.errors import EXIT_INVALID
-from loadgen.records.results import Capacity, CapacitySearch, CapacityTarget, StateReset
+from loadgen.records.results import Capacity, CapacitySearch, CapacityTarget, Generator, StateReset
 from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, RunMeta, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.measurement import cli_target, exit_text, measure, server_info
@@ -43,6 +43,11 @@ from loadgen.schedule.arrivals import plan_phases
 
 class _Contended(Exception):
     """A step failed while the process judged waited too long for a CPU: the search stops there."""
+
+
+class _GeneratorLimited(Exception):
+    """The first step failed while the load generator could not drive it: nothing held, and nothing says the
+    target failed; the search stops there, invalid."""
 
 
 def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO], qps_min: float, qps_max: float,
@@ -83,7 +88,9 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                   m["latency"].stat("p50"), m["latency"].stat("p99"), m["ttft"].stat("p99"),
                   step.error_rate, bool(res.failed_fast), reasons, tdir.name,
                   inconclusive=unsure and not longer, unreachable=unreachable(model),
-                  contended=host_contended_text(contended) if contended else None)
+                  contended=host_contended_text(contended) if contended else None,
+                  generator_limited=(generator_limited_text(model.generator or Generator())
+                                     if model.generator_limited else None))
         steps.append(st)
         if on_step:
             on_step(st)
@@ -91,6 +98,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
             raise KeyboardInterrupt
         if st.contended and not st.passed:
             raise _Contended(f"step {st.dir}: {st.contended}")
+        if st.generator_limited and not st.passed and not any(s.passed for s in steps):
+            raise _GeneratorLimited(f"step {st.dir}: {st.generator_limited}")
         return st
 
     def holds(qps: float) -> bool:
@@ -106,7 +115,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
     lo, hi = None, None  # last passing, first failing
     qps = qps_min
     interrupted = False
-    contended = None
+    contended = generator = None
     try:
         while qps <= qps_max * (1 + 1e-9) and len(steps) < max_steps:
             if holds(qps):
@@ -127,17 +136,22 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
         interrupted = True
     except _Contended as exc:
         contended = str(exc)
+    except _GeneratorLimited as exc:
+        generator = str(exc)
     expected = sc.load.expected_qps
     failing = next((st for st in steps if hi is not None and st.qps == hi), None)
     search = CapacitySearch(qps_min=qps_min, qps_max=qps_max, step_duration_s=step_duration, warmup_s=warmup,
                             tolerance=tolerance, seconds=time.perf_counter() - t_start)
     return Capacity(
-        limited_by_generator=bool(failing and failing.reasons == ["generator-limited"]), scenario=sc.name,
+        # the first failing step failed for the generator alone: the target holds at least the last passing rate
+        limited_by_generator=bool(failing and failing.generator_limited
+                                  and failing.reasons == [failing.generator_limited]), scenario=sc.name,
         slo=[s.expr for s in slos], search=search, max_sustainable_qps=lo, first_failing_qps=hi, bracket=[lo, hi],
         knee_qps=knee(steps), expected_qps=expected,
         headroom=(lo / expected - 1.0) if (lo is not None and expected) else None,
-        complete=not interrupted and contended is None,
+        complete=not interrupted and contended is None and generator is None,
         host_contended=contended,  # why the search stopped at a step the host may have failed: invalid
+        generator_limited=generator,  # the first step failed as the load generator fell behind: invalid
         unreachable=lo is None and bool(steps) and steps[0].unreachable,  # an invalid search: exit 3
         steps=[s.result() for s in steps])
 
@@ -200,7 +214,8 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
     write_json(rd.path / CAPACITY, found, redactor)
     reasons = ([Reason(Kind.SERVER_EXITED, target.name, found.server_exit.text)] if m.exited is not None
                else []) + ([Reason(Kind.HOST_CONTENDED, target.name, found.host_contended)]
-                           if found.host_contended else [])
+                           if found.host_contended else []) \
+        + ([Reason(Kind.GENERATOR_LIMITED, target.name, found.generator_limited)] if found.generator_limited else [])
     # a search that measured something else says so where a run's verdict stands
     verdict = {"verdict": Verdict("invalid", EXIT_INVALID, reasons).to_json()} if reasons else {}
     meta.update(complete=found.complete, capacity=found.bracket, **verdict)

@@ -64,7 +64,9 @@ def run_capacity_repeated(loaded: LoadedScenario, slos: list[SLO], qps_min: floa
         max_sustainable_qps=spread.held.median, first_failing_qps=spread.failing.median,
         headroom=spread.headroom, target=results[0].target if results else None,
         unreachable=bool(results) and all(r.unreachable for r in results),
-        host_contended=next((f"search {k}: {r.host_contended}" for k, _, r in searches if r.host_contended), None))
+        host_contended=next((f"search {k}: {r.host_contended}" for k, _, r in searches if r.host_contended), None),
+        generator_limited=next((f"search {k}: {r.generator_limited}" for k, _, r in searches if r.generator_limited),
+                               None))
     write_json(rd.path / CAPACITY, top, redactor)
     meta.update(complete=top.complete, capacity=[top.max_sustainable_qps, top.first_failing_qps])
     return rd, top

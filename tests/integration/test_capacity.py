@@ -113,3 +113,26 @@ def test_a_step_is_unsure_only_while_an_interval_straddles_the_objective(value, 
 def test_a_step_that_failed_something_else_is_not_unsure():
     ok, reasons, doubt = judge(_summary(0.45, [0.43, 0.47], [0.38, 0.53], achieved=5.0), 10.0)
     assert not ok and not doubt and any("completed 5.0 req/s" in r for r in reasons)
+
+
+@pytest.mark.contends  # invalid on purpose: its failures are never excused as the host's
+def test_a_first_step_the_generator_could_not_drive_makes_the_search_invalid(tmp_path, known_server):
+    """A send-lag threshold no generator meets (1 us): the first step fails as generator-limited, so nothing held
+    and nothing says the target failed. The search is invalid (exit 3), not "even 20 req/s breaks the SLOs"."""
+    srv = known_server(delay=0.005)
+    text = scenario(srv.url).replace("expected_qps: 20", "expected_qps: 20\n      send_lag_threshold: 1us")
+    path = write_scenario(tmp_path, text)
+    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "40", "--step-duration", "1s",
+                                   "--warmup", "0s", "--no-preflight", "--out", str(tmp_path / "runs")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    out = " ".join(r.stdout.split())  # the console wraps long lines
+    assert "the search is invalid: step qps-20: generator-limited (send lag p99" in out, r.stdout
+    (rd,) = list((tmp_path / "runs").iterdir())
+    result = json.loads((rd / "capacity.json").read_text())
+    assert result["complete"] is False and result["max_sustainable_qps"] is None
+    assert result["generator_limited"].startswith("step qps-20: generator-limited")
+    assert len(result["steps"]) == 1 and result["steps"][0]["generator_limited"].startswith("generator-limited (send")
+    verdict = json.loads((rd / "meta.json").read_text())["verdict"]
+    assert verdict["exit_code"] == 3 and [x["kind"] for x in verdict["reasons"]] == ["generator_limited"]
+    assert "INVALID" in (rd / "report.html").read_text()

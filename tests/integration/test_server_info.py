@@ -46,6 +46,7 @@ def test_a_run_a_capacity_search_and_a_watch_describe_the_server_alike(tmp_path)
     assert [k for k in json.loads((cap_rd.path / "capacity.json").read_text())] == [
         "schema_version", "limited_by_generator", "scenario", "slo", "search", "max_sustainable_qps",
         "first_failing_qps", "bracket", "knee_qps", "expected_qps", "headroom", "complete", "host_contended",
+        "generator_limited",
         "unreachable", "steps", "target"]
     assert list(cap.search.to_json()) == ["qps_min", "qps_max", "step_duration_s", "warmup_s", "tolerance", "seconds"]
     for where, e in entries.items():

@@ -313,5 +313,7 @@ def test_a_watch_on_a_contended_host_is_invalid(tmp_path):
     summary = json.loads(next(rd.glob("*/summary.json")).read_text())
     assert summary["host"]["measured"] and summary["host"]["contended"], summary["host"]
     meta = json.loads((rd / "meta.json").read_text())
-    assert [r["kind"] for r in meta["verdict"]["reasons"]] == ["host_contended"], meta["verdict"]
+    kinds = [r["kind"] for r in meta["verdict"]["reasons"]]
+    # the starved server is named; on a host busy beyond the hogs, latbench's own lag may be named beside it
+    assert "host_contended" in kinds and set(kinds) <= {"host_contended", "generator_limited"}, meta["verdict"]
     assert next(rd.glob("*/host.csv")).is_file()
