@@ -118,6 +118,14 @@ def _closed_table(run: RunData) -> list[str]:
     return _table(head, rows, text_cols=2)
 
 
+def _reset_lines(run: RunData) -> list[str]:
+    """What ``target.reset`` emptied before each target's run, or that the cache carried over (and why)."""
+    rows = [(td.name, td.result.reset) for td in run.targets if td.result and td.result.reset]
+    if not rows:
+        return []
+    return ["**State reset:**"] + [f"- {'' if r.done else '⚠️ '}{esc(name)}: {esc(r.text)}" for name, r in rows] + [""]
+
+
 def render_markdown(run: RunData) -> str:
     v = report_model.verdict(run)
     lines = [f"### {ICON[v['state']]} latbench: {esc(run.name)}: **{v['word']}** ({esc(v['headline'])})", ""]
@@ -151,6 +159,7 @@ def render_markdown(run: RunData) -> str:
             ov.count or 0, ov.ok or 0, ov.errors, ov.aborted)) for td in run.targets if td.result
             for ov in [td.result.overall or Scope()]] + [""]
     lines += _closed_table(run)
+    lines += _reset_lines(run)
     if v["logs"]:
         lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
     host = [f"- {esc(td.name)}: {esc(line)}" for td in run.targets

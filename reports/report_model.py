@@ -483,6 +483,8 @@ def target_info(td: TargetData) -> list[tuple[str, str]]:
         if isinstance(getattr(server, k), (int, float)):
             rows.append((label, fmt.seconds(getattr(server, k))))
     rows.append(("tokens", token_info(s)))
+    if s.reset:
+        rows.append(("state reset", s.reset.text or fmt.DASH))
     if s.trace:
         rows.append(("trace", trace_info(s.trace)))
     return rows

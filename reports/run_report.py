@@ -38,6 +38,8 @@ def target_section(td, i: int) -> dict:
     sec["tools_note"], sec["structured_note"] = breakdowns.tool_note(s), breakdowns.structured_note(s)
     cols, rows, note = telemetry.phase_rows(s, td.name)
     sec["server"], sec["checklist"] = {"cols": cols, "rows": rows, "note": note}, telemetry.checklist_rows(s, td.name)
+    if s.reset is not None and not s.reset.done:  # the run started from what earlier runs left: said where it shows
+        sec["notes"].append(s.reset.text)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)

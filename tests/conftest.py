@@ -112,6 +112,7 @@ _held: list[int] = []  # the exclusive lock's descriptors while this worker runs
 #: they start first. A name here that no longer matches anything only loses its place.
 SLOW = (
     "tests/integration/test_report_browser.py",  # ~100 s: one run of every bundled scenario, then Chromium
+    "tests/integration/test_vllm_reset.py",  # ~100 s where the vLLM peer venv is set up (its start), else skipped
     "tests/integration/test_repeats.py::test_cli_repeat_flags",  # ~30 s
     "tests/integration/test_repeats.py::test_a_repeated_run_interleaves",  # ~20 s
     "tests/integration/test_faults.py",  # ~20 s: its module fixture's run

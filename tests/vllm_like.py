@@ -14,12 +14,16 @@ panels are tested against vLLM's real names, label sets, bucket bounds and ``_cr
 
 Every other sample is served as recorded. Streams: a role-only chunk, the first token ``ttft`` seconds
 after arrival, ``tokens - 1`` more every ``gap`` seconds, a usage chunk and ``[DONE]``.
+
+As vLLM, it serves ``POST /reset_prefix_cache`` (forgets the prompts seen: ``{"success": true}``) only in dev mode,
+``VLLM_SERVER_DEV_MODE=1`` in its environment when it starts; otherwise that path answers 404.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import threading
 import time
@@ -51,6 +55,8 @@ class VllmLikeServer:
         self.queries = self.hits = self.prompt_tokens = self.generation_tokens = self.finished = 0
         self.observed: dict[str, list[float]] = {"ttft": [], "queue": []}
         self.seen: set[str] = set()
+        self.dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE") == "1"  # read at start, as vLLM does
+        self.resets = 0
         self.port = None
         self._loop = None
         self._started = threading.Event()
@@ -95,7 +101,13 @@ class VllmLikeServer:
         return resp
 
     async def models(self, request):
-        return web.json_response({"object": "list", "data": [{"id": "tiny-llama", "object": "model"}]})
+        return web.json_response({"object": "list", "data": [{"id": "tiny-llama", "object": "model",
+                                                              "owned_by": "vllm"}]})
+
+    async def reset_prefix_cache(self, request):
+        self.seen.clear()
+        self.resets += 1
+        return web.json_response({"success": True})
 
     async def metrics(self, request):
         return web.Response(text=self.render(), content_type="text/plain")
@@ -141,9 +153,7 @@ class VllmLikeServer:
     def _serve(self, port: int = 0):
         self._loop = asyncio.new_event_loop()
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/metrics", self.metrics)
+        self.add_routes(app)
         runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", port)
@@ -153,6 +163,13 @@ class VllmLikeServer:
         self._loop.run_forever()
         self._loop.run_until_complete(runner.cleanup())
         self._loop.close()
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
+        if self.dev_mode:
+            app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
 
     def start(self) -> "VllmLikeServer":
         self._thread = threading.Thread(target=self._serve, daemon=True)

@@ -14,7 +14,7 @@ import reports  # lazy (PEP 562): loads when the report is written
 from loadgen.analysis.capacity import headline, step_objectives
 from loadgen.analysis.repeated import spread_headline
 from loadgen.cli.checks import load_or_exit
-from loadgen.cli.common import console, exits_on_errors, fraction_option, redact_output
+from loadgen.cli.common import console, exits_on_errors, fraction_option, redact_output, reset_option
 from loadgen.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from loadgen.records.results import Capacity
 from loadgen.run.capacity import run_capacity
@@ -45,11 +45,14 @@ from loadgen.units import parse_duration
               help="search N times, each from a fresh start of a managed target; report each bracket and their spread")
 @click.option("--pause", default="0s", show_default=True, help="wait between repeated searches")
 @click.option("--no-preflight", is_flag=True, help="skip the check of the target before any load (`latbench check`)")
+@reset_option
 @exits_on_errors
 def capacity(scenario, slos, qps_min, qps_max, step_duration, warmup, tolerance, target_url, out, repeat_runs,
-             pause, no_preflight) -> None:
+             pause, no_preflight, reset) -> None:
     out_console = console()
     loaded = load_or_exit(scenario)
+    if reset is not None:
+        loaded = loaded.with_reset(reset)
     loaded.redactor.add_url(target_url)
     redact_output(loaded.redactor)
     try:

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from loadgen.errors import LatbenchError, ScenarioError, exit_code_of
 from loadgen.redact import RedactingStream, Redactor, escape_control
+from loadgen.scenario.reset import RESETS
 from loadgen.units import parse_percent
 
 EXIT_CODES = """\b
@@ -77,6 +78,14 @@ def skip_final_collection() -> None:
     if not getattr(skip_final_collection, "registered", False):
         atexit.register(gc.freeze)
         skip_final_collection.registered = True
+
+
+#: ``--reset WHAT`` of the commands that send load: what each target empties before each run (``target.reset``)
+reset_option = click.option(
+    "--reset", type=click.Choice(RESETS), default=None,
+    help="empty this server state before each run, repetition and capacity step, on every target that names no "
+         "target.reset of its own (vLLM, SGLang, the reference server; where the engine cannot, the summary says "
+         "the cache carried over)")
 
 
 def fraction_option(text: str, name: str) -> float:

@@ -19,6 +19,7 @@ from loadgen.cli.common import (
     fraction_option,
     print_reasons,
     redact_output,
+    reset_option,
 )
 from loadgen.cli.display import StatusDisplay, outcomes_line, summary_table, tokens_line
 from loadgen.cli.repeated import between_table
@@ -64,11 +65,12 @@ from loadgen.units import parse_duration
 @click.option("--no-preflight", is_flag=True,
               help="skip the check of each target before its load (a model list and one minimal request; "
                    "`latbench check` runs it alone): the summary says it was skipped")
+@reset_option
 @exits_on_errors
 def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_report: bool, fail_fast: bool,
         baseline: str | None, max_regression: str, capacity: str | None, engine: str, workers: int,
         expect_workers: int, master_bind: str, processes: int, repeat_runs: int | None, pause: str | None,
-        no_preflight: bool) -> None:
+        no_preflight: bool, reset: str | None) -> None:
     out_console = console()
     allowance = fraction_option(max_regression, "--max-regression")
     try:
@@ -78,6 +80,8 @@ def run(scenario: str, target_url: str | None, out: str | None, quiet: bool, no_
     if capacity is not None and not (Path(capacity) / "capacity.json").is_file():
         raise click.BadParameter(f"{capacity} is not a capacity RunDir (no capacity.json)", param_hint="--capacity")
     loaded = load_or_exit(scenario)
+    if reset is not None:
+        loaded = loaded.with_reset(reset)
     repeat = loaded.scenario.repeat.model_copy(update={k: v for k, v in (("runs", repeat_runs), ("pause", pause_s))
                                                        if v is not None})
     loaded.redactor.add_url(target_url)

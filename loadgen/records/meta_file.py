@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.records.result_base import Num, ResultFile, ResultModel
-from loadgen.records.summary_file import Preflight
+from loadgen.records.summary_file import Preflight, StateReset
 
 
 class ServerInfo(ResultModel):
@@ -60,6 +60,7 @@ class MetaTarget(ResultModel):
     model: str | None = None
     server: ServerInfo | None = None
     preflight: Preflight | None = None
+    reset: StateReset | None = None
     wall_start: Num = None
     t0_monotonic: Num = None
     duration_s: Num = None

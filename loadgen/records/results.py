@@ -78,6 +78,7 @@ from loadgen.records.summary_file import (  # noqa: F401 (re-exported: the resul
     Recovery,
     RecoveryWindows,
     ServerExited,
+    StateReset,
     Summary,
     Timeseries,
     TokenInfo,

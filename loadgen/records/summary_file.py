@@ -277,6 +277,23 @@ class ServerExited(ResultModel):
     text: str | None = None
 
 
+class StateReset(ResultModel):
+    """Server state emptied before a run (``target.reset``): what, at which engine and endpoint (its URL without
+    userinfo or query), when (``at``: wall-clock seconds since the epoch; ``seconds``: how long the call took), the
+    HTTP status, whether it was done, and when not, why (``reason``); ``text``: the sentence the summary shows."""
+
+    what: str | None = None
+    done: bool | None = None
+    engine: str | None = None
+    found_by: str | None = None
+    url: str | None = None
+    status: int | None = None
+    at: Num = None
+    seconds: Num = None
+    reason: str | None = None
+    text: str | None = None
+
+
 class Preflight(ResultModel):
     """What the check of a target before its load found (``ok`` None and ``skipped``: not checked): where it was
     reached, the problem that stopped the run (of ``kind``), notes, the models listed and the one used, whether the
@@ -326,6 +343,7 @@ class Summary(ResultFile):
     preflight: Preflight | None = None
     trace: Trace | None = None
     server_exit: ServerExited | None = None
+    reset: StateReset | None = None
     mode: str | None = None
 
     def scopes(self) -> list[tuple[str, str, Scope]]:

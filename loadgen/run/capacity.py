@@ -31,7 +31,7 @@ from loadgen.analysis.verdict import Kind, Reason, Verdict, generator_limited_te
 from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
 from loadgen.errors import EXIT_INVALID
-from loadgen.records.results import Capacity, CapacitySearch, CapacityTarget, Generator, HostSummary
+from loadgen.records.results import Capacity, CapacitySearch, CapacityTarget, Generator, StateReset
 from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, RunMeta, write_json
 from loadgen.records.schema import read_records
 from loadgen.run.measurement import cli_target, exit_text, measure, server_info
@@ -52,13 +52,14 @@ class _GeneratorLimited(Exception):
 
 def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO], qps_min: float, qps_max: float,
                   step_duration: float, warmup: float, tolerance: float = 0.1, max_steps: int = 12,
-                  on_step=None, host_of=None) -> Capacity:
+                  on_step=None, blocks_of=None) -> Capacity:
     """Search for the highest sustainable rate. ``run_step(loaded_for_step, tdir) -> EngineResult`` sends one
     step's load (the caller owns the target's lifetime). Returns capacity.json's model.
 
-    ``host_of(tdir, plans, result) -> HostSummary``: the step's summary ``host`` block (its CPU waits,
-    :meth:`loadgen.run.measurement.Measurement.host_block`). A step that fails while the judged process waited too
-    long for a CPU ends the search: the failure may be the host's, so the search is invalid, not an answer."""
+    ``blocks_of(tdir, plans, result) -> dict``: blocks of the step's summary measured around its run: ``host`` (its
+    CPU waits, :meth:`loadgen.run.measurement.Measurement.host_block`) and ``reset`` (the state emptied before it).
+    A step that fails while the judged process waited too long for a CPU ends the search: the failure may be the
+    host's, so the search is invalid, not an answer."""
     sc = loaded.scenario
     slos = step_objectives(slos)
     steps: list[Step] = []
@@ -75,8 +76,8 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                               send_lag_threshold=sc.load.send_lag_threshold,
                               cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast,
                               goodput=step_goodput(sc.goodput))
-        if host_of is not None:
-            model.host = host_of(tdir, plan_phases(load), res)
+        for key, block in (blocks_of(tdir, plan_phases(load), res) if blocks_of is not None else {}).items():
+            setattr(model, key, block)
         sectioned_intervals(records_frame(table), model.slo)
         write_json(tdir / SUMMARY, model, loaded.redactor)
         ok, reasons, unsure = judge(model, qps)
@@ -180,8 +181,12 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
         url, model, server = m.url, m.model, server_info(m.server)
 
         host_notes: dict[str, str | None] = {}
+        resets: dict[str, StateReset] = {}
 
         def run_step(step_loaded: LoadedScenario, tdir):
+            reset = m.reset()  # each step starts from the same state: no step inherits the last one's cache
+            if reset is not None:
+                resets[tdir.name] = reset
             with m.sampling() as host:  # each step's CPU waits: a step the host failed is no capacity
                 res = engine.run(m.measured(tdir, loaded=step_loaded), m.on_engine(on_engine),
                                  fail_fast=STEP_FAIL_FAST)
@@ -190,16 +195,18 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
             t0[0] = res.t0
             return res
 
-        def host_of(tdir, plans, res) -> HostSummary:
-            return m.host_block(tdir, plans, res.duration, host_notes.get(tdir.name), sc.load.host_wait_limit)
+        def blocks_of(tdir, plans, res) -> dict:
+            host = m.host_block(tdir, plans, res.duration, host_notes.get(tdir.name), sc.load.host_wait_limit)
+            return {"host": host, **({"reset": resets[tdir.name]} if tdir.name in resets else {})}
 
         def step_done(st: Step) -> None:
-            meta.add_target(st.dir, st.dir, url=url, model=model, qps=st.qps, server=server)
+            reset = {"reset": resets[st.dir]} if st.dir in resets else {}
+            meta.add_target(st.dir, st.dir, url=url, model=model, qps=st.qps, server=server, **reset)
             if on_step:
                 on_step(st)
 
         found = find_capacity(loaded, run_step, rd, slos, qps_min, qps_max, step_duration, warmup, tolerance,
-                              on_step=step_done, host_of=host_of)
+                              on_step=step_done, blocks_of=blocks_of)
     if m.exited is not None:  # the search stopped at the step the server died in: invalid, not a capacity
         found.server_exit = exit_text(m.exited, t0[0], [])
         found.complete = False

@@ -35,10 +35,11 @@ from loadgen.engine.host import INTERVAL, HostSampler, watch_run
 from loadgen.engine.scrape import INTERVAL as SCRAPE_INTERVAL
 from loadgen.errors import TargetError
 from loadgen.fetch import FetchError, fetch
-from loadgen.records.results import HostSummary, ServerExited, ServerInfo, Summary, TelemetrySummary
+from loadgen.records.results import HostSummary, ServerExited, ServerInfo, StateReset, Summary, TelemetrySummary
 from loadgen.records.rundir import GPU_METRICS, HOST, SERVER_LOG, SERVER_METRICS, TELEMETRY
 from loadgen.records.series_file import write_series
 from loadgen.run.preflight import Check, check_tokenizer, preflight
+from loadgen.run.reset import reset_state
 from loadgen.run.targets import ManagedServer, ServerExit, ServerLog, start_managed
 from loadgen.scenario.loader import LoadedScenario
 from loadgen.scenario.model import Target
@@ -172,6 +173,19 @@ class Measurement:
         if rows:
             write_series(tdir / TELEMETRY, rows)
         return block
+
+    def reset(self) -> StateReset | None:
+        """Empty what ``target.reset`` names before a run (None when it names nothing): the outcome, never an
+        exception (a reset that cannot be made leaves the cache as it was, and says so)."""
+        spec = self.target.reset
+        if spec is None:
+            return None
+        ref = self.target.reference is not None and self.server is not None
+        # a managed reference server's own root: its API URL may be a gRPC address (transport: grpc)
+        out = reset_state(spec, self.server.root if ref else self.url, self.metrics_url, self.target.headers,
+                          engine="reference" if ref else None)
+        (log.info if out.done else log.warning)("%s: %s", self.target.name or "target", out.text)
+        return out
 
     def _on_exit(self, ex: ServerExit) -> None:
         log.error("%s exited (%s) during the run: stopping the load", ex.what, ex.how)

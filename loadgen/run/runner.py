@@ -252,6 +252,9 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
             spec = sc.load.trace
             trace = (describe_trace(mt.target, sc.workload, spec, m.model, m.url, loaded.path.parent,
                                     chat=target.api in CHAT_APIS) if spec is not None else None)
+            reset = m.reset()  # after the pre-flight, right before the load: its request is not left cached
+            if reset is not None:
+                entry.update(reset=reset)
             with m.sampling() as host, m.gpu_sampling() as gpu:  # CPU waits and steal, GPUs, while it runs
                 res = opts.engine_for(target).run(mt, m.on_engine(on_engine), fail_fast)
     except PreflightFailed as exc:
@@ -281,6 +284,8 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
     summary.telemetry = m.telemetry_block(tdir, plan_phases(sc.load), res.duration, summary,
                                           res.telemetry_notes + gpu_notes)
     telemetry_slos(summary, sc.slo)
+    if reset is not None:
+        summary.reset = reset
     write_json(tdir / SUMMARY, summary, redactor)
     tr.summary = summary
     # t0_monotonic: perf_counter at t0, which on Linux is CLOCK_MONOTONIC (one clock for every process of the

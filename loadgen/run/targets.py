@@ -32,6 +32,7 @@ from typing import Callable
 from loadgen.engine.lifeline import Lifeline, kill_group
 from loadgen.errors import TargetStartError
 from loadgen.fetch import FetchError, fetch
+from loadgen.run.reset import DEV_MODE_ENV
 from loadgen.scenario.model import CommandTarget, ReferenceTarget, Target
 
 STOP_GRACE_S = 5.0
@@ -249,9 +250,9 @@ def start_reference(ref: ReferenceTarget, env: dict | None = None, log: ServerLo
                          "reference server")
 
 
-def start_command(cmd: CommandTarget, log: ServerLog | None = None) -> ManagedServer:
+def start_command(cmd: CommandTarget, log: ServerLog | None = None, env: dict[str, str] | None = None) -> ManagedServer:
     """Start any server command ('{port}' replaced by a free port) and wait for its readiness URL; what it prints
-    goes to ``log``."""
+    goes to ``log``; ``env``: set in its environment besides latbench's own."""
     log = log if log is not None else ServerLog()
     port = str(free_port())
     sub = lambda s: s.replace("{port}", port)  # noqa: E731
@@ -261,7 +262,8 @@ def start_command(cmd: CommandTarget, log: ServerLog | None = None) -> ManagedSe
         raise TargetStartError(f"cannot start {cmd.run[0]!r}: no such program")
     lifeline = Lifeline()  # the command runs under a watchdog: it and its children end with latbench
     proc = subprocess.Popen(lifeline.wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            pass_fds=lifeline.pass_fds, start_new_session=True)
+                            pass_fds=lifeline.pass_fds, start_new_session=True,
+                            env={**os.environ, **env} if env else None)
     lifeline.started()
     threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
     url = sub(cmd.url)
@@ -284,6 +286,6 @@ def start_managed(target: Target, log: ServerLog | None = None) -> ManagedServer
         if target.transport == "grpc" and "grpc_port" not in ref.options:  # KServe v2 over gRPC: serve it
             ref = ref.model_copy(update={"options": {**ref.options, "grpc_port": 0}})
         return start_reference(ref, log=log)
-    if target.command is not None:
-        return start_command(target.command, log)
+    if target.command is not None:  # a reset asked: vLLM serves /reset_prefix_cache only in its dev mode
+        return start_command(target.command, log, DEV_MODE_ENV if target.reset is not None else None)
     return None

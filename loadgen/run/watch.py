@@ -36,7 +36,7 @@ from loadgen.engine.single import build_sender
 from loadgen.errors import EXIT_INVALID, EXIT_OK
 from loadgen.monitoring.exposition import PHASE, WatchExporter, serve
 from loadgen.monitoring.window import WindowState, watchable
-from loadgen.records.results import MetaWatch, Summary, Watch, WatchTarget
+from loadgen.records.results import MetaWatch, StateReset, Summary, Watch, WatchTarget
 from loadgen.records.rotate import RotatingRecordWriter, disk_bytes, read_segments
 from loadgen.records.rundir import HOST, SUMMARY, WATCH, RunDir, RunMeta, write_json
 from loadgen.run.measurement import Measurement, cli_target, exit_text, measure, server_info
@@ -79,6 +79,7 @@ class WatchedTarget:
     result: EngineResult | None = None
     summary: Summary | None = None  # summary.json, as its model, once the watch ended
     skipped: list[str] = field(default_factory=list)  # objectives a watch does not judge, with why
+    reset: StateReset | None = None  # what target.reset emptied before the probe started
 
 
 @dataclass
@@ -219,12 +220,12 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
             m.on_engine(None)(group)  # a managed server that exits stops the whole watch
             measurements.append(m)
             url, model = m.url, m.model
-            wt = WatchedTarget(target.name, tdir.name, url)
+            wt = WatchedTarget(target.name, tdir.name, url, reset=m.reset())  # once, before the probe starts
             mt = MeasuredTarget(loaded, m.target, url, model, tdir, index)
             slos, skipped = watchable(list(sc.slo), target.name)
             wt.skipped = [f"{s.expr}: {why}" for s, why in skipped]
             meta.add_target(target.name, wt.dir, url=url, model=model, server=server_info(m.server),
-                            slo_not_watched=wt.skipped)
+                            slo_not_watched=wt.skipped, **({"reset": wt.reset} if wt.reset else {}))
             watched.append(wt)
             mts.append((mt, slos))
         holders = [dict() for _ in mts]
@@ -260,6 +261,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
             summary = _summary(mt, res, slos, settings, wt, m, host.note)
             if m.exited is not None:
                 summary.server_exit = exit_text(m.exited, res.t0, [settings.plan(sc.load.arrival)])
+            summary.reset = wt.reset
             write_json(mt.tdir / SUMMARY, summary, redactor)
             wt.summary = summary
         elapsed = max((r.duration for r in results), default=0.0)

@@ -28,6 +28,7 @@ from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.files import MAX_SCENARIO_BYTES, UnreadableFile, read_capped
 from loadgen.scenario.images import check_images
 from loadgen.scenario.model import Scenario
+from loadgen.scenario.reset import Reset
 from loadgen.scenario.tokenizer import TokenizerError, resolve_local
 from loadgen.scenario.trace import Limits, TraceError, read_trace, resolve_trace_path, select, too_long_rows
 
@@ -61,6 +62,21 @@ class LoadedScenario:
                 if name in t:
                     t[name] = placement.redact(self.redactor, t[name])
         return data
+
+    def with_reset(self, what: str) -> "LoadedScenario":
+        """This scenario with ``reset: what`` on every target that names no reset of its own (``--reset``), in its
+        model and as written."""
+        raw = copy.deepcopy(self.raw)
+        for t in _target_dicts(raw):
+            t.setdefault("reset", what)
+        sc = self.scenario
+
+        def reset(t):
+            return t if t.reset is not None else t.model_copy(update={"reset": Reset(what=what)})
+
+        update = ({"targets": [reset(t) for t in sc.targets]} if sc.targets is not None
+                  else {"target": reset(sc.target)})
+        return LoadedScenario(sc.model_copy(update=update), self.path, raw, self.redactor)
 
 
 def _target_dicts(data: Any):

@@ -38,6 +38,7 @@ from loadgen.scenario.media_model import (  # noqa: F401 (the reference pages fi
     Tools,
     ToolsField,
 )
+from loadgen.scenario.reset import Reset, ResetField  # noqa: F401 (the reference pages find the models here)
 from loadgen.scenario.slo import SLO, parse_slo, split_scope
 from loadgen.scenario.strict import Strict
 from loadgen.scenario.telemetry_model import Telemetry
@@ -269,6 +270,11 @@ class Target(Strict):
     max_event_bytes: int = Field(MAX_EVENT_BYTES, examples=[4194304], ge=1024, le=1 << 30,
                                  description="cap of one server-sent-event line or event in bytes; past it the "
                                              "stream is recorded as bad_stream and its connection closed")
+    reset: Optional[ResetField] = Field(None, examples=["prefix_cache"],
+                                        description="state emptied before each run, repetition and capacity step "
+                                                    "(and once before a watch): prefix_cache (vLLM, SGLang, the "
+                                                    "reference server); where the engine has no such endpoint the "
+                                                    "summary says the cache carried over")
 
     @field_validator("headers")
     @classmethod

@@ -1,5 +1,6 @@
-"""The HTTP application: the error middleware, the server's own routes (``/health``, ``/metrics``), and the
-OpenAI and KServe routes of :mod:`.openai_routes` and :mod:`.kserve_http`, all on one :class:`ServerState`.
+"""The HTTP application: the error middleware, the server's own routes (``/health``, ``/metrics``,
+``/reset_prefix_cache``), and the OpenAI and KServe routes of :mod:`.openai_routes` and :mod:`.kserve_http`, all
+on one :class:`ServerState`.
 
 ``/health`` answers 503 while a preloaded model is loading or warming and 200 once it is ready. A lazy
 server (``preload`` off, the naive architecture) answers 200 with ``"status": "lazy"`` from the start: it is
@@ -16,6 +17,8 @@ from .generation import ServerState
 from .kserve_http import KServeHttpRoutes
 from .openai_protocol import ApiError
 from .openai_routes import OpenAIRoutes
+
+RESET_WAIT_S = 10.0  # how long a cache reset waits for the engine's step in progress
 
 
 def _error_response(exc: ApiError) -> web.Response:
@@ -64,6 +67,7 @@ class ServerRoutes:
         app.on_response_prepare.append(self.add_backend_header)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/reset_prefix_cache", self.reset_caches)
 
     async def add_backend_header(self, request: web.Request, resp: web.StreamResponse) -> None:
         resp.headers["x-backend"] = self.state.resolved.label
@@ -79,6 +83,22 @@ class ServerRoutes:
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.state.metrics.render(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+    async def reset_caches(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /reset_prefix_cache``: empty the prefix, result and image caches, so that the next request
+        finds nothing any earlier one left; answers how many entries each held (503 when the engine's worker does
+        not reach a step boundary in time)."""
+        state = self.state
+        future = state.engine.resets.ask()  # the worker's caches, at its next step boundary
+        dropped = {"result_cache": state.cache.clear() if state.cache is not None else 0}
+        try:
+            dropped.update(await asyncio.wait_for(asyncio.wrap_future(future), RESET_WAIT_S))
+        except asyncio.TimeoutError:
+            raise ApiError(503, f"the engine did not reach a step boundary within {RESET_WAIT_S:g} s: its prefix "
+                                "and image caches were not reset", "server_error") from None
+        state.log.info("caches reset: %s", ", ".join(f"{k} {v}" for k, v in dropped.items()))
+        return web.json_response({"reset": dropped})
 
 
 def build_app(state: ServerState) -> web.Application:

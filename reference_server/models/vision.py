@@ -76,6 +76,12 @@ class ImageCache:
         self.capacity = capacity
         self._items: OrderedDict[str, list[int]] = OrderedDict()
 
+    def clear(self) -> int:
+        """Drop every entry; returns how many there were."""
+        n = len(self._items)
+        self._items.clear()
+        return n
+
     def get(self, key: str) -> list[int] | None:
         hit = self._items.get(key)
         if hit is not None:

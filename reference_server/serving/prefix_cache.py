@@ -72,6 +72,13 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
+    def clear(self) -> int:
+        """Drop every block (a reset: the next request finds nothing cached); returns how many there were."""
+        n = len(self._blocks)
+        self._blocks.clear()
+        self._metrics.blocks.set(0)
+        return n
+
     def attach(self, prompt_ids: list[int], cache) -> tuple[list[bytes], int]:
         """Look the prompt up and copy its cached prefix into ``cache`` (empty, sized for the prompt).
 

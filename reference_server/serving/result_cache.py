@@ -34,6 +34,12 @@ class ResultCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def clear(self) -> int:
+        """Drop every entry; returns how many there were."""
+        n = len(self._items)
+        self._items.clear()
+        return n
+
     def get(self, key: str) -> CachedResult | None:
         item = self._items.get(key)
         if item is not None:

@@ -41,6 +41,7 @@ from ..models.backends import ResolvedBackend, load_model
 from ..models.sampling import StopMatcher, sample
 from ..models.tokenizer import decode_token
 from ..models.vision import ImageCache, VisionEncoder
+from .cache_reset import CacheResets
 from .faults import FaultInjector
 from .gen_request import EngineFailed, EventChannel, GenRequest, QueueFull
 from .metrics import Metrics
@@ -61,6 +62,7 @@ class ServingEngine:
         self.audio: AudioEncoder | None = None  # made at the first audio clip
         self.error: str | None = None
         self._cv = threading.Condition()
+        self.resets = CacheResets(self._cv)  # asked from the event loop, served by the worker between two steps
         self._waiting: deque[GenRequest] = deque()
         self._prefilling: list[GenRequest] = []  # admitted, prompt not (fully) in the cache yet
         self._running: list[GenRequest] = []  # decoding
@@ -181,6 +183,7 @@ class ServingEngine:
             while True:
                 if self._stopping:
                     return False
+                self.resets.serve(self)
                 self._drop_aborted()
                 free = cfg.max_batch_size - len(self._running) - len(self._prefilling)
                 busy = self._running or self._prefilling
