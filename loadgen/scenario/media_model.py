@@ -89,9 +89,13 @@ def _size(v: Any) -> tuple[int, int]:
 ImageSize = Annotated[tuple[int, int], BeforeValidator(_size)]
 
 
+SOURCES = ("folder", "file", "urls", "hf")  # where workload.images come from, when not made by latbench
+
+
 class Images(Strict):
     """Images sent with each chat request, as OpenAI ``image_url`` content parts after the prompt's text: synthetic
-    ones made with the seed (Pillow), a folder of image files, a JSON-lines file naming a request's images, or
+    ones made with the seed (Pillow), a folder of image files, a JSON-lines file naming a request's images, the
+    rows of a Hugging Face dataset's image column, or
     plain http(s) URLs passed through as they are (the server fetches them; latbench never does). A file's image
     goes as a base64 ``data:`` URL. Each record keeps the images, pixels and bytes its request sent."""
 
@@ -126,6 +130,14 @@ class Images(Strict):
     urls: Optional[list[str]] = Field(None, examples=[["https://example.com/cat.jpg"]], min_length=1,
                                       description="http(s) URLs sent as they are, in turn (never fetched by "
                                                   "latbench; their size is unknown to it)")
+    hf: Optional[str] = Field(None, examples=["./data/my_images"],
+                              description="a Hugging Face dataset of images: an id in the local cache, or a local "
+                                          "folder (save_to_disk) or data file (parquet), loaded with `datasets` "
+                                          "(never downloaded; pip install 'latbench[datasets]'); each row one "
+                                          "image, in row order")
+    split: str = Field("train", examples=["test"], description="hf: the split to read")
+    column: str = Field("image", examples=["img"], description="hf: the column holding the images (an Image "
+                                                               "feature, or image file bytes)")
     detail: Optional[Literal["auto", "low", "high"]] = Field(
         None, description="OpenAI's image_url.detail (unset: not sent)")
 
@@ -139,9 +151,11 @@ class Images(Strict):
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in ("folder", "file", "urls") if getattr(self, k) is not None]
+        given = [k for k in SOURCES if getattr(self, k) is not None]
         if len(given) > 1:
-            raise ValueError(f"expected at most one image source (folder, file or urls), got {', '.join(given)}")
+            raise ValueError(f"expected at most one image source (folder, file, urls or hf), got {', '.join(given)}")
+        if self.hf is None and {"split", "column"} & self.model_fields_set:
+            raise ValueError("split and column: only with hf (a Hugging Face dataset of images)")
         if self.sizes is not None and {"width", "height"} & self.model_fields_set:
             raise ValueError("sizes: give either sizes or width and height")
         if given and {"width", "height", "sizes", "format", "quality", "distinct"} & self.model_fields_set:
@@ -159,8 +173,8 @@ class Images(Strict):
 
     @property
     def synthetic(self) -> bool:
-        """Whether latbench makes the images (no folder, file or urls given)."""
-        return self.folder is None and self.file is None and self.urls is None
+        """Whether latbench makes the images (no folder, file, urls or hf given)."""
+        return all(getattr(self, k) is None for k in SOURCES)
 
 
 MAX_TOOLS = 128  # tool definitions a request carries at most
