@@ -55,13 +55,13 @@ def messages_with_images(prompt: Prompt, style: str, detail: str | None = None) 
 
 def counts_of(prompt: Prompt, counted: bool = True, tools: int = 0) -> PromptCounts:
     """The prompt's counts as its request's record keeps them: tokens as latbench counted them (``counted``
-    False: not counted, -1), the images (pixels, bytes) and audio (seconds) it sends, and the ``tools`` it
-    offers."""
-    n, pixels, nbytes = image_stats(prompt.images) if prompt.images else (0, 0, 0)
+    False: not counted, -1), the images (pixels, bytes, and their prompt tokens by latbench's count) and audio
+    (seconds) it sends, and the ``tools`` it offers."""
+    n, pixels, nbytes, image_tokens = image_stats(prompt.images) if prompt.images else (0, 0, 0, 0)
     audio, seconds = len(prompt.audio), sum(a.seconds for a in prompt.audio)
     media = bool(n or tools or audio)
     if counted:
         return PromptCounts(prompt.input_tokens, prompt.added_tokens, prompt.counted_by, n, pixels, nbytes, tools,
-                            audio, seconds, media)
+                            audio, seconds, media, image_tokens)
     return PromptCounts(images=n, image_pixels=pixels, image_bytes=nbytes, tools=tools, audio=audio,
-                        audio_seconds=seconds, media=media)
+                        audio_seconds=seconds, media=media, image_tokens_est=image_tokens)

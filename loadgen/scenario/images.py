@@ -35,6 +35,7 @@ from pathlib import Path
 
 from loadgen.scenario.datasets import DatasetError, load_hf
 from loadgen.scenario.files import MAX_DATA_BYTES, UnreadableFile, read_capped
+from loadgen.scenario.image_tokens import ImageTokenRule
 from loadgen.scenario.media_model import MAX_IMAGE_SIDE, MAX_IMAGES, Images
 from loadgen.scenario.problems import Problems
 from loadgen.scenario.prompts import Prompt, PromptSource, draw_tokens  # one rule for every drawn length
@@ -57,13 +58,15 @@ class ImageError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ImageItem:
     """One image as sent: its URL (a base64 ``data:`` URL, or an http(s) URL passed through), its size and bytes
-    (-1 when unknown: a URL), and the SHA-256 of its bytes ('' for a URL)."""
+    (-1 when unknown: a URL), the SHA-256 of its bytes ('' for a URL), and the prompt tokens it takes by
+    :mod:`loadgen.scenario.image_tokens` (-1 not known)."""
 
     url: str
     width: int = -1
     height: int = -1
     nbytes: int = -1
     sha256: str = ""
+    tokens: int = -1  # prompt tokens the model's processor makes of it, by latbench's count; -1 not known
 
     @property
     def pixels(self) -> int:
@@ -304,14 +307,19 @@ class AttachedPrompts(PromptSource):
         return replace(self._base.get(i), **{self._field: self._groups[i]})
 
 
-def with_images(base: PromptSource, spec: Images | None, seed: int, base_dir: Path) -> PromptSource:
-    """``base`` with ``spec``'s images attached (``base`` itself without images). Raises ImageError."""
+def with_images(base: PromptSource, spec: Images | None, seed: int, base_dir: Path,
+                rule: ImageTokenRule | None = None) -> PromptSource:
+    """``base`` with ``spec``'s images attached (``base`` itself without images), each with its prompt tokens by
+    ``rule`` (None: not known). Raises ImageError."""
     if spec is None:
         return base
     import numpy as np
 
     n = len(base)
     pool, lines = image_pool(spec, Path(base_dir), seed)
+    if rule is not None:
+        counted = lambda i: replace(i, tokens=rule.tokens(i.width, i.height)) if i.width > 0 else i  # noqa: E731
+        pool, lines = [counted(i) for i in pool], [tuple(map(counted, g)) for g in lines]
     if lines:
         groups = [lines[i % len(lines)] for i in range(n)]
     else:
@@ -325,8 +333,11 @@ def with_images(base: PromptSource, spec: Images | None, seed: int, base_dir: Pa
     return AttachedPrompts(base, groups, "images")
 
 
-def image_stats(items) -> tuple[int, int, int]:
-    """(images, pixels, bytes) of a request's images; pixels and bytes -1 when any is unknown (a URL)."""
-    pixels = sum(i.pixels for i in items) if all(i.pixels >= 0 for i in items) else -1
-    nbytes = sum(i.nbytes for i in items) if all(i.nbytes >= 0 for i in items) else -1
-    return len(items), pixels, nbytes
+def image_stats(items) -> tuple[int, int, int, int]:
+    """(images, pixels, bytes, tokens) of a request's images; each sum -1 when any of its terms is unknown (a
+    URL's pixels and bytes, the tokens of a model whose processor latbench does not know)."""
+    def total(values) -> int:
+        values = list(values)
+        return sum(values) if all(v >= 0 for v in values) else -1
+    return (len(items), total(i.pixels for i in items), total(i.nbytes for i in items),
+            total(i.tokens for i in items))
