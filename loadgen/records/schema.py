@@ -50,7 +50,7 @@ Every request the engine sends yields exactly one record. All times are seconds 
 |                 |               | the arguments' text approximated (4 characters a token)               |
 | first_tool_call | float64       | the first tool-call chunk of a stream (NaN: none, or not streaming)   |
 | audio           | int16         | audio clips the request sent (workload.audio); 0 none                 |
-| audio_seconds   | float64       | their duration in seconds, summed                                     |
+| audio_seconds   | float64       | their duration in seconds, summed; -1 unknown (a clip given as a URL) |
 | json_valid      | int8          | workload.response_format: the answer parsed as JSON (1) or not (0);   |
 |                 |               | -1 not checked (no response_format, or no answer)                     |
 | schema_valid    | int8          | and matched its json_schema (1) or not (0); -1 not checked            |
@@ -241,7 +241,7 @@ class PromptCounts:
     image_bytes: int = 0  # their bytes as files (before base64); -1 unknown (a URL)
     tools: int = 0  # tool definitions the request offers (workload.tools)
     audio: int = 0  # audio clips the request sends (workload.audio)
-    audio_seconds: float = 0.0  # their duration in seconds, summed
+    audio_seconds: float = 0.0  # their duration in seconds, summed; -1 unknown (a clip given as a URL, not fetched)
     media: bool = False  # any of images, tools or audio: the record's feature columns are written
     image_tokens_est: int = 0  # the images' prompt tokens by latbench's count (image_tokens); -1 not known
 

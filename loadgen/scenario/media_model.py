@@ -69,6 +69,14 @@ def _seconds(v: Any) -> Any:
     return v
 
 
+def _http_urls(v: list[str] | None) -> list[str] | None:
+    """URLs an image or audio source gives: http(s), without spaces."""
+    for u in v or []:
+        if not u.startswith(("http://", "https://")) or any(c in u for c in " \r\n\t"):
+            raise ValueError(f"expected http:// or https:// URLs without spaces, got {u!r:.80}")
+    return v
+
+
 _SIZE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
 
@@ -141,13 +149,7 @@ class Images(Strict):
     detail: Optional[Literal["auto", "low", "high"]] = Field(
         None, description="OpenAI's image_url.detail (unset: not sent)")
 
-    @field_validator("urls")
-    @classmethod
-    def _urls(cls, v: list[str] | None) -> list[str] | None:
-        for u in v or []:
-            if not u.startswith(("http://", "https://")) or any(c in u for c in " \r\n\t"):
-                raise ValueError(f"expected http:// or https:// URLs without spaces, got {u!r:.80}")
-        return v
+    _urls = field_validator("urls")(classmethod(lambda cls, v: _http_urls(v)))
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -338,15 +340,24 @@ class Audio(Strict):
                                                                         "requests cycle through them")
     folder: Optional[str] = Field(None, examples=["audio/"], description="a folder of WAV files (relative to the "
                                                                           "scenario), in name order")
+    urls: Optional[list[str]] = Field(None, examples=[["https://example.com/clip.wav"]], min_length=1,
+                                      description="http(s) URLs of WAV files, in turn: openai-chat sends them as they "
+                                                  "are (audio_url parts, as vLLM takes them); openai-transcriptions "
+                                                  "needs the bytes, so each is downloaded once at the start")
+
+    _urls = field_validator("urls")(classmethod(lambda cls, v: _http_urls(v)))
 
     @model_validator(mode="after")
     def _source(self):
-        if self.folder is not None and {"duration", "sample_rate", "distinct"} & self.model_fields_set:
-            raise ValueError("duration, sample_rate and distinct describe synthetic clips, not a folder's")
+        if self.folder is not None and self.urls is not None:
+            raise ValueError("expected at most one audio source (folder or urls), got folder, urls")
+        if not self.synthetic and {"duration", "sample_rate", "distinct"} & self.model_fields_set:
+            source = "a folder's" if self.folder is not None else "urls'"
+            raise ValueError(f"duration, sample_rate and distinct describe synthetic clips, not {source}")
         if self.duration.max < self.duration.min:
             raise ValueError(f"duration: max ({self.duration.max}) is below min ({self.duration.min})")
         return self
 
     @property
     def synthetic(self) -> bool:
-        return self.folder is None
+        return self.folder is None and self.urls is None
