@@ -18,11 +18,12 @@ def target_section(td, i: int) -> dict:
     s = td.result
     sec = {"name": report_model.target_label(td), "target_name": td.name, "anchor": f"target-{i}", "moved": "",
            "info": report_model.target_info(td), "ran": s is not None, "notes": list((s.notes if s else None) or []),
-           "complete": bool(s and s.complete is not False) and not td.recomputed}
+           "complete": bool(s and s.complete is not False) and not td.recomputed,
+           "media_cache_note": breakdowns.media_cache_note(s) if s is not None else ""}
     if s is None:
         return sec | {"scopes": [], "outcomes": None, "rates": None, "tokens": None, "figures": [], "turns": [],
                       "turns_note": "", "closed": [], "image_sizes": [], "tools": [], "tools_note": "",
-                      "structured_note": "", "media_cache_note": ""}
+                      "structured_note": ""}
     sec["scopes"] = [{"label": label, "recorded": sc.is_recorded,
                       "rows": report_model.percentile_table(sc, td.name, prefix)}
                      for label, prefix, sc in s.scopes()]
@@ -36,7 +37,6 @@ def target_section(td, i: int) -> dict:
     sec["turns"], sec["turns_note"] = report_model.turn_rows(s, td.name), report_model.conversation_note(s)
     sec["image_sizes"], sec["tools"] = breakdowns.image_rows(s, td.name), breakdowns.tool_rows(s, td.name)
     sec["tools_note"], sec["structured_note"] = breakdowns.tool_note(s), breakdowns.structured_note(s)
-    sec["media_cache_note"] = breakdowns.media_cache_note(s)
     sec["figures"] = target_figures(td)
     if td.unreadable:  # found while the figures read the records
         sec["notes"].append(td.unreadable)
