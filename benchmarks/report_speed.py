@@ -67,7 +67,8 @@ def _batch(rng, scheduled, phase, recorded, base, tokens, error_rate) -> pa.Reco
         "tools": np.zeros(n, np.int16), "tool_calls": np.zeros(n, np.int16), "tool_call_tokens": np.zeros(n, np.int32),
         "first_tool_call": np.full(n, np.nan), "json_valid": np.full(n, -1, np.int8),
         "audio": np.zeros(n, np.int16), "audio_seconds": np.zeros(n),
-        "schema_valid": np.full(n, -1, np.int8),
+        "schema_valid": np.full(n, -1, np.int8), "image_tokens_est": np.zeros(n, np.int32),
+        "media_cache_hits": np.full(n, -1, np.int16),
     }
     lists = {"token_times": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32())),
              "chunk_tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(len(values), np.int16)))}

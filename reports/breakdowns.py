@@ -1,16 +1,20 @@
-"""A target's breakdowns by what its requests sent beyond text: TTFT by image size, by tools offered, and the
-structured answers' rates, read from the summary's typed blocks (``overall.images``, ``overall.tool_calls``,
-``overall.structured``: :mod:`loadgen.analysis.features` computes them). Each table is empty when the run had no
-such requests, and the report leaves it out."""
+"""A target's breakdowns by what its requests sent beyond text: TTFT (and prompt tokens, the server's and
+latbench's count of the images') by image size, the encoder cache's hit rate per phase, TTFT by tools offered,
+and the structured answers' rates, read from the summary's typed blocks (``overall.images``, ``media_cache``,
+``overall.tool_calls``, ``overall.structured``: :mod:`loadgen.analysis.features` computes them). Each table is
+empty when the run had no such requests, and the report leaves it out."""
 
 from __future__ import annotations
 
 from loadgen.records.results import Summary
+from reports import fmt
 from reports.report_model import num, pct
 
-__all__ = ["IMAGE_COLUMNS", "TOOL_COLUMNS", "image_rows", "structured_note", "tool_note", "tool_rows"]
+__all__ = ["IMAGE_COLUMNS", "TOOL_COLUMNS", "image_rows", "media_cache_note", "structured_note", "tool_note",
+           "tool_rows"]
 
-IMAGE_COLUMNS = ("requests", "TTFT p50", "TTFT p90", "TTFT p99", "latency p50")
+IMAGE_COLUMNS = ("requests", "TTFT p50", "TTFT p90", "TTFT p99", "latency p50", "prompt tokens (server)",
+                 "image tokens (latbench)")
 TOOL_COLUMNS = ("requests", "TTFT p50", "TTFT p99", "first tool-call token p50", "first tool-call token p99")
 
 
@@ -29,6 +33,8 @@ def image_rows(summary: Summary, target: str) -> list[dict]:
         cells += [num(pct(r.ttft, p).value, f"{base}/ttft/percentiles/{p}/value", "ms", target)
                   for p in ("p50", "p90", "p99")]
         cells.append(num(pct(r.latency, "p50").value, f"{base}/latency/percentiles/p50/value", "ms", target))
+        cells.append(num(r.prompt_tokens_mean, f"{base}/prompt_tokens_mean", "count", target))
+        cells.append(num(r.image_tokens_est_mean, f"{base}/image_tokens_est_mean", "count", target))
         rows.append({"label": _side(r.image_pixels), "cells": cells})
     return rows
 
@@ -44,6 +50,17 @@ def tool_rows(summary: Summary, target: str) -> list[dict]:
                   for m in ("ttft", "ttftc") for p in ("p50", "p99")]
         rows.append({"label": f"{r.tools} tools", "cells": cells})
     return rows
+
+
+def media_cache_note(summary: Summary) -> str:
+    """The share of images and audio clips the server's encoder cache held, overall and per phase, as its usage
+    said ('' when it said nothing)."""
+    said = [(label, sc.media_cache) for label, _, sc in summary.scopes() if sc.media_cache and sc.media_cache.media]
+    if not said:
+        return ""
+    parts = [f"{label} {fmt.pct(b.hit_rate)} ({b.hits:,} of {b.media:,})" for label, b in said]
+    return ("Encoder cache hit rate (images and audio clips the server's image cache held, from its usage): "
+            + "; ".join(parts) + ".")
 
 
 def tool_note(summary: Summary) -> str:

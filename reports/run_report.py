@@ -18,7 +18,8 @@ def target_section(td, i: int) -> dict:
     s = td.result
     sec = {"name": report_model.target_label(td), "target_name": td.name, "anchor": f"target-{i}", "moved": "",
            "info": report_model.target_info(td), "ran": s is not None, "notes": list((s.notes if s else None) or []),
-           "complete": bool(s and s.complete is not False) and not td.recomputed}
+           "complete": bool(s and s.complete is not False) and not td.recomputed,
+           "media_cache_note": breakdowns.media_cache_note(s) if s is not None else ""}
     if s is None:
         return sec | {"scopes": [], "outcomes": None, "rates": None, "tokens": None, "figures": [], "turns": [],
                       "turns_note": "", "closed": [], "image_sizes": [], "tools": [], "tools_note": "",

@@ -1,7 +1,9 @@
 """What a scope's requests sent beyond text, and what came back: images by size, tool calls, structured output.
 
 Each block is in a scope of summary.json only when its requests had it (a run without images has no ``images``
-block): ``images`` (requests that sent images, their count, pixels and bytes, and TTFT per image size),
+block): ``images`` (requests that sent images, their count, pixels and bytes, and TTFT, the server's prompt tokens
+and latbench's count of the images' tokens per image size), ``media_cache`` (how many of the images and audio
+clips the server's encoder cache held, where its usage says),
 ``tool_calls`` (requests offered tools, how many called one: ``tool_call_rate``, calls and argument tokens, and
 TTFT and ``ttftc`` per number of tools offered), ``structured`` (answers checked against the response format:
 ``json_valid_rate``, ``schema_valid_rate``). The size of a request's images is its ``image_pixels``; a
@@ -16,7 +18,7 @@ import pandas as pd
 
 from loadgen.analysis.stats import describe
 
-__all__ = ["MAX_ROWS", "image_block", "structured_block", "tool_call_block"]
+__all__ = ["MAX_ROWS", "image_block", "media_cache_block", "structured_block", "tool_call_block"]
 
 MAX_ROWS = 12  # rows of a breakdown at most
 BREAKDOWN_PERCENTILES = (50, 90, 99)
@@ -49,9 +51,29 @@ def image_block(df: pd.DataFrame, ok: pd.DataFrame) -> dict | None:
     sent = df[df["images"] > 0]
     known = sent[sent["image_pixels"] >= 0]
     with_ok = ok[(ok["images"] > 0) & (ok["image_pixels"] >= 0)]
+    rows = _rows(with_ok, "image_pixels", ("ttft", "latency"))
+    for row in rows:  # the server's prompt tokens (its usage) beside latbench's count of the images' tokens
+        sel = with_ok[with_ok["image_pixels"] == row["image_pixels"]]
+        if "prompt_tokens_source" in sel:
+            row["prompt_tokens_mean"] = _mean(sel.loc[sel["prompt_tokens_source"] == "usage", "prompt_tokens"])
+        if "image_tokens_est" in sel and (sel["image_tokens_est"] >= 0).all():
+            row["image_tokens_est_mean"] = _mean(sel["image_tokens_est"])
     return {"requests": int(len(sent)), "images": int(sent["images"].sum()),
             "pixels_mean": _mean(known["image_pixels"]), "bytes_mean": _mean(known["image_bytes"]),
-            "by_size": _rows(with_ok, "image_pixels", ("ttft", "latency"))}
+            "by_size": rows}
+
+
+def media_cache_block(ok: pd.DataFrame) -> dict | None:
+    """A scope's successful requests with images or audio whose server said how many of them its encoder cache
+    held (``media_cache_hits`` >= 0; None when no server said): ``requests`` that said, their ``media`` (images
+    and clips), ``hits`` of those, and ``hit_rate`` = hits / media."""
+    if "media_cache_hits" not in ok:
+        return None
+    said = ok[(ok["media_cache_hits"] >= 0) & ((ok["images"] > 0) | (ok["audio"] > 0))]
+    if not len(said):
+        return None
+    media, hits = int((said["images"] + said["audio"]).sum()), int(said["media_cache_hits"].sum())
+    return {"requests": int(len(said)), "media": media, "hits": hits, "hit_rate": hits / media if media else None}
 
 
 def tool_call_block(df: pd.DataFrame, ok: pd.DataFrame) -> dict | None:

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from loadgen import metric_registry
 from loadgen.analysis.closedloop import closed_loop_stats
 from loadgen.analysis.conversations import conversation_stats
-from loadgen.analysis.features import image_block, structured_block, tool_call_block
+from loadgen.analysis.features import image_block, media_cache_block, structured_block, tool_call_block
 from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom, in_flight_peaks
 from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted
@@ -216,7 +216,8 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
     judged = ~np.isnan(good)
     done = df["done"].to_numpy()
     n_good_in_window = int(((good == 1) & (done >= start) & (done < end)).sum())
-    features = {k: v for k, v in (("images", image_block(df, ok)), ("tool_calls", tool_call_block(df, ok)))
+    features = {k: v for k, v in (("images", image_block(df, ok)), ("tool_calls", tool_call_block(df, ok)),
+                                  ("media_cache", media_cache_block(ok)))
                 if v is not None}  # only where the scope's requests had them (loadgen.analysis.features)
     if "tool_calls" in features:
         features["tool_call_rate"] = features["tool_calls"]["tool_call_rate"]

@@ -40,7 +40,7 @@ import json
 from loadgen.protocols.base import ApiProtocol, Request, ResponseHandler, StopResponse, keep_error_body
 from loadgen.protocols.media import counts_of, messages_with_images
 from loadgen.protocols.shape import BodyReader, shape_problem
-from loadgen.protocols.shared import as_int, base_url_of, dumps, path_of, target_headers
+from loadgen.protocols.shared import as_int, base_url_of, dumps, media_cache_from_usage, path_of, target_headers
 from loadgen.protocols.sse import MAX_EVENT_BYTES, SSEParser
 from loadgen.protocols.structured import Checker, answer_checker, format_fields
 from loadgen.protocols.tools import tool_fields
@@ -79,6 +79,7 @@ def _usage(out: Outcome, usage: dict, output: bool = True) -> bool:
     pt = as_int(usage.get("prompt_tokens"))
     if pt is not None:
         out.prompt_tokens = pt
+    media_cache_from_usage(out, usage)
     if output:
         ct = as_int(usage.get("completion_tokens"))
         if ct is not None:

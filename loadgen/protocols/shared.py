@@ -254,6 +254,16 @@ def output_from_usage(out: Outcome, tokens: int) -> None:
     out.output_tokens_source = "usage"
 
 
+def media_cache_from_usage(out: Outcome, usage: dict) -> None:
+    """The images and audio clips of the request that the server's encoder cache held, where its usage says:
+    ``prompt_tokens_details.media_cache_hits`` (chat) or ``input_token_details.media_cache_hits`` (transcriptions),
+    as the reference server gives them. Unsaid, the record keeps -1."""
+    details = usage.get("prompt_tokens_details", usage.get("input_token_details"))
+    hits = as_int(details.get("media_cache_hits")) if isinstance(details, dict) else None
+    if hits is not None:
+        out.media_cache_hits = min(hits, 32767)  # an int16 column
+
+
 def counted_by_server(out: Outcome) -> bool:
     """Whether the output tokens came from the server's usage (else latbench counts token chunks)."""
     return out.output_tokens_source == "usage"

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from loadgen.protocols.base import Request, ResponseHandler
 from loadgen.protocols.media import counts_of
-from loadgen.protocols.shared import EventStreamHandler, JsonApiProtocol, JsonBodyHandler, as_int, output_from_usage
+from loadgen.protocols.shared import (
+    EventStreamHandler,
+    JsonApiProtocol,
+    JsonBodyHandler,
+    as_int,
+    media_cache_from_usage,
+    output_from_usage,
+)
 from loadgen.records.schema import Outcome
 from loadgen.scenario.prompts import Prompt
 
@@ -28,6 +35,7 @@ def _usage(out: Outcome, usage) -> None:
         usage.get("output_tokens", usage.get("completion_tokens")))
     if it is not None:
         out.prompt_tokens = it
+    media_cache_from_usage(out, usage)
     if ot is not None:
         output_from_usage(out, ot)
 

@@ -3,8 +3,9 @@
 Every sender (the native engine, each of its processes, each Locust worker) calls :func:`make_workload`, so
 they all count and build alike; the prompts open with ``workload.prefix``'s shared prefixes when it has one
 (:mod:`loadgen.scenario.prefix`) and carry ``workload.images`` when it has them
-(:mod:`loadgen.scenario.images`). The tokenizer is loaded here and not earlier because ``tokenizer: server``
-needs the target's URL, known only once a managed target has started.
+(:mod:`loadgen.scenario.images`), each counted in tokens where the tokenizer's folder holds a processor
+config latbench knows (:mod:`loadgen.scenario.image_tokens`). The tokenizer is loaded here and not earlier
+because ``tokenizer: server`` needs the target's URL, known only once a managed target has started.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from loadgen.protocols.trace_workload import trace_prompts
 from loadgen.scenario.audio import with_audio
 from loadgen.scenario.conversations import make_conversation_source
 from loadgen.scenario.datasets import DatasetError
+from loadgen.scenario.image_tokens import image_token_rule
 from loadgen.scenario.images import ImageError, with_images
 from loadgen.scenario.model import Target, Trace, Workload
 from loadgen.scenario.prefix import with_prefix
@@ -57,7 +59,8 @@ def make_workload(target: Target, workload: Workload, model: str | None, url: st
         else:
             prompts = with_prefix(make_prompt_source(workload, seed, Path(base_dir), tok, chat=chat), workload,
                                   seed, tok, chat)
-            prompts = with_images(prompts, workload.images, seed, Path(base_dir))
+            rule = image_token_rule(workload.tokenizer, Path(base_dir)) if workload.images is not None else None
+            prompts = with_images(prompts, workload.images, seed, Path(base_dir), rule)
             prompts = with_audio(prompts, workload.audio, seed, Path(base_dir),
                                  one=target.api == "openai-transcriptions")
     except (TokenizerError, DatasetError, TraceError, ImageError) as exc:

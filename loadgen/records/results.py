@@ -95,6 +95,7 @@ from loadgen.records.summary_scope import (  # noqa: F401 (re-exported: the resu
     Reasoning,
     Scope,
     ScopeImages,
+    ScopeMediaCache,
     ScopeStructured,
     ScopeTokens,
     ScopeToolCalls,

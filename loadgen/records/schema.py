@@ -50,10 +50,15 @@ Every request the engine sends yields exactly one record. All times are seconds 
 |                 |               | the arguments' text approximated (4 characters a token)               |
 | first_tool_call | float64       | the first tool-call chunk of a stream (NaN: none, or not streaming)   |
 | audio           | int16         | audio clips the request sent (workload.audio); 0 none                 |
-| audio_seconds   | float64       | their duration in seconds, summed                                     |
+| audio_seconds   | float64       | their duration in seconds, summed; -1 unknown (a clip given as a URL) |
 | json_valid      | int8          | workload.response_format: the answer parsed as JSON (1) or not (0);   |
 |                 |               | -1 not checked (no response_format, or no answer)                     |
 | schema_valid    | int8          | and matched its json_schema (1) or not (0); -1 not checked            |
+| image_tokens_est| int32         | the images' prompt tokens by latbench's count from the model's        |
+|                 |               | processor config (workload.tokenizer's folder); -1 not known, 0 none  |
+| media_cache_hits| int16         | of the request's images and audio clips, those the server's encoder   |
+|                 |               | cache held (its usage's prompt_tokens_details.media_cache_hits, the   |
+|                 |               | reference server's); -1 not said                                       |
 
 Token times are stored relative to ``first_token`` in float32 (resolution better than 10 us for the
 first minute of a stream), which keeps a 1000-token stream at 4 kB.
@@ -160,6 +165,8 @@ SCHEMA = pa.schema(
         ("audio_seconds", pa.float64()),
         ("json_valid", pa.int8()),
         ("schema_valid", pa.int8()),
+        ("image_tokens_est", pa.int32()),
+        ("media_cache_hits", pa.int16()),
     ]
 )
 
@@ -199,8 +206,10 @@ _FEATURE_DTYPES = {
     "audio_seconds": np.float64,
     "json_valid": np.int8,
     "schema_valid": np.int8,
+    "image_tokens_est": np.int32,
+    "media_cache_hits": np.int16,
 }
-_FEATURE_DEFAULTS = (0, 0, 0, 0, 0, 0, math.nan, 0, 0.0, -1, -1)
+_FEATURE_DEFAULTS = (0, 0, 0, 0, 0, 0, math.nan, 0, 0.0, -1, -1, 0, -1)
 _NUMPY_DTYPES = {**_NUMPY_DTYPES, **_FEATURE_DTYPES}
 _ERROR_NAMES = ("",) + ERROR_CLASSES + (ABORTED,)
 _ERROR_INDEX = {name: i for i, name in enumerate(_ERROR_NAMES)}
@@ -232,8 +241,9 @@ class PromptCounts:
     image_bytes: int = 0  # their bytes as files (before base64); -1 unknown (a URL)
     tools: int = 0  # tool definitions the request offers (workload.tools)
     audio: int = 0  # audio clips the request sends (workload.audio)
-    audio_seconds: float = 0.0  # their duration in seconds, summed
+    audio_seconds: float = 0.0  # their duration in seconds, summed; -1 unknown (a clip given as a URL, not fetched)
     media: bool = False  # any of images, tools or audio: the record's feature columns are written
+    image_tokens_est: int = 0  # the images' prompt tokens by latbench's count (image_tokens); -1 not known
 
     @property
     def prompt_tokens(self) -> int:
@@ -291,6 +301,7 @@ class Outcome:
     answer: str | None = None  # the answer's text, kept only when asked (conversations resend it)
     tool_calls: ToolCalls | None = None  # the answer's tool calls, when it made any
     structured: tuple = (-1, -1)  # workload.response_format: (json_valid, schema_valid), 1 yes, 0 no, -1 unchecked
+    media_cache_hits: int = -1  # images and clips the server's encoder cache held, as its usage says; -1 not said
 
     def start_tokens(self, now: float) -> None:
         """The first token chunk came at ``now``: ``first_token``, and the arrays the chunks go to (a protocol's
@@ -454,7 +465,8 @@ class RecordBuffer:
         calls, call_tokens, first_call = (0, 0, math.nan) if tc is None else (tc.count, tc.tokens, tc.first)
         checked = out.structured
         values = (counts.images, counts.image_pixels, counts.image_bytes, counts.tools, calls, call_tokens, first_call,
-                  counts.audio, counts.audio_seconds, checked[0], checked[1])
+                  counts.audio, counts.audio_seconds, checked[0], checked[1], counts.image_tokens_est,
+                  out.media_cache_hits)
         try:
             _PACK_FEATURES(self._bytes, i * _ROW_BYTES + _FEATURES_AT, *values)
         except struct.error:  # a count past its column's range: numpy's conversions
@@ -728,6 +740,8 @@ def _with_chunk_columns(table: pa.Table) -> pa.Table:
         "audio_seconds": pa.array(np.zeros(n), type=pa.float64()),
         "json_valid": pa.array(np.full(n, -1, np.int8), type=pa.int8()),
         "schema_valid": pa.array(np.full(n, -1, np.int8), type=pa.int8()),
+        "image_tokens_est": pa.array(np.zeros(n, np.int32), type=pa.int32()),
+        "media_cache_hits": pa.array(np.full(n, -1, np.int16), type=pa.int16()),
     }
     cols = [table.column(f.name) if f.name in table.column_names else filled[f.name] for f in SCHEMA]
     return pa.Table.from_arrays(cols, schema=SCHEMA)

@@ -119,12 +119,15 @@ class ShortPhase(ResultModel):
 
 
 class ImageSizeRow(ResultModel):
-    """The requests of one image size (their images' pixels, summed): how many, and their TTFT and latency."""
+    """The requests of one image size (their images' pixels, summed): how many, their TTFT and latency, the mean
+    prompt tokens the server's usage counted, and latbench's own count of the images' tokens (None: not known)."""
 
     image_pixels: int | None = None
     n: int | None = None
     ttft: MetricStats | None = None
     latency: MetricStats | None = None
+    prompt_tokens_mean: Num = None
+    image_tokens_est_mean: Num = None
 
 
 class ScopeImages(ResultModel):
@@ -136,6 +139,16 @@ class ScopeImages(ResultModel):
     pixels_mean: Num = None
     bytes_mean: Num = None
     by_size: list[ImageSizeRow] | None = None
+
+
+class ScopeMediaCache(ResultModel):
+    """A scope's successful requests with images or audio whose server said how many its encoder cache held:
+    how many said, their images and clips, the hits, and ``hit_rate`` = hits / media."""
+
+    requests: int | None = None
+    media: int | None = None
+    hits: int | None = None
+    hit_rate: Num = None
 
 
 class ToolCountRow(ResultModel):
@@ -201,6 +214,7 @@ class Scope(ResultModel):
     concurrency: int | None = None
     closed_loop: ClosedLoop | None = None
     images: ScopeImages | None = None
+    media_cache: ScopeMediaCache | None = None
     tool_calls: ScopeToolCalls | None = None
     tool_call_rate: Num = None
     structured: ScopeStructured | None = None

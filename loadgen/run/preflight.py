@@ -5,10 +5,11 @@ Per target, through latbench's one non-load client (:mod:`loadgen.fetch`):
 
 1. ``GET {url}/models`` where the API has it (the OpenAI-style ones): unreachable, a 401/403, a model the server
    does not list, or an answer that is not JSON stop the run here.
-2. One minimal request, built by the target's own protocol (a one-word prompt, one output token) and read by the
-   protocol's own response handler: the same rules decide whether its answer is a success as during the run. It is
-   not recorded. A 404/405, a 401/403, another 4xx, a redirect or a body that is not the API's shape stop the run;
-   a 5xx, a 429 or a timeout are the service's own and only noted (the run measures them).
+2. One minimal request, built by the target's own protocol (a one-word prompt, one output token; for
+   ``openai-transcriptions`` a quarter second of WAV uploaded) and read by the protocol's own response handler:
+   the same rules decide whether its answer is a success as during the run. It is not recorded. A 404/405, a
+   401/403, another 4xx, a redirect or a body that is not the API's shape stop the run; a 5xx, a 429 or a timeout
+   are the service's own and only noted (the run measures them).
 
 A fresh-start study (``load.starts``) measures the first request a server ever serves, so there nothing touches
 the model before it: only the model list is asked (``generate=False``).
@@ -32,12 +33,13 @@ from loadgen.protocols.registry import make_protocol
 from loadgen.records.results import Preflight
 from loadgen.records.schema import Outcome
 from loadgen.redact import escape_control
+from loadgen.scenario.audio import minimal_clip
 from loadgen.scenario.model import Target, Workload
 from loadgen.scenario.prompts import Prompt
 from loadgen.scenario.tokenizer import ServerTokenizer, TokenizerError
 from loadgen.scenario.urls import join_url
 
-MODELS_APIS = ("openai-chat", "openai-completions", "embeddings", "openai-responses")
+MODELS_APIS = ("openai-chat", "openai-completions", "embeddings", "openai-responses", "openai-transcriptions")
 PREFIXED_APIS = MODELS_APIS + ("anthropic-messages", "rerank")  # served under /v1 by the servers latbench knows
 DEADLINE_S = 5.0  # the model list, a connect
 GENERATE_DEADLINE_S = 10.0  # the minimal request: slower than this, it is the service's (measured by the run)
@@ -215,11 +217,18 @@ def _models(check: Check, target: Target, url: str, headers: dict, model: str | 
         check.notes.append(f"{safe_url(asked)} answered HTTP {resp.status}")
 
 
+def _minimal_prompt(api: str) -> Prompt:
+    """A one-word prompt asking one token; for the transcription endpoint, one tiny WAV clip to upload."""
+    if api == "openai-transcriptions":
+        return Prompt("Hello", None, 1, 1, audio=(minimal_clip(),))
+    return Prompt("Hello", None, 1, 1)
+
+
 def _generate(check: Check, target: Target, url: str, model: str | None, workload: Workload,
               redact: Callable[[str], str]) -> None:
     try:
         protocol = make_protocol(target, workload, model, base_url=url)
-        req = protocol.build(0, Prompt("Hello", None, 1, 1))
+        req = protocol.build(0, _minimal_prompt(target.api))
     except Exception as exc:  # a protocol that cannot build without its run-time parts: nothing to ask
         check.notes.append(f"no minimal request sent ({type(exc).__name__})")
         return

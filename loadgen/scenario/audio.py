@@ -7,6 +7,10 @@ server must decode, the same bytes on every machine for a scenario and seed.
 **Files**: a folder's ``.wav`` files in name order, each opened with Python's ``wave`` module before the run
 (its duration read from its header), so a file that is not a WAV is an error naming it before anything is sent.
 
+**URLs** (http(s)) are sent as they are where the API takes a URL (openai-chat: an ``audio_url`` part, as vLLM
+reads it; seconds and bytes unknown, -1), and downloaded once at the start where it needs the bytes (the
+transcription endpoint's upload), through :mod:`loadgen.fetch`, each checked as a file is.
+
 **Per request** as images (:mod:`loadgen.scenario.images`): prompt ``i`` carries ``count_i`` clips, the pool's
 next ones in turn. Sent as base64 in ``input_audio`` parts (openai-chat) or uploaded as the transcription
 endpoint's ``file`` (:mod:`loadgen.protocols.transcriptions`).
@@ -21,26 +25,29 @@ import wave
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.fetch import FetchError, fetch, safe_url
 from loadgen.scenario.files import UnreadableFile, read_capped
 from loadgen.scenario.images import AttachedPrompts, ImageError
 from loadgen.scenario.media_model import MAX_AUDIO_SECONDS, MAX_IMAGES, Audio
 from loadgen.scenario.problems import Problems
 from loadgen.scenario.prompts import PromptSource
 
-__all__ = ["AudioItem", "audio_pool", "check_audio", "synthetic_wav", "with_audio"]
+__all__ = ["AudioItem", "audio_pool", "check_audio", "minimal_clip", "synthetic_wav", "with_audio"]
 
 MAX_AUDIO_BYTES = 256 << 20  # one audio file at most
 
 
 @dataclass(frozen=True, slots=True)
 class AudioItem:
-    """One clip as sent: its WAV bytes, base64 (``data``), its duration in seconds, bytes and SHA-256."""
+    """One clip as sent: its WAV bytes, base64 (``data``), its duration in seconds, bytes and SHA-256; or an
+    http(s) ``url`` passed as it is (no bytes, its seconds and bytes -1: unknown)."""
 
     wav: bytes
     data: str
     seconds: float
     nbytes: int
     sha256: str
+    url: str = ""
 
 
 def _item(wav: bytes, seconds: float) -> AudioItem:
@@ -65,12 +72,24 @@ def synthetic_wav(rng, seconds: float, rate: int) -> bytes:
     return buf.getvalue()
 
 
+def minimal_clip() -> AudioItem:
+    """A quarter second of tone at 16 kHz (8 kB): what a pre-flight uploads to a transcription endpoint."""
+    import numpy as np
+
+    return _item(synthetic_wav(np.random.default_rng(0), 0.25, 16_000), 0.25)
+
+
 def read_wav(path: Path) -> AudioItem:
     """A WAV file as sent; ImageError (one message, without the path) when it cannot be read or is no WAV."""
     try:
         data = read_capped(path, MAX_AUDIO_BYTES)
     except UnreadableFile as exc:
         raise ImageError([f"cannot read: {exc}"]) from None
+    return wav_of(data)
+
+
+def wav_of(data: bytes) -> AudioItem:
+    """The bytes of a WAV file as sent; ImageError (one message) when they are not a WAV of 0 to 1 h."""
     try:
         with wave.open(io.BytesIO(data), "rb") as w:
             frames, rate = w.getnframes(), w.getframerate()
@@ -82,10 +101,40 @@ def read_wav(path: Path) -> AudioItem:
     return _item(data, seconds)
 
 
-def audio_pool(spec: Audio, base_dir: Path, seed: int) -> list[AudioItem]:
-    """The clips prompts take in turn. Raises ImageError naming every file that cannot be used."""
+#: downloaded clips by URL, once per process (a run's checks and its senders ask for the same ones)
+_DOWNLOADED: dict[str, AudioItem] = {}
+DOWNLOAD_DEADLINE_S = 60.0
+
+
+def _download(urls: list[str]) -> list[AudioItem]:
+    """Each URL's WAV file, fetched once through latbench's one non-load client (:mod:`loadgen.fetch`)."""
+    problems = Problems("workload.audio.urls", ImageError)
+    for u in urls:
+        if u in _DOWNLOADED:
+            continue
+        try:
+            resp = fetch("GET", u, deadline_s=DOWNLOAD_DEADLINE_S, max_bytes=MAX_AUDIO_BYTES)
+        except FetchError as exc:
+            problems.at(None, f"{exc.url}: cannot download: {exc.detail}")
+            continue
+        if resp.status != 200:
+            problems.at(None, f"{safe_url(u)}: cannot download: HTTP {resp.status}")
+            continue
+        try:
+            _DOWNLOADED[u] = wav_of(resp.body)
+        except ImageError as exc:
+            problems.at(None, f"{safe_url(u)}: {exc.errors[0]}")
+    problems.raise_any()
+    return [_DOWNLOADED[u] for u in urls]
+
+
+def audio_pool(spec: Audio, base_dir: Path, seed: int, download: bool = False) -> list[AudioItem]:
+    """The clips prompts take in turn: URLs as they are, or (``download``: the API needs the bytes) each
+    downloaded once. Raises ImageError naming every file or URL that cannot be used."""
     import numpy as np
 
+    if spec.urls is not None:
+        return _download(spec.urls) if download else [AudioItem(b"", "", -1.0, -1, "", u) for u in spec.urls]
     if spec.synthetic:
         rng = np.random.default_rng([seed, 0xA0D1])
         d = spec.duration
@@ -111,8 +160,9 @@ def audio_pool(spec: Audio, base_dir: Path, seed: int) -> list[AudioItem]:
 
 
 def check_audio(spec: Audio | None, base_dir: Path) -> list[str]:
-    """What is wrong with a scenario's audio folder (empty when nothing; synthetic clips are made at the run)."""
-    if spec is None or spec.synthetic:
+    """What is wrong with a scenario's audio folder (empty when nothing; synthetic clips are made at the run and
+    URLs fetched, where the API needs their bytes, at its start: validating sends nothing)."""
+    if spec is None or spec.folder is None:
         return []
     try:
         audio_pool(spec, base_dir, 0)
@@ -124,14 +174,14 @@ def check_audio(spec: Audio | None, base_dir: Path) -> list[str]:
 
 
 def with_audio(base: PromptSource, spec: Audio | None, seed: int, base_dir: Path, one: bool = False) -> PromptSource:
-    """``base`` with ``spec``'s clips attached (``base`` itself without audio); ``one``: exactly one clip a prompt
-    (the transcription endpoint takes one file). Raises ImageError."""
+    """``base`` with ``spec``'s clips attached (``base`` itself without audio); ``one``: exactly one clip a prompt,
+    as bytes (the transcription endpoint takes one file: URLs are downloaded). Raises ImageError."""
     if spec is None:
         return base
     import numpy as np
 
     n = len(base)
-    pool = audio_pool(spec, Path(base_dir), seed)
+    pool = audio_pool(spec, Path(base_dir), seed, download=one)
     c, rng = spec.count, np.random.default_rng([seed, 0xA0D2])
     if one:
         counts = np.ones(n, dtype=np.int64)

@@ -34,7 +34,7 @@ from loadgen.scenario.files import MAX_DATA_BYTES, UnreadableFile, read_capped
 from loadgen.scenario.model import Dataset, Workload, as_dataset, owned_fields_error
 from loadgen.scenario.problems import Problems
 
-__all__ = ["DatasetError", "Entry", "check_dataset", "entry_of", "read_dataset"]
+__all__ = ["DatasetError", "Entry", "check_dataset", "entry_of", "load_hf", "read_dataset"]
 
 HUMAN = ("human", "user")  # ShareGPT's "from" of a prompt turn
 MAX_DATASET_ERRORS = 20  # problems listed per dataset; the rest are counted
@@ -249,8 +249,10 @@ def _file(path: Path) -> list[Entry]:
     return entries
 
 
-def _hf(spec: Dataset, base_dir: Path) -> list[Entry]:
-    name = spec.hf
+def load_hf(name: str, split: str, base_dir: Path):
+    """Split ``split`` of the Hugging Face dataset ``name`` (a local folder written by ``save_to_disk``, a local
+    data file, or an id in the local cache; never downloaded), with ``datasets`` imported only now. Raises
+    DatasetError naming ``name``: the library missing (and how to install it), or why it could not load."""
     try:
         datasets = importlib.import_module("datasets")
     except ImportError:
@@ -262,16 +264,20 @@ def _hf(spec: Dataset, base_dir: Path) -> list[Entry]:
     try:
         if (local / "dataset_info.json").is_file() or (local / "state.json").is_file():
             ds = datasets.load_from_disk(str(local))
-            ds = ds[spec.split] if hasattr(ds, "keys") else ds
-        elif local.is_file():
+            return ds[split] if hasattr(ds, "keys") else ds
+        if local.is_file():
             builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(local.suffix)
-            ds = datasets.load_dataset(builder or "json", data_files=str(local), split=spec.split)
-        else:
-            ds = datasets.load_dataset(str(local) if local.exists() else name, split=spec.split)
+            return datasets.load_dataset(builder or "json", data_files=str(local), split=split)
+        return datasets.load_dataset(str(local) if local.exists() else name, split=split)
     except Exception as exc:  # not cached, no such split, unreadable: the library's own message says which
         why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-        raise DatasetError([f"{name}: cannot load the Hugging Face dataset (split {spec.split!r}; only local "
+        raise DatasetError([f"{name}: cannot load the Hugging Face dataset (split {split!r}; only local "
                             f"files and the local cache are read): {why}"]) from None
+
+
+def _hf(spec: Dataset, base_dir: Path) -> list[Entry]:
+    name = spec.hf
+    ds = load_hf(name, spec.split, base_dir)
     cols = dict(spec.columns)
     for field in ("prompt", "messages", "conversations"):
         if field not in cols and field in ds.column_names:

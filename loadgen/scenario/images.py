@@ -11,6 +11,10 @@ images (``{"image": PATH_OR_URL}`` or ``{"images": [...]}``, paths relative to t
 with Pillow before the run (its size read, its data checked), so a file that is not an image is an error naming
 it, before anything is sent. A file's bytes are sent as they are, as a base64 ``data:`` URL.
 
+**A Hugging Face dataset** (``hf``, the ``latbench[datasets]`` extra, read as prompt datasets are:
+:func:`loadgen.scenario.datasets.load_hf`): each row's ``column`` is one image of the pool, its file bytes as
+stored, checked as a file's are.
+
 **URLs** are passed through: the server fetches them, latbench never does, and their pixels and bytes are
 unknown (-1 in the records).
 
@@ -23,12 +27,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import io
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from loadgen.scenario.datasets import DatasetError, load_hf
 from loadgen.scenario.files import MAX_DATA_BYTES, UnreadableFile, read_capped
+from loadgen.scenario.image_tokens import ImageTokenRule
 from loadgen.scenario.media_model import MAX_IMAGE_SIDE, MAX_IMAGES, Images
 from loadgen.scenario.problems import Problems
 from loadgen.scenario.prompts import Prompt, PromptSource, draw_tokens  # one rule for every drawn length
@@ -51,13 +58,15 @@ class ImageError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ImageItem:
     """One image as sent: its URL (a base64 ``data:`` URL, or an http(s) URL passed through), its size and bytes
-    (-1 when unknown: a URL), and the SHA-256 of its bytes ('' for a URL)."""
+    (-1 when unknown: a URL), the SHA-256 of its bytes ('' for a URL), and the prompt tokens it takes by
+    :mod:`loadgen.scenario.image_tokens` (-1 not known)."""
 
     url: str
     width: int = -1
     height: int = -1
     nbytes: int = -1
     sha256: str = ""
+    tokens: int = -1  # prompt tokens the model's processor makes of it, by latbench's count; -1 not known
 
     @property
     def pixels(self) -> int:
@@ -118,11 +127,18 @@ def _synthetic(spec: Images, seed: int) -> list[ImageItem]:
 def read_image(path: Path) -> ImageItem:
     """An image file as sent (its bytes as they are); ImageError (one message, without the path) when it cannot
     be read or is not an image Pillow knows."""
-    Image = _pil()
     try:
         data = read_capped(path, MAX_IMAGE_BYTES)
     except UnreadableFile as exc:
         raise ImageError([f"cannot read: {exc}"]) from None
+    return image_of(data)
+
+
+def image_of(data: bytes) -> ImageItem:
+    """The bytes of an image file as sent; ImageError (one message) when they are not an image Pillow knows."""
+    Image = _pil()
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ImageError([f"{len(data):,} bytes: an image may take {MAX_IMAGE_BYTES:,} at most"])
     try:
         with Image.open(io.BytesIO(data)) as img:
             fmt, (w, h) = img.format, img.size
@@ -197,6 +213,47 @@ def _lines(file: Path, problems: Problems) -> list[tuple[ImageItem, ...]]:
     return groups
 
 
+def _hf_rows(spec: Images, base_dir: Path, problems: Problems) -> list[ImageItem]:
+    """The images of a Hugging Face dataset's ``column``, one a row, their file bytes as stored (an ``Image``
+    feature read undecoded, or a column of bytes)."""
+    try:
+        ds = load_hf(spec.hf, spec.split, base_dir)
+    except DatasetError as exc:
+        problems.add(exc.errors[0])
+        return []
+    if spec.column not in ds.column_names:
+        problems.at(None, f"column: no column {spec.column!r} in split {spec.split!r} (its columns: "
+                          f"{', '.join(ds.column_names)})")
+        return []
+    feature, image_type = ds.features[spec.column], importlib.import_module("datasets").Image
+    if isinstance(feature, image_type):  # undecoded: {"bytes", "path"}, the file as stored
+        ds = ds.cast_column(spec.column, image_type(decode=False))
+    elif not (getattr(feature, "dtype", None) in ("binary", "large_binary")
+              or (isinstance(feature, dict) and "bytes" in feature)):  # a parquet file's image struct
+        problems.at(None, f"column: {spec.column!r} holds {getattr(feature, 'dtype', type(feature).__name__)}, "
+                          "not images (expected an Image feature or image file bytes)")
+        return []
+    items = []
+    for i, value in enumerate(ds[spec.column]):
+        data = value.get("bytes") if isinstance(value, dict) else value
+        if data is None and isinstance(value, dict) and value.get("path"):
+            try:
+                data = read_capped(Path(value["path"]), MAX_IMAGE_BYTES)
+            except UnreadableFile as exc:
+                problems.add(f"{spec.hf}[{spec.split}] row {i}: {spec.column}: cannot read {value['path']}: {exc}")
+                continue
+        if not isinstance(data, (bytes, bytearray)):
+            problems.add(f"{spec.hf}[{spec.split}] row {i}: {spec.column}: no image (got {type(value).__name__})")
+            continue
+        try:
+            items.append(image_of(bytes(data)))
+        except ImageError as exc:
+            problems.add(f"{spec.hf}[{spec.split}] row {i}: {spec.column}: {exc.errors[0]}")
+    if not items and not problems.errors:
+        problems.at(None, f"split {spec.split!r} has no rows")
+    return items
+
+
 def image_pool(spec: Images, base_dir: Path, seed: int) -> tuple[list[ImageItem], list[tuple[ImageItem, ...]]]:
     """(the pool prompts take their images from in turn, or the file's per-request groups): one of the two is
     empty. Raises ImageError naming every file and line that cannot be used."""
@@ -204,6 +261,11 @@ def image_pool(spec: Images, base_dir: Path, seed: int) -> tuple[list[ImageItem]
         return [ImageItem(u) for u in spec.urls], []
     if spec.synthetic:
         return _synthetic(spec, seed), []
+    if spec.hf is not None:
+        problems = Problems(spec.hf, ImageError)
+        pool = _hf_rows(spec, Path(base_dir), problems)
+        problems.raise_any()
+        return pool, []
     path = Path(base_dir) / (spec.folder if spec.folder is not None else spec.file)
     problems = Problems(path, ImageError)
     if spec.folder is not None:
@@ -245,14 +307,19 @@ class AttachedPrompts(PromptSource):
         return replace(self._base.get(i), **{self._field: self._groups[i]})
 
 
-def with_images(base: PromptSource, spec: Images | None, seed: int, base_dir: Path) -> PromptSource:
-    """``base`` with ``spec``'s images attached (``base`` itself without images). Raises ImageError."""
+def with_images(base: PromptSource, spec: Images | None, seed: int, base_dir: Path,
+                rule: ImageTokenRule | None = None) -> PromptSource:
+    """``base`` with ``spec``'s images attached (``base`` itself without images), each with its prompt tokens by
+    ``rule`` (None: not known). Raises ImageError."""
     if spec is None:
         return base
     import numpy as np
 
     n = len(base)
     pool, lines = image_pool(spec, Path(base_dir), seed)
+    if rule is not None:
+        counted = lambda i: replace(i, tokens=rule.tokens(i.width, i.height)) if i.width > 0 else i  # noqa: E731
+        pool, lines = [counted(i) for i in pool], [tuple(map(counted, g)) for g in lines]
     if lines:
         groups = [lines[i % len(lines)] for i in range(n)]
     else:
@@ -266,8 +333,11 @@ def with_images(base: PromptSource, spec: Images | None, seed: int, base_dir: Pa
     return AttachedPrompts(base, groups, "images")
 
 
-def image_stats(items) -> tuple[int, int, int]:
-    """(images, pixels, bytes) of a request's images; pixels and bytes -1 when any is unknown (a URL)."""
-    pixels = sum(i.pixels for i in items) if all(i.pixels >= 0 for i in items) else -1
-    nbytes = sum(i.nbytes for i in items) if all(i.nbytes >= 0 for i in items) else -1
-    return len(items), pixels, nbytes
+def image_stats(items) -> tuple[int, int, int, int]:
+    """(images, pixels, bytes, tokens) of a request's images; each sum -1 when any of its terms is unknown (a
+    URL's pixels and bytes, the tokens of a model whose processor latbench does not know)."""
+    def total(values) -> int:
+        values = list(values)
+        return sum(values) if all(v >= 0 for v in values) else -1
+    return (len(items), total(i.pixels for i in items), total(i.nbytes for i in items),
+            total(i.tokens for i in items))

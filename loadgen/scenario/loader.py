@@ -27,6 +27,7 @@ from loadgen.scenario.audio import check_audio
 from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.files import MAX_SCENARIO_BYTES, UnreadableFile, read_capped
 from loadgen.scenario.images import check_images
+from loadgen.scenario.media_model import SOURCES
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.reset import Reset
 from loadgen.scenario.tokenizer import TokenizerError, resolve_local
@@ -365,7 +366,7 @@ def _check_workload(scenario: Scenario, path: Path, root: yaml.Node, fname: str)
     errors += [f"{where}: {msg}" for msg in check_dataset(wl, base)]  # each with the dataset's own file:line
     if wl.images is not None:  # every image file read and checked: a file that is not an image, named
         images = wl.images
-        key = next((k for k in ("folder", "file", "urls") if getattr(images, k) is not None), None)
+        key = next((k for k in SOURCES if getattr(images, k) is not None), None)
         loc = ("workload", "images") + ((key,) if key else ())
         where = f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}"
         errors += [f"{where}: {msg}" for msg in check_images(images, base)]

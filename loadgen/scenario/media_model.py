@@ -69,6 +69,14 @@ def _seconds(v: Any) -> Any:
     return v
 
 
+def _http_urls(v: list[str] | None) -> list[str] | None:
+    """URLs an image or audio source gives: http(s), without spaces."""
+    for u in v or []:
+        if not u.startswith(("http://", "https://")) or any(c in u for c in " \r\n\t"):
+            raise ValueError(f"expected http:// or https:// URLs without spaces, got {u!r:.80}")
+    return v
+
+
 _SIZE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
 
@@ -89,9 +97,13 @@ def _size(v: Any) -> tuple[int, int]:
 ImageSize = Annotated[tuple[int, int], BeforeValidator(_size)]
 
 
+SOURCES = ("folder", "file", "urls", "hf")  # where workload.images come from, when not made by latbench
+
+
 class Images(Strict):
     """Images sent with each chat request, as OpenAI ``image_url`` content parts after the prompt's text: synthetic
-    ones made with the seed (Pillow), a folder of image files, a JSON-lines file naming a request's images, or
+    ones made with the seed (Pillow), a folder of image files, a JSON-lines file naming a request's images, the
+    rows of a Hugging Face dataset's image column, or
     plain http(s) URLs passed through as they are (the server fetches them; latbench never does). A file's image
     goes as a base64 ``data:`` URL. Each record keeps the images, pixels and bytes its request sent."""
 
@@ -126,22 +138,26 @@ class Images(Strict):
     urls: Optional[list[str]] = Field(None, examples=[["https://example.com/cat.jpg"]], min_length=1,
                                       description="http(s) URLs sent as they are, in turn (never fetched by "
                                                   "latbench; their size is unknown to it)")
+    hf: Optional[str] = Field(None, examples=["./data/my_images"],
+                              description="a Hugging Face dataset of images: an id in the local cache, or a local "
+                                          "folder (save_to_disk) or data file (parquet), loaded with `datasets` "
+                                          "(never downloaded; pip install 'latbench[datasets]'); each row one "
+                                          "image, in row order")
+    split: str = Field("train", examples=["test"], description="hf: the split to read")
+    column: str = Field("image", examples=["img"], description="hf: the column holding the images (an Image "
+                                                               "feature, or image file bytes)")
     detail: Optional[Literal["auto", "low", "high"]] = Field(
         None, description="OpenAI's image_url.detail (unset: not sent)")
 
-    @field_validator("urls")
-    @classmethod
-    def _urls(cls, v: list[str] | None) -> list[str] | None:
-        for u in v or []:
-            if not u.startswith(("http://", "https://")) or any(c in u for c in " \r\n\t"):
-                raise ValueError(f"expected http:// or https:// URLs without spaces, got {u!r:.80}")
-        return v
+    _urls = field_validator("urls")(classmethod(lambda cls, v: _http_urls(v)))
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in ("folder", "file", "urls") if getattr(self, k) is not None]
+        given = [k for k in SOURCES if getattr(self, k) is not None]
         if len(given) > 1:
-            raise ValueError(f"expected at most one image source (folder, file or urls), got {', '.join(given)}")
+            raise ValueError(f"expected at most one image source (folder, file, urls or hf), got {', '.join(given)}")
+        if self.hf is None and {"split", "column"} & self.model_fields_set:
+            raise ValueError("split and column: only with hf (a Hugging Face dataset of images)")
         if self.sizes is not None and {"width", "height"} & self.model_fields_set:
             raise ValueError("sizes: give either sizes or width and height")
         if given and {"width", "height", "sizes", "format", "quality", "distinct"} & self.model_fields_set:
@@ -159,8 +175,8 @@ class Images(Strict):
 
     @property
     def synthetic(self) -> bool:
-        """Whether latbench makes the images (no folder, file or urls given)."""
-        return self.folder is None and self.file is None and self.urls is None
+        """Whether latbench makes the images (no folder, file, urls or hf given)."""
+        return all(getattr(self, k) is None for k in SOURCES)
 
 
 MAX_TOOLS = 128  # tool definitions a request carries at most
@@ -324,15 +340,24 @@ class Audio(Strict):
                                                                         "requests cycle through them")
     folder: Optional[str] = Field(None, examples=["audio/"], description="a folder of WAV files (relative to the "
                                                                           "scenario), in name order")
+    urls: Optional[list[str]] = Field(None, examples=[["https://example.com/clip.wav"]], min_length=1,
+                                      description="http(s) URLs of WAV files, in turn: openai-chat sends them as they "
+                                                  "are (audio_url parts, as vLLM takes them); openai-transcriptions "
+                                                  "needs the bytes, so each is downloaded once at the start")
+
+    _urls = field_validator("urls")(classmethod(lambda cls, v: _http_urls(v)))
 
     @model_validator(mode="after")
     def _source(self):
-        if self.folder is not None and {"duration", "sample_rate", "distinct"} & self.model_fields_set:
-            raise ValueError("duration, sample_rate and distinct describe synthetic clips, not a folder's")
+        if self.folder is not None and self.urls is not None:
+            raise ValueError("expected at most one audio source (folder or urls), got folder, urls")
+        if not self.synthetic and {"duration", "sample_rate", "distinct"} & self.model_fields_set:
+            source = "a folder's" if self.folder is not None else "urls'"
+            raise ValueError(f"duration, sample_rate and distinct describe synthetic clips, not {source}")
         if self.duration.max < self.duration.min:
             raise ValueError(f"duration: max ({self.duration.max}) is below min ({self.duration.min})")
         return self
 
     @property
     def synthetic(self) -> bool:
-        return self.folder is None
+        return self.folder is None and self.urls is None

@@ -473,7 +473,9 @@ class Workload(Strict):
     tokenizer: Optional[str] = Field(
         None, description="count tokens as the model does: a tokenizer.json, a model folder, a Hugging Face model "
                           "id in the local cache, or 'server' (the target's /tokenize). Synthetic prompts then have "
-                          "exactly input_tokens tokens. Default: approximated, 4 characters a token")
+                          "exactly input_tokens tokens; with workload.images, a preprocessor_config.json beside it "
+                          "(Qwen2-VL or LLaVA style) counts each image's tokens too. Default: approximated, 4 "
+                          "characters a token")
     prompts: Prompts = Field(default_factory=Prompts, description="synthetic prompts: their lengths and how many "
                                                                   "distinct ones")
     dataset: Optional[Union[str, Dataset]] = Field(None, description="prompts from a dataset: a file path "

@@ -89,6 +89,14 @@ class Generation:
     gen: GenRequest | None  # the engine request (None when answered from the cache)
     arrival: float
 
+    def usage_details(self, key: str = "prompt_tokens_details") -> dict:
+        """What usage adds for a request with images or audio: ``{key: {"media_cache_hits": n}}``, the media
+        whose encoder tokens the image cache held (0 without a cache); ``{}`` for a request without media, or one
+        answered from the result cache."""
+        if self.gen is None or not self.gen.image_spans:
+            return {}
+        return {key: {"media_cache_hits": self.gen.media_cache_hits}}
+
     def close(self, state: ServerState) -> None:
         """Free the engine slot (a no-op when finished): on timeout, disconnect, or the end."""
         if self.gen is not None:

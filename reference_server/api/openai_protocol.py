@@ -271,13 +271,14 @@ def new_id(kind: str) -> str:
     return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, details: dict | None = None) -> dict:
+    """OpenAI's usage object; ``details``: what it adds (``prompt_tokens_details``, for a request with media)."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens, **(details or {})}
 
 
 def full_response(req: ParsedRequest, rid: str, text: str, finish_reason: str, prompt_tokens: int,
-                  completion_tokens: int) -> dict:
+                  completion_tokens: int, details: dict | None = None) -> dict:
     """The non-streaming response body."""
     if req.kind == "chat" and req.tool_call is not None:
         call = req.tool_call
@@ -296,7 +297,7 @@ def full_response(req: ParsedRequest, rid: str, text: str, finish_reason: str, p
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
     return {"id": rid, "object": obj, "created": int(time.time()), "model": req.model,
-            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens)}
+            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens, details)}
 
 
 def chunk(req: ParsedRequest, rid: str, created: int, text: str | None, *, first: bool = False,
@@ -371,11 +372,12 @@ class ChunkTemplate:
         return self.prefix + json.dumps(text).encode() + self.suffix
 
 
-def usage_chunk(req: ParsedRequest, rid: str, created: int, prompt_tokens: int, completion_tokens: int) -> dict:
+def usage_chunk(req: ParsedRequest, rid: str, created: int, prompt_tokens: int, completion_tokens: int,
+                details: dict | None = None) -> dict:
     """The extra chunk sent before ``[DONE]`` when ``stream_options.include_usage`` is set."""
     obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
     return {"id": rid, "object": obj, "created": created, "model": req.model, "choices": [],
-            "usage": usage(prompt_tokens, completion_tokens)}
+            "usage": usage(prompt_tokens, completion_tokens, details)}
 
 
 def sse(obj: dict) -> bytes:

@@ -9,8 +9,7 @@ import time
 
 from aiohttp import web
 
-from ..serving.faults import FaultPlan
-from .generation import ServerState, begin, remember
+from .generation import Generation, ServerState, begin, remember
 from .openai_protocol import (
     SSE_DONE,
     ApiError,
@@ -111,15 +110,16 @@ async def handle_generation(state: ServerState, request: web.Request, kind: str)
     g = await begin(state, req, arrival)
     try:
         if req.stream:
-            return await _stream(state, request, req, g.events, g.prompt_tokens, g.plan, g.key, arrival)
-        return await _collect(state, req, g.events, g.prompt_tokens, g.key, arrival)
+            return await _stream(state, request, req, g, arrival)
+        return await _collect(state, req, g, arrival)
     finally:
         g.close(state)
 
 
-async def _collect(state, req: ParsedRequest, events, prompt_tokens, key, arrival) -> web.Response:
+async def _collect(state, req: ParsedRequest, g: Generation, arrival) -> web.Response:
     pieces: list[str] = []
-    async for batch in events:
+    prompt_tokens, key = g.prompt_tokens, g.key
+    async for batch in g.events:
         for event in batch:
             if event[0] == "text":
                 pieces.append(event[1])
@@ -128,13 +128,15 @@ async def _collect(state, req: ParsedRequest, events, prompt_tokens, key, arriva
             else:
                 completion = state.counter.output("".join(pieces), event[2])
                 remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
-                body = full_response(req, new_id(req.kind), "".join(pieces), event[1], prompt_tokens, completion)
+                body = full_response(req, new_id(req.kind), "".join(pieces), event[1], prompt_tokens, completion,
+                                     g.usage_details())
                 return web.json_response(body)
     raise ApiError(500, "generation ended without a result", "server_error")
 
 
-async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, plan: FaultPlan, key, arrival):
+async def _stream(state, request, req: ParsedRequest, g: Generation, arrival):
     """Stream the answer; every batch of events that arrived together goes out in one write."""
+    events, prompt_tokens, plan, key = g.events, g.prompt_tokens, g.plan, g.key
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     rid, created = new_id(req.kind), int(time.time())
     template = ChunkTemplate(req, rid, created)
@@ -170,7 +172,7 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
                     out.append(tools.end(not pieces))
                     completion = state.counter.output("".join(pieces), event[2])
                     if req.include_usage:
-                        out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
+                        out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion, g.usage_details())))
                     out.append(SSE_DONE)
                     remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
                 else:
@@ -182,7 +184,7 @@ async def _stream(state, request, req: ParsedRequest, events, prompt_tokens, pla
                     out.append(sse(chunk(req, rid, created, None, finish_reason=event[1])))
                     completion = state.counter.output("".join(pieces), event[2])
                     if req.include_usage:
-                        out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion)))
+                        out.append(sse(usage_chunk(req, rid, created, prompt_tokens, completion, g.usage_details())))
                     out.append(SSE_DONE)
                     remember(state, key, pieces, event[1], prompt_tokens, completion, arrival)
             await resp.write(b"".join(out))

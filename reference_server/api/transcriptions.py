@@ -75,7 +75,7 @@ async def transcription(state: ServerState, request: web.Request) -> web.StreamR
                     completion = state.counter.output("".join(pieces), event[2])
                     remember(state, g.key, pieces, event[1], g.prompt_tokens, completion, arrival)
                     usage = {"type": "tokens", "input_tokens": g.prompt_tokens, "output_tokens": completion,
-                             "total_tokens": g.prompt_tokens + completion}
+                             "total_tokens": g.prompt_tokens + completion, **g.usage_details("input_token_details")}
                     if not stream:
                         if text_format:
                             return web.Response(text="".join(pieces))

@@ -88,3 +88,4 @@ class GenRequest:
     rng: np.random.Generator | None = None
     images: list = field(default_factory=list)  # the request's images (api.media.ImageInput), encoded at its start
     image_spans: list = field(default_factory=list)  # each image's (start, length) in prompt_ids: placeholders
+    media_cache_hits: int = 0  # of its images and clips, those whose encoder tokens the image cache held

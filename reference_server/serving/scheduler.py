@@ -278,6 +278,7 @@ class ServingEngine:
             tokens = self.image_cache.get(image.sha256) if self.image_cache is not None else None
             if tokens is not None:
                 self.metrics.image_cache_hits.inc()
+                req.media_cache_hits += 1
             else:
                 try:
                     if image.kind == "audio":  # api.media's AudioInput (ImageInput's kind is "image")

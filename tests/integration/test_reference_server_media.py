@@ -56,9 +56,16 @@ def test_an_image_is_prompt_tokens_and_the_cache_serves_it_again(server):
     status, _, body = _chat(url, "what is this?", img)  # the same image: its tokens from the cache
     assert json.loads(body)["choices"][0]["message"] == first["choices"][0]["message"]  # the same prompt tokens
     assert _metric(url, "refserver:image_cache_hits_total") == hits0 + 1
+    # each answer's usage says how many of its images the cache held (what latbench records per request)
+    assert json.loads(body)["usage"]["prompt_tokens_details"] == {"media_cache_hits": 1}
+    assert first["usage"]["prompt_tokens_details"] == {"media_cache_hits": 0}
     status, _, body = _chat(url, "what is this?", _image(2, 100, 60), _image(3, 320, 320))
-    assert json.loads(body)["usage"]["prompt_tokens"] == text_only + 8 + patches_of(320, 320, 16, 2)
+    usage = json.loads(body)["usage"]
+    assert usage["prompt_tokens"] == text_only + 8 + patches_of(320, 320, 16, 2)
     assert _metric(url, "refserver:image_cache_hits_total") == hits0 + 1  # two new images: no hit
+    assert usage["prompt_tokens_details"] == {"media_cache_hits": 0}
+    status, _, body = _chat(url, "no image")
+    assert "prompt_tokens_details" not in json.loads(body)["usage"]  # said only for a request with media
 
 
 @pytest.mark.parametrize("url, why", [

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadgen.analysis.features import image_block, structured_block, tool_call_block
+from loadgen.analysis.features import image_block, media_cache_block, structured_block, tool_call_block
 from loadgen.records.results import Summary
-from reports.breakdowns import image_rows, structured_note, tool_note, tool_rows
+from reports.breakdowns import image_rows, media_cache_note, structured_note, tool_note, tool_rows
 
 
 def _frame() -> pd.DataFrame:
@@ -42,3 +42,26 @@ def test_a_plain_run_has_no_breakdowns():
     assert image_block(df, df) is None and tool_call_block(df, df) is None and structured_block(df) is None
     s = Summary.model_validate({"overall": {}})
     assert image_rows(s, "t") == [] and tool_rows(s, "t") == [] and not tool_note(s) and not structured_note(s)
+
+
+def test_the_token_counts_by_size_and_the_cache_hit_rate_per_phase():
+    df = _frame().assign(audio=[0, 0, 0, 0, 1, 0], media_cache_hits=[0, 0, 1, 1, 2, -1],
+                         prompt_tokens=[60, 210, 60, 210, 61, 211], image_tokens_est=[49, 196] * 3,
+                         prompt_tokens_source=["usage"] * 5 + ["tokenizer"])
+    images, cache = image_block(df, df), media_cache_block(df)
+    small, large = images["by_size"]
+    assert (small["prompt_tokens_mean"], small["image_tokens_est_mean"]) == ((60 + 60 + 61) / 3, 49)
+    assert (large["prompt_tokens_mean"], large["image_tokens_est_mean"]) == (210, 196)  # the usage's only
+    assert cache == {"requests": 5, "media": 6, "hits": 4, "hit_rate": 4 / 6}  # the last said nothing
+    unknown = image_block(df.assign(image_tokens_est=[49, -1] * 3), df.assign(image_tokens_est=[49, -1] * 3))
+    assert unknown["by_size"][1].get("image_tokens_est_mean") is None
+    assert media_cache_block(df.assign(media_cache_hits=-1)) is None
+    s = Summary.model_validate({"overall": {"images": images, "media_cache": cache},
+                                "phases": {"cold": {"media_cache": {"requests": 2, "media": 2, "hits": 0,
+                                                                    "hit_rate": 0.0}}, "warm": {}}})
+    (row, _) = image_rows(s, "t")
+    assert [c.src for c in row["cells"][-2:]] == ["overall/images/by_size/0/prompt_tokens_mean",
+                                                  "overall/images/by_size/0/image_tokens_est_mean"]
+    assert media_cache_note(s) == ("Encoder cache hit rate (images and audio clips the server's image cache held, "
+                                   "from its usage): overall 66.67% (4 of 6); cold 0.00% (0 of 2).")
+    assert media_cache_note(Summary.model_validate({"overall": {}})) == ""
