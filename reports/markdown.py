@@ -12,7 +12,7 @@ from loadgen.metric_registry import outcome_counts
 from loadgen.records.results import MetricStats, Scope
 from loadgen.records.rundir import write_text
 from loadgen.redact import escape_control
-from reports import fmt, repeated, report_model
+from reports import breakdowns, fmt, repeated, report_model
 from reports.headline import headline
 from reports.run_report import run_comparison
 from reports.rundir_loader import RunData
@@ -160,6 +160,10 @@ def render_markdown(run: RunData) -> str:
             for ov in [td.result.overall or Scope()]] + [""]
     lines += _closed_table(run)
     lines += _reset_lines(run)
+    media = [f"- {esc(td.name)}: {esc(note)}" for td in run.targets if td.result
+             for note in [breakdowns.media_cache_note(td.result)] if note]
+    if media:
+        lines += ["**Images and audio:**", *media, ""]
     if v["logs"]:
         lines += ["Server logs: " + ", ".join(f"[{esc(name)}]({href})" for name, href in v["logs"]), ""]
     host = [f"- {esc(td.name)}: {esc(line)}" for td in run.targets

@@ -26,6 +26,7 @@ from loadgen.redact import ENV_REF, PLACEMENTS, Placement, Redactor
 from loadgen.scenario.audio import check_audio
 from loadgen.scenario.datasets import check_dataset
 from loadgen.scenario.files import MAX_SCENARIO_BYTES, UnreadableFile, read_capped
+from loadgen.scenario.image_tokens import image_token_rule
 from loadgen.scenario.images import check_images
 from loadgen.scenario.media_model import SOURCES
 from loadgen.scenario.model import Scenario
@@ -359,6 +360,8 @@ def _check_workload(scenario: Scenario, path: Path, root: yaml.Node, fname: str)
     if wl.tokenizer is not None and wl.tokenizer != "server":
         try:
             resolve_local(wl.tokenizer, base)
+            if wl.images is not None:  # its image processor's config too: a broken one is found here, not at run
+                image_token_rule(wl.tokenizer, base)
         except TokenizerError as exc:
             loc = ("workload", "tokenizer")
             errors.append(f"{fname}:{_mark(_locate(root, loc))}: {_path(loc)}: {exc}")

@@ -22,6 +22,8 @@ BAD = {
     "sizes.yaml": "images: {sizes: ['1000000x512']}",
     "schema.yaml": "tools: [{type: function, function: {name: f, parameters: {type: objekt}}}]",
     "object.yaml": "tools: [{type: function, function: {name: f, parameters: {type: string}}}]",
+    # the image processor's config beside the tokenizer, read for latbench's own image-token count
+    "processor.yaml": "tokenizer: model\n  images: {count: 1, width: 32, height: 32}",
 }
 EXPECTED = [
     "folder.yaml:5:20: workload.images.folder: imgs/readme.txt: not an image (no image format Pillow reads "
@@ -36,6 +38,8 @@ EXPECTED = [
     "a JSON Schema type (object, array, string, number, integer, boolean, null)",
     "object.yaml:5:60: workload.tools.definitions[0].function.parameters: a tool's parameters are an object schema "
     "(type: object), got type 'string'",
+    "processor.yaml:5:14: workload.tokenizer: model/preprocessor_config.json: not readable JSON: Expecting property "
+    "name enclosed in double quotes: line 1 column 2 (char 1)",
 ]
 
 
@@ -46,6 +50,9 @@ def test_latbench_validate_names_each_bad_media_input_and_sends_nothing(tmp_path
     (tmp_path / "imgs" / "readme.txt").write_text("not an image")
     (tmp_path / "dir.png").mkdir()  # a path that cannot be read as a file
     (tmp_path / "lines.jsonl").write_text('{"image": "dir.png"}\n{"image": "gone.png"}\n')
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "tokenizer.json").write_text("{}")  # resolved, not loaded, by validate
+    (tmp_path / "model" / "preprocessor_config.json").write_text("{not json")
     srv = KnownServer(ttft=0.001, gap=0.001, tokens=2).start()
     try:
         for name, spec in BAD.items():

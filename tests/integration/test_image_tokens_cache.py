@@ -65,6 +65,8 @@ def test_image_tokens_and_cache_hits_are_recorded_per_request_and_phase(tmp_path
     assert "overall/images/by_size/0/image_tokens_est_mean" in html
     assert "overall/images/by_size/0/prompt_tokens_mean" in html
     assert "Encoder cache hit rate" in html and "first 0.00% (0 of 4)" in html and "again 100.00%" in html
+    md = (res.rundir.path / "summary.md").read_text()  # the CI comment says it too
+    assert "**Images and audio:**" in md and "first 0.00% (0 of 4)" in md and "again 100.00%" in md
 
     res, s, df = run(tmp_path / "off", _scenario(model, 0))
     assert res.exit_code == 0, res.reasons
