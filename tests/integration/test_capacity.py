@@ -120,7 +120,9 @@ def test_a_first_step_the_generator_could_not_drive_makes_the_search_invalid(tmp
     """A send-lag threshold no generator meets (1 us): the first step fails as generator-limited, so nothing held
     and nothing says the target failed. The search is invalid (exit 3), not "even 20 req/s breaks the SLOs"."""
     srv = known_server(delay=0.005)
-    text = scenario(srv.url).replace("expected_qps: 20", "expected_qps: 20\n      send_lag_threshold: 1us")
+    # host_wait_limit 1: the host is never judged, so on a busy host too the generator is what fails the step
+    text = scenario(srv.url).replace("expected_qps: 20",
+                                     "expected_qps: 20\n      send_lag_threshold: 1us\n      host_wait_limit: 1")
     path = write_scenario(tmp_path, text)
     r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "40", "--step-duration", "1s",
                                    "--warmup", "0s", "--no-preflight", "--out", str(tmp_path / "runs")],
