@@ -154,3 +154,22 @@ def start_reference(port: int, *flags: str) -> subprocess.Popen:
         time.sleep(0.1)
     proc.kill()
     raise AssertionError("the reference server was not ready in time")
+
+
+def live_vllm():
+    """The skip mark of the tests that start a real vLLM (its CPU build, ``python benchmarks/peer_setup.py vllm``):
+    they run where its peer venv is set up and ``LATBENCH_VLLM_TESTS=1`` asks for them. Each start takes a minute
+    and both cores of a small machine, which the README's test command (under 10 minutes on two cores, the other
+    worker's timing tests beside it) cannot spare; run them with
+    ``LATBENCH_VLLM_TESTS=1 python -m pytest -n 0 tests/integration/test_telemetry_vllm_live.py
+    tests/integration/test_vllm_reset.py``."""
+    import os
+
+    import pytest
+
+    from benchmarks import peer_setup
+
+    if not peer_setup.ready("vllm"):
+        return pytest.mark.skip(reason="vLLM's CPU build is not installed (python benchmarks/peer_setup.py vllm)")
+    return pytest.mark.skipif(os.environ.get("LATBENCH_VLLM_TESTS") != "1",
+                              reason="starts a real vLLM: LATBENCH_VLLM_TESTS=1 runs it")

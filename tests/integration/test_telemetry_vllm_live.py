@@ -11,12 +11,10 @@ import socket
 
 import pytest
 
-from benchmarks import peer_setup
 from benchmarks.real_engines import Engine, write_model
-from tests.helpers import run
+from tests.helpers import live_vllm, run
 
-pytestmark = pytest.mark.skipif(not peer_setup.ready("vllm"),
-                                reason="vLLM's CPU build is not installed (python benchmarks/peer_setup.py vllm)")
+pytestmark = live_vllm()
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,9 @@ from loadgen.run.reset import reset_state
 from loadgen.run.targets import start_managed
 from loadgen.scenario.model import Target
 from loadgen.scenario.reset import Reset
+from tests.helpers import live_vllm
 
-pytestmark = [pytest.mark.alone,
-              pytest.mark.skipif(not peer_setup.ready("vllm"), reason="no vLLM peer venv "
-                                 "(python benchmarks/peer_setup.py vllm)")]
+pytestmark = [pytest.mark.alone, live_vllm()]
 
 PROMPT = "the quick brown fox jumps over the lazy dog and then some more words follow here " * 12
 
