@@ -13,6 +13,7 @@ import sys
 from contextlib import contextmanager
 
 from reports.layout import fit
+from reports.ticks import flatten
 
 URI_PREFIX = "data:image/svg+xml;base64,"
 
@@ -47,6 +48,7 @@ def to_uri(fig) -> str:
     out and once to write), and ``tight_layout`` measures every artist of it: half a report's rendering time."""
     with plot_style():
         fit(fig)
+        flatten(fig)  # its ticks as a few artists an axis, not five a tick (reports.ticks)
         buf = io.BytesIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     return URI_PREFIX + base64.b64encode(buf.getvalue()).decode("ascii")
