@@ -1,8 +1,9 @@
 """How a report's figures become SVG: the style they are built in, the figure, its layout and its drawing.
 
 Building a figure (its axes, lines and labels: :mod:`reports.plots`) is the smaller part of its cost; laying it
-out and writing its SVG is most of it. :func:`to_uri` lays a figure out from what stands beside its axes
-(:mod:`reports.layout`) and draws it once, as an SVG data URI.
+out and writing its SVG is most of it, and its ticks were most of that. :func:`to_uri` lays a figure out from what
+stands beside its axes (:mod:`reports.layout`), puts its ticks in a few artists an axis (:mod:`reports.ticks`) and
+draws it once, as an SVG data URI.
 """
 
 from __future__ import annotations

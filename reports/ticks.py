@@ -100,7 +100,9 @@ def flatten(fig) -> None:
 
     work = []
     for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
+        if not (ax.get_visible() and ax.axison):
+            continue  # matplotlib draws no ticks of it: neither do we
+        for axis in (a for a in (ax.xaxis, ax.yaxis) if a.get_visible()):
             plans = _plan(axis)
             if plans is None or any(t.tick2line.get_visible() or t.label2.get_visible() for _, _, t in plans):
                 return
