@@ -66,7 +66,8 @@ def closed_loop_stats(df: pd.DataFrame, plan: PhasePlan, end: float) -> ClosedLo
     asked = plan.concurrency
     sent, done = df["sent"].to_numpy(), df["done"].to_numpy()
     keep = np.isfinite(sent) & np.isfinite(done)
-    users = df[keep & (df["user"].to_numpy() >= 0)]
+    # the columns the per-user figures read, not a copy of every column of every request
+    users = df.loc[keep & (df["user"].to_numpy() >= 0), ["worker", "user", "scheduled", "sent", "done", "turn"]]
     conversations = bool((df["session"] >= 0).any())
     start, gap = plan.start, None
     every_user = plan.max_requests is None or plan.max_requests >= asked

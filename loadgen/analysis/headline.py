@@ -142,11 +142,11 @@ def burst_effects(df: pd.DataFrame, plans: list[PhasePlan], phases: dict[str, Sc
     the baseline's peak (None: not within the next phase). ``recovery``: the entry of
     :func:`loadgen.metrics.recovery` for this spike, or None without a latency.p99 objective to recover to.
     """
-    out = []
-    t, n = in_flight_events(df)
+    out, events = [], None
     for i, (cur, nxt) in enumerate(zip(plans, plans[1:])):
         if cur.closed or nxt.closed or not cur.recorded or _mean_rate(cur) <= _mean_rate(nxt):
             continue
+        t, n = events = events or in_flight_events(df)  # a sort of every send and completion: only for a spike
         prev = plans[i - 1] if i > 0 else None
         base = prev if prev is not None and prev.recorded and not prev.closed else None
         spike_p99 = pct_entry(phases.get(cur.name))

@@ -91,6 +91,13 @@ def records_frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
+def rows(df: pd.DataFrame, mask) -> pd.DataFrame:
+    """The rows of ``df`` where ``mask`` holds: ``df`` itself when it holds for every row (one phase, every request
+    recorded and successful: the usual short run), not a copy of every column. Callers only read the frame."""
+    mask = np.asarray(mask, dtype=bool)
+    return df if mask.all() else df[mask]
+
+
 #: Percentiles of per-user output throughput: its low ones are the slowest users.
 USER_TPS_PERCENTILES = (1, 5, 10, 50, 90, 99)
 
@@ -198,22 +205,23 @@ def chunk_stats(df: pd.DataFrame) -> dict:
 
 def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, extra_pcts) -> Scope:
     duration = max(end - start, 1e-9)
-    ok = df[df["ok"]]
+    ok = rows(df, df["ok"])
     count = len(df)
     errors = {c: int(v) for c, v in df.loc[df["failed"], "error"].value_counts().items()}
     n_err = int(df["failed"].sum())
     n_aborted = int(df["aborted"].sum())
-    in_window = ok[(ok["done"] >= start) & (ok["done"] < end)]
+    ok_done = ok["done"].to_numpy()
+    in_window = (ok_done >= start) & (ok_done < end)  # successful requests that completed inside the window
     metrics = {}
     pcts = tuple(sorted(set(PERCENTILES) | set(extra_pcts)))
     for m in map(metric_registry.metric, metric_registry.distributions()):
         if m.needs is not None and not (m.needs in df and (df[m.needs] > 0).any()):
             continue  # a workload feature this scope's requests did not have (tool calls...)
         metrics[m.name] = describe(metric_samples(df if m.of_all else ok, m.name), pcts)
-    judged_lat = df[~df["aborted"]]
-    lat_inf = np.where(judged_lat["ok"], judged_lat["latency"], np.inf)
+    judged = ~df["aborted"].to_numpy()
+    lat_inf = np.where(df["ok"].to_numpy()[judged], df["latency"].to_numpy()[judged], np.inf)
     good = df["good"].to_numpy()
-    judged = ~np.isnan(good)
+    judged_good = ~np.isnan(good)
     done = df["done"].to_numpy()
     n_good_in_window = int(((good == 1) & (done >= start) & (done < end)).sum())
     features = {k: v for k, v in (("images", image_block(df, ok)), ("tool_calls", tool_call_block(df, ok)),
@@ -237,11 +245,11 @@ def _scope_stats(df: pd.DataFrame, start: float, end: float, target_qps: float, 
         aborted_rate=(n_aborted / count) if count else None,
         target_qps=target_qps,
         sent_qps=int((df["error"] != "dropped").sum()) / duration,
-        achieved_qps=len(in_window) / duration,
-        input_tokens_per_s=float(in_window["prompt_tokens"].clip(lower=0).sum()) / duration,
-        output_tokens_per_s=float(in_window["output_tokens"].sum()) / duration,
-        goodput=float(good[judged].sum() / judged.sum()) if judged.any() else None,
-        goodput_qps=n_good_in_window / duration if judged.any() else None,
+        achieved_qps=int(in_window.sum()) / duration,
+        input_tokens_per_s=float(np.nansum(ok["prompt_tokens"].to_numpy()[in_window].clip(min=0))) / duration,
+        output_tokens_per_s=float(np.nansum(ok["output_tokens"].to_numpy()[in_window])) / duration,
+        goodput=float(good[judged_good].sum() / judged_good.sum()) if judged_good.any() else None,
+        goodput_qps=n_good_in_window / duration if judged_good.any() else None,
         chunks=chunk_stats(ok),
         reasoning=reasoning_stats(ok),
         output_tokens_per_s_per_user=describe(ok["output_tokens_per_s_per_user"].to_numpy(), USER_TPS_PERCENTILES),
@@ -402,7 +410,7 @@ def build_summary(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], dura
     extra = [percentile_of(s.stat) for s in slos if s.stat and percentile_of(s.stat)]
     phases = {}
     for p in plans:
-        sel = df[df["phase"] == p.index]
+        sel = rows(df, df["phase"] == p.index)
         tq = 0.5 * (p.rate_start + p.rate_end) if not p.closed else None
         end = min(p.end, max(duration, p.start))
         st = _scope_stats(sel, p.start, end, tq, extra)
@@ -410,7 +418,7 @@ def build_summary(table: pa.Table, plans: list[PhasePlan], slos: list[SLO], dura
         st.closed_loop = closed_loop_stats(sel, p, end) if p.closed else None
         phases[p.name] = st
     rec_plans = [p for p in plans if p.recorded]
-    rec = df[df["recorded"]]
+    rec = rows(df, df["recorded"])
     if rec_plans:
         start, end = min(p.start for p in rec_plans), min(max(p.end for p in rec_plans), max(duration, 0))
         span = sum(p.duration for p in rec_plans)

@@ -17,7 +17,7 @@ Num = int | float | Literal["inf", "-inf"] | None
 class ResultModel(BaseModel):
     """A JSON object of a result file: named fields typed, any other key kept as it is."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     _order: list[str] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="wrap")
