@@ -69,6 +69,14 @@ def _clean(r: subprocess.CompletedProcess, code: int, *words: str) -> None:
         assert w in out, (w, out)
 
 
+def _cmdline(proc: psutil.Process) -> list[str]:
+    """A child's command line; none for one that ended meanwhile (a zombie not yet reaped, or gone)."""
+    try:
+        return proc.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
 def test_ctrl_c_while_the_reference_server_starts_is_an_interrupted_run(tmp_path):
     path = write_scenario(tmp_path, """
     name: starting
@@ -78,7 +86,7 @@ def test_ctrl_c_while_the_reference_server_starts_is_an_interrupted_run(tmp_path
     p = subprocess.Popen(LATBENCH + ["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     me, deadline = psutil.Process(p.pid), time.monotonic() + 60
-    while not any("reference_server" in " ".join(c.cmdline()) for c in me.children(recursive=True)):
+    while not any("reference_server" in " ".join(_cmdline(c)) for c in me.children(recursive=True)):
         assert p.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
     p.send_signal(signal.SIGINT)

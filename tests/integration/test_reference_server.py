@@ -52,7 +52,7 @@ def post_json(url: str, obj) -> tuple[int, dict, bytes]:
     return http("POST", url, json.dumps(obj).encode(), {"Content-Type": "application/json"})
 
 
-def wait_ready(url: str, timeout_s: float = 30.0) -> dict:
+def wait_ready(url: str, timeout_s: float = 120.0) -> dict:  # a start's deadline, not a timing claim: a busy host
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         status, _, body = http("GET", url + "/health")

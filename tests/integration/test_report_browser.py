@@ -43,9 +43,11 @@ from tests.helpers import ROOT, formatted
 # missing browser fails the test instead.
 # `contends`: the runs judge text, not numbers, so a failure here is never excused as the host's (tests/conftest.py
 # would turn a failure into a skip when a run of the module fixture says its host was contended).
+# `timeout`: the first case sets up the module's ~17 runs and reports (~2 minutes alone, over 5 beside two CPU hogs);
+# the project's 300 s per test is a deadline against a hang, and this setup is no hang.
 pytestmark = [pytest.mark.skipif(chromium() is None and not os.environ.get("LATBENCH_REQUIRE_CHROMIUM"),
                                  reason="chromium is not installed"),
-              pytest.mark.contends]
+              pytest.mark.contends, pytest.mark.timeout(1200)]
 
 SCENARIOS = ROOT / "scenarios"
 BUNDLED = sorted(p.stem for p in SCENARIOS.glob("*.yaml"))

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from loadgen.fetch import FetchError, fetch
@@ -253,8 +254,14 @@ HOG = "import os, time; os.sched_setaffinity(0, {%d}); e = time.time() + %f\nwhi
 
 
 def _hogged(cpu: int, seconds: float) -> list[subprocess.Popen]:
-    """Two spinning processes pinned to ``cpu``: a process there waits for it about two thirds of the time."""
-    return [subprocess.Popen([sys.executable, "-c", HOG % (cpu, seconds)]) for _ in range(2)]
+    """Three spinning processes pinned to ``cpu``, each spinning before this returns: a process there waits for it
+    about three quarters of the time. (On a host already busy, a hog still starting when the run begins would leave
+    the server's first second uncontended: two hogs, not yet all spinning, gave it a wait share of exactly 1/3.)"""
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG % (cpu, seconds)]) for _ in range(3)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(psutil.Process(h.pid).cpu_times().user > 0.2 for h in hogs):
+        time.sleep(0.05)
+    return hogs
 
 
 def _spinning_target(cpu: int) -> str:
