@@ -187,7 +187,7 @@ class Measurement:
         ref = self.target.reference is not None and self.server is not None
         # a managed reference server's own root: its API URL may be a gRPC address (transport: grpc)
         out = reset_state(spec, self.server.root if ref else self.url, self.metrics_url, self.target.headers,
-                          engine="reference" if ref else None)
+                          engine="refserver" if ref else None)
         (log.info if out.done else log.warning)("%s: %s", self.target.name or "target", out.text)
         return out
 
