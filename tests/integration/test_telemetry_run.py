@@ -7,6 +7,7 @@ answering mid-run (noted; the run keeps its client figures)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +27,7 @@ from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.slo import parse_slo
 from reports import load_rundir, write_outputs
 from reports.markdown import render_markdown
-from tests.engine_metrics import DATA, EngineMetricsServer
+from tests.engine_metrics import DATA, EngineMetricsServer, FakeNvml
 from tests.helpers import run, write_scenario
 
 
@@ -177,9 +178,11 @@ load:
 """
 
 
-def test_several_processes_each_capacity_step_and_a_watch_have_the_servers_telemetry(tmp_path):
+def test_several_processes_each_capacity_step_and_a_watch_have_the_servers_telemetry(tmp_path, monkeypatch):
     """The telemetry is sampled around the engine, whatever it is: a run of two generator processes, each step of
-    a capacity search and a watch all have the reference server's figures on their records' clock."""
+    a capacity search and a watch all have the reference server's figures on their records' clock, and this host's
+    GPUs (NVML, a stand-in library here) sampled in latbench's own process."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
     loaded = load_scenario(write_scenario(tmp_path, REFERENCE))
     ran = run_scenario(loaded, out=str(tmp_path / "run"), opts=EngineOptions(processes=2))
     _, found = run_capacity(loaded, [parse_slo("latency.p99 < 5s")], 4, 8, 2.0, 0.0, out=str(tmp_path / "cap"))
@@ -192,7 +195,9 @@ def test_several_processes_each_capacity_step_and_a_watch_have_the_servers_telem
         summary = json.loads((tdir / "summary.json").read_text())
         t = summary["telemetry"]
         assert t["measured"] and t["engine"] == "refserver" and not t.get("notes"), (tdir, t)
-        assert (tdir / "telemetry.csv").is_file()
+        assert (tdir / "telemetry.csv").is_file() and t["gpu"] == "nvml" and t["gpu_samples"] >= 2
+        gpu = t["phases"][phase]["quantities"]["gpu.utilization"]
+        assert gpu["mean"] == pytest.approx(0.75) and gpu["source"] == "nvml:gpu_utilization_percent"
         df = records_frame(read_records(tdir / "requests.parquet")) if (tdir / "requests.parquet").exists() else \
             records_frame(read_segments(tdir))
         assert_server_counted_the_records(tdir, t, phase, df)
