@@ -15,8 +15,9 @@ Energy per output token: GPU power (summed over devices) integrated over the pha
 its samples, divided by the output tokens of the phase's successful requests (the client's count); only where two
 power samples or more fall in the phase.
 
-One idea at several stages, a target's own telemetry, so one file name: :mod:`loadgen.telemetry` (the engines'
-names), this module (the figures), :mod:`reports.telemetry` (showing them).
+One idea at several stages, a target's own telemetry, so one file name: :mod:`loadgen.engine.telemetry` (sampling
+it), :mod:`loadgen.telemetry` (the engines' names), this module (the figures), :mod:`reports.telemetry` (showing
+them).
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ a watch are sampled the same way and none of them carries the sampling in its lo
 once it runs (Locust's master says it at the end): until then scrapes are timed from this sampler's start, on the
 same ``time.perf_counter`` clock (CLOCK_MONOTONIC on Linux, one clock for every process of the host), and
 :meth:`TelemetrySampler.write` moves them onto the run's t0 (:func:`~loadgen.engine.scrape.rebase`).
+
+One idea at several stages, a target's own telemetry, so one file name: this module (sampling it),
+:mod:`loadgen.telemetry` (the engines' names), :mod:`loadgen.analysis.telemetry` (the figures),
+:mod:`reports.telemetry` (showing them).
 """
 
 from __future__ import annotations
