@@ -208,16 +208,13 @@ def _rewrite(path: Path, change) -> None:
 def rebase(path: Path, shift: float) -> Path | None:
     """A scrape file's times moved by ``-shift`` seconds (from the scraper's origin onto the run's t0); of the
     scrapes before the new zero only the last is kept, the counters' value as the run began. None when there is
-    no such file."""
+    no such file. Read twice, never whole: a watch's file may be large."""
     path = Path(path)
     if not path.exists():
         return None
-
-    def change(rows):
-        rows = [(float(r[0]) - shift, r) for r in rows]
-        before = [t for t, _ in rows if t < 0]
-        start = max(before) if before else 0.0
-        return ([f"{t:.4f}", *r[1:]] for t, r in rows if t >= start)
-
-    _rewrite(path, change)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = csv.reader(f)
+        next(rows, None)
+        start = max((t for t in (float(r[0]) - shift for r in rows) if t < 0), default=0.0)
+    _rewrite(path, lambda rows: ([f"{t:.4f}", *r[1:]] for r in rows if (t := float(r[0]) - shift) >= start))
     return path

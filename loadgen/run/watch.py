@@ -10,7 +10,7 @@ each target's retained records are summarized into ``summary.json`` as a one-pha
 
 Each target's own telemetry (its /metrics, its GPUs) is sampled as a run's is, into its server_metrics.csv and
 telemetry.csv and its summary's ``telemetry`` block, with older scrapes thinned so that the files stay bounded
-however long the watch runs (``HOST_SAMPLES`` scrapes at most); Prometheus may scrape the server itself as well:
+however long the watch runs (``SUMMARY_BINS`` scrapes at most); Prometheus may scrape the server itself as well:
 ``latbench dashboards`` puts its panels beside the probe's.
 
 One idea at several stages, ``latbench watch``, so one file name: :mod:`loadgen.cli.watch` (the command).
@@ -52,7 +52,7 @@ log = logging.getLogger("latbench.watch")
 
 WATCH_JSON = WATCH
 SUMMARY_BINS = 3600  # summary.json's time series: at most this many bins, however long the watch ran
-HOST_SAMPLES = 2 * SUMMARY_BINS  # host.csv, server_metrics.csv: at most about this many samples (older ones thinned)
+HOST_SAMPLES = 2 * SUMMARY_BINS  # host.csv: at most about this many samples (older ones thinned), however long
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,7 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         # each target's CPU waits (and latbench's) while the probe runs: a watch on a contended host is invalid
         with ExitStack() as sampling:
             samplers = [sampling.enter_context(m.sampling(max_samples=HOST_SAMPLES)) for m in measurements]
-            tels = [sampling.enter_context(m.telemetry(mt.tdir, max_scrapes=HOST_SAMPLES))
+            tels = [sampling.enter_context(m.telemetry(mt.tdir, max_scrapes=SUMMARY_BINS))
                     for m, (mt, _) in zip(measurements, mts)]
             try:
                 results = run_async(main())
