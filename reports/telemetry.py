@@ -3,8 +3,9 @@ headline's sentence on the quantity that moved most in a spike or a step. Every 
 :class:`~reports.report_model.Cell` read from summary.json's ``telemetry`` block; each figure names its source
 metric beside it.
 
-One idea at several stages, a target's own telemetry, so one file name: :mod:`loadgen.telemetry` (the engines'
-names), :mod:`loadgen.analysis.telemetry` (the figures), this module (showing them).
+One idea at several stages, a target's own telemetry, so one file name: :mod:`loadgen.engine.telemetry` (sampling
+it), :mod:`loadgen.telemetry` (the engines' names), :mod:`loadgen.analysis.telemetry` (the figures), this module
+(showing them).
 """
 
 from __future__ import annotations

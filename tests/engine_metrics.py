@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 from aiohttp import web
 
@@ -73,3 +74,37 @@ class EngineMetricsServer(KnownServer):
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/metrics"
+
+
+class FakeNvml:
+    """A stand-in for nvidia-ml-py's pynvml: two devices, fixed readings (NVML's units: percent, bytes, mW, MHz)."""
+
+    NVML_CLOCK_SM = 1
+
+    def __init__(self):
+        self.shut = False
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=[60, 90][h], memory=10)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(used=[40, 60][h] * 2 ** 30, total=80 * 2 ** 30, free=0)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return [300_000, 500_000][h]
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        assert clock == self.NVML_CLOCK_SM
+        return [1500, 1700][h]

@@ -15,8 +15,9 @@ Energy per output token: GPU power (summed over devices) integrated over the pha
 its samples, divided by the output tokens of the phase's successful requests (the client's count); only where two
 power samples or more fall in the phase.
 
-One idea at several stages, a target's own telemetry, so one file name: :mod:`loadgen.telemetry` (the engines'
-names), this module (the figures), :mod:`reports.telemetry` (showing them).
+One idea at several stages, a target's own telemetry, so one file name: :mod:`loadgen.engine.telemetry` (sampling
+it), :mod:`loadgen.telemetry` (the engines' names), this module (the figures), :mod:`reports.telemetry` (showing
+them).
 """
 
 from __future__ import annotations
@@ -231,8 +232,10 @@ def _stale_notes(server: pd.DataFrame | None, duration: float, interval: float) 
         return []
     last = float(server["time"].max())
     if duration - last > STALE_SCRAPES * interval:
-        return [f"the target's /metrics stopped answering: its last scrape was {last:.1f} s into the "
-                f"{duration:.1f} s run; later phases have no server figures"]
+        # scraping starts before the engine fixes its t0: a /metrics that answered only then has a scrape before 0
+        when = f"{last:.1f} s into the" if last >= 0 else f"{-last:.1f} s before the start of the"
+        return [f"the target's /metrics stopped answering: its last scrape was {when} {duration:.1f} s run; later "
+                "phases have no server figures"]
     return []
 
 

@@ -63,7 +63,6 @@ class MeasuredTarget:
     model: str
     tdir: Path
     index: int = 0
-    metrics_url: str | None = None
 
     @property
     def name(self) -> str:
@@ -97,7 +96,6 @@ class EngineResult:
     processes: int = 1  # generator processes that sent the load
     error_example: dict | None = None  # the first failed request: error class, status, what it said (redact it)
     lost_workers: list[LostWorker] = field(default_factory=list)  # workers that died before finishing their share
-    telemetry_notes: list[str] = field(default_factory=list)  # why the target's /metrics (or GPUs) were not read
 
 
 class RunControl(Protocol):

@@ -9,6 +9,10 @@ per-interval rates and means. ``_created`` timestamps are left out.
 Every sample's name and labels go through the run's :class:`~loadgen.redact.Redactor` before they are
 written (a label may echo a URL and its token, a header, a user), as every byte of a RunDir does.
 
+A scraper whose ``t0`` is a moment before the run's (:mod:`loadgen.engine.telemetry` starts it before any engine,
+whose t0 it learns only afterwards) has its times moved onto the run's clock by :func:`rebase`; ``max_scrapes``
+bounds its file for a watch that runs for days (older scrapes are thinned, as host.csv's samples are).
+
 The scraper must never disturb the run: every failure is caught. A target without /metrics (404,
 refused connection, not Prometheus text) is noted once and no longer scraped; a target that served
 metrics and then stops answering is retried, and given up after a few failures in a row.
@@ -69,8 +73,11 @@ class MetricsScraper:
     returns 0 or None, scrapes are not stored.
     """
 
-    def __init__(self, interval: float = INTERVAL, timeout: float = 2.0, redactor: Redactor | None = None):
+    def __init__(self, interval: float = INTERVAL, timeout: float = 2.0, redactor: Redactor | None = None,
+                 max_scrapes: int | None = None):
         self.redactor = redactor or Redactor()
+        self.max_scrapes = max_scrapes
+        self._kept: list[str] = []  # the time of each scrape in the file, oldest first
         self.interval = interval
         self.timeout = timeout
         self.note: str | None = None
@@ -172,3 +179,42 @@ class MetricsScraper:
         text = self.redactor.text
         self._writer.writerows((tt, text(name), text(labels), repr(value)) for name, labels, value in samples)
         self._file.flush()
+        self._kept.append(tt)
+        if self.max_scrapes and len(self._kept) > self.max_scrapes:
+            self._thin()
+
+    def _thin(self) -> None:
+        """Every other scrape dropped, the first (the counters' baseline) and the newest kept: counters and
+        histograms are cumulative, so a rate over a longer interval loses resolution, never a total."""
+        self._file.close()
+        keep = set(self._kept[:-1:2] + self._kept[-1:])
+        self._kept = [t for t in self._kept if t in keep]
+        _rewrite(self.csv_path, lambda rows: (r for r in rows if r[0] in keep))
+        self._file = open(self.csv_path, "a", newline="", encoding="utf-8")
+        self._writer = csv.writer(self._file)
+
+
+def _rewrite(path: Path, change) -> None:
+    """``path``'s rows (header kept) replaced by ``change(rows)``, through a file beside it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(path, newline="", encoding="utf-8") as src, open(tmp, "w", newline="", encoding="utf-8") as dst:
+        rows = csv.reader(src)
+        w = csv.writer(dst)
+        w.writerow(next(rows, HEADER))
+        w.writerows(change(rows))
+    tmp.replace(path)
+
+
+def rebase(path: Path, shift: float) -> Path | None:
+    """A scrape file's times moved by ``-shift`` seconds (from the scraper's origin onto the run's t0); of the
+    scrapes before the new zero only the last is kept, the counters' value as the run began. None when there is
+    no such file. Read twice, never whole: a watch's file may be large."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = csv.reader(f)
+        next(rows, None)
+        start = max((t for t in (float(r[0]) - shift for r in rows) if t < 0), default=0.0)
+    _rewrite(path, lambda rows: ([f"{t:.4f}", *r[1:]] for r in rows if (t := float(r[0]) - shift) >= start))
+    return path

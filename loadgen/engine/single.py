@@ -11,9 +11,8 @@ from typing import Callable
 from loadgen.engine.base import EngineResult, EngineSettings, MeasuredTarget, OnEngine, run_async
 from loadgen.engine.failfast import FailFast
 from loadgen.engine.native import NativeEngine
-from loadgen.engine.scrape import MetricsScraper
 from loadgen.protocols.workload import make_workload
-from loadgen.records.rundir import GPU_METRICS, REQUESTS, SERVER_METRICS
+from loadgen.records.rundir import REQUESTS
 from loadgen.records.schema import RecordWriter
 from loadgen.scenario.model import Target
 from loadgen.schedule.arrivals import PhasePlan, plan_phases
@@ -44,26 +43,17 @@ def build_sender(mt: MeasuredTarget, fail_fast: float | None, k: int = 0, p: int
 
 async def run_single(mt: MeasuredTarget, on_engine: OnEngine | None = None,
                      fail_fast: float | None = None) -> EngineResult:
-    """Run one target in this process; scrape its ``/metrics`` alongside when ``mt.metrics_url`` is set, and its GPUs'
-    DCGM exporter when ``gpu_metrics_url`` is."""
+    """Run one target in this process (its telemetry is sampled around the run, by
+    :meth:`loadgen.run.measurement.Measurement.telemetry`)."""
     settings, protocol, prompts, transport = build_sender(mt, fail_fast)
     await transport.start()
     engine = NativeEngine(settings, protocol, prompts, transport, RecordWriter(mt.tdir / REQUESTS))
     if on_engine:
         on_engine(engine)
-    scrapers = []
-    for url, name in ((mt.metrics_url, SERVER_METRICS), (mt.target.gpu_metrics_url, GPU_METRICS)):
-        if url:  # the target's /metrics, and a DCGM exporter's for its GPUs
-            scrapers.append(MetricsScraper(redactor=mt.loaded.redactor))
-            await scrapers[-1].start(url, mt.tdir / name, lambda: engine.t0)
     try:
-        result = await engine.run()
+        return await engine.run()
     finally:
-        for scraper in scrapers:
-            await scraper.stop()
         await transport.close()
-    result.telemetry_notes += [s.note for s in scrapers if s.note]  # the summary's telemetry says it
-    return result
 
 
 class SingleProcess:

@@ -30,6 +30,7 @@ from loadgen.analysis.metrics import build_summary, records_frame
 from loadgen.analysis.verdict import Kind, Reason, Verdict, generator_limited_text, host_contended_text
 from loadgen.engine.base import OnEngine
 from loadgen.engine.single import SingleProcess
+from loadgen.engine.telemetry import TelemetrySampler
 from loadgen.errors import EXIT_INVALID
 from loadgen.records.results import Capacity, CapacitySearch, CapacityTarget, Generator, StateReset
 from loadgen.records.rundir import HOST, REQUESTS, SUMMARY, RunDir, RunMeta, write_json
@@ -56,8 +57,9 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
     """Search for the highest sustainable rate. ``run_step(loaded_for_step, tdir) -> EngineResult`` sends one
     step's load (the caller owns the target's lifetime). Returns capacity.json's model.
 
-    ``blocks_of(tdir, plans, result) -> dict``: blocks of the step's summary measured around its run: ``host`` (its
-    CPU waits, :meth:`loadgen.run.measurement.Measurement.host_block`) and ``reset`` (the state emptied before it).
+    ``blocks_of(tdir, plans, result, summary) -> dict``: blocks of the step's summary measured around its run:
+    ``host`` (its CPU waits, :meth:`loadgen.run.measurement.Measurement.host_block`), ``telemetry`` (the target's
+    own, :meth:`~loadgen.run.measurement.Measurement.telemetry_block`) and ``reset`` (the state emptied before it).
     A step that fails while the judged process waited too long for a CPU ends the search: the failure may be the
     host's, so the search is invalid, not an answer."""
     sc = loaded.scenario
@@ -76,7 +78,7 @@ def find_capacity(loaded: LoadedScenario, run_step, rd: RunDir, slos: list[SLO],
                               send_lag_threshold=sc.load.send_lag_threshold,
                               cpu_seconds=res.cpu_seconds, failed_fast=res.failed_fast,
                               goodput=step_goodput(sc.goodput))
-        for key, block in (blocks_of(tdir, plan_phases(load), res) if blocks_of is not None else {}).items():
+        for key, block in (blocks_of(tdir, plan_phases(load), res, model) if blocks_of is not None else {}).items():
             setattr(model, key, block)
         sectioned_intervals(records_frame(table), model.slo)
         write_json(tdir / SUMMARY, model, loaded.redactor)
@@ -181,23 +183,26 @@ def run_capacity(loaded: LoadedScenario, slos: list[SLO], qps_min: float, qps_ma
         url, model, server = m.url, m.model, server_info(m.server)
 
         host_notes: dict[str, str | None] = {}
+        telemetry: dict[str, TelemetrySampler] = {}
         resets: dict[str, StateReset] = {}
 
         def run_step(step_loaded: LoadedScenario, tdir):
             reset = m.reset()  # each step starts from the same state: no step inherits the last one's cache
             if reset is not None:
                 resets[tdir.name] = reset
-            with m.sampling() as host:  # each step's CPU waits: a step the host failed is no capacity
+            # each step's CPU waits (a step the host failed is no capacity) and the target's own telemetry
+            with m.sampling() as host, m.telemetry(tdir) as tel:
                 res = engine.run(m.measured(tdir, loaded=step_loaded), m.on_engine(on_engine),
                                  fail_fast=STEP_FAIL_FAST)
             host.write(tdir / HOST, res.t0)
-            host_notes[tdir.name] = host.note
+            host_notes[tdir.name], telemetry[tdir.name] = host.note, tel
             t0[0] = res.t0
             return res
 
-        def blocks_of(tdir, plans, res) -> dict:
+        def blocks_of(tdir, plans, res, summary) -> dict:
             host = m.host_block(tdir, plans, res.duration, host_notes.get(tdir.name), sc.load.host_wait_limit)
-            return {"host": host, **({"reset": resets[tdir.name]} if tdir.name in resets else {})}
+            tel = m.telemetry_block(tdir, telemetry.pop(tdir.name), res.t0, plans, res.duration, summary)
+            return {"host": host, "telemetry": tel, **({"reset": resets[tdir.name]} if tdir.name in resets else {})}
 
         def step_done(st: Step) -> None:
             reset = {"reset": resets[st.dir]} if st.dir in resets else {}

@@ -13,9 +13,9 @@ the process and keeps its log. What could have bent the numbers is measured here
 - the CPU waits of latbench and of the managed server are sampled while each engine runs
   (:meth:`Measurement.sampling`, ``host.csv``), and a phase in which the judged one waited too long for a CPU
   makes the run (or the capacity step, or the watch) invalid (:meth:`Measurement.host_block`);
-- the target's own telemetry (its /metrics, its GPUs: NVML here, :meth:`Measurement.gpu_sampling`, or a DCGM
-  exporter) is read per phase into summary.json's ``telemetry`` and ``telemetry.csv``
-  (:meth:`Measurement.telemetry_block`).
+- the target's own telemetry (its /metrics, its GPUs: NVML here or a DCGM exporter) is sampled while each engine
+  runs, whatever the engine (:meth:`Measurement.telemetry`), and read per phase into summary.json's ``telemetry``
+  and ``telemetry.csv`` (:meth:`Measurement.telemetry_block`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Iterator
 from loadgen.analysis.host import host_summary, read_host
 from loadgen.analysis.telemetry import read_samples, telemetry_summary
 from loadgen.engine.base import MeasuredTarget, OnEngine, RunControl
-from loadgen.engine.gpu import GpuSampler
 from loadgen.engine.host import INTERVAL, HostSampler, watch_run
 from loadgen.engine.scrape import INTERVAL as SCRAPE_INTERVAL
+from loadgen.engine.telemetry import TelemetrySampler
 from loadgen.errors import TargetError
 from loadgen.fetch import FetchError, fetch
 from loadgen.records.results import HostSummary, ServerExited, ServerInfo, StateReset, Summary, TelemetrySummary
@@ -112,7 +112,7 @@ class Measurement:
         return self.server.exited if self.server is not None else None
 
     def measured(self, tdir: Path, index: int = 0, loaded: LoadedScenario | None = None) -> MeasuredTarget:
-        return MeasuredTarget(loaded or self.loaded, self.target, self.url, self.model, tdir, index, self.metrics_url)
+        return MeasuredTarget(loaded or self.loaded, self.target, self.url, self.model, tdir, index)
 
     def on_engine(self, inner: OnEngine | None) -> OnEngine:
         """``inner``, and the engine remembered: a server that exits aborts it."""
@@ -148,23 +148,27 @@ class Measurement:
         return host_summary(read_host(Path(tdir) / HOST), plans, duration, judged, labels, note=note, limit=limit)
 
     @contextmanager
-    def gpu_sampling(self) -> Iterator[GpuSampler | None]:
-        """The latbench host's GPUs sampled with NVML around one engine run (None: ``target.telemetry.nvml`` is off,
-        or a DCGM exporter speaks for the target's GPUs); ``write`` its samples to gpu_metrics.csv after."""
-        if not self.target.telemetry.nvml or self.target.gpu_metrics_url:
-            yield None
-            return
-        sampler = GpuSampler().start()
+    def telemetry(self, tdir: Path, max_scrapes: int | None = None) -> Iterator[TelemetrySampler]:
+        """The target's own telemetry sampled around one engine run, whatever the engine: its /metrics into
+        ``tdir``'s server_metrics.csv, a DCGM exporter's (``gpu_metrics_url``) or this host's GPUs through NVML
+        (``target.telemetry.nvml``) into gpu_metrics.csv. Pass the sampler to :meth:`telemetry_block` once the
+        run's t0 is known; ``max_scrapes`` bounds the files of a watch that runs for days."""
+        tdir = Path(tdir)
+        urls = ((self.metrics_url, SERVER_METRICS), (self.target.gpu_metrics_url, GPU_METRICS))
+        sampler = TelemetrySampler([(url, tdir / name) for url, name in urls if url],
+                                   nvml=self.target.telemetry.nvml and not self.target.gpu_metrics_url,
+                                   redactor=self.loaded.redactor, max_scrapes=max_scrapes).start()
         try:
             yield sampler
         finally:
-            sampler.stop()
+            sampler.stop()  # before the server stops, on the way out of the measurement
 
-    def telemetry_block(self, tdir: Path, plans: list[PhasePlan], duration: float, summary: Summary,
-                        notes: list[str]) -> TelemetrySummary:
-        """summary.json's ``telemetry`` from ``tdir``'s server_metrics.csv and gpu_metrics.csv (raw samples), and
+    def telemetry_block(self, tdir: Path, sampler: TelemetrySampler, t0: float, plans: list[PhasePlan],
+                        duration: float, summary: Summary) -> TelemetrySummary:
+        """summary.json's ``telemetry``: ``sampler``'s files put on the run's clock (``t0``), read per phase, and
         ``telemetry.csv`` written beside them (:func:`loadgen.analysis.telemetry.telemetry_summary`)."""
         tdir = Path(tdir)
+        notes = sampler.write(t0, tdir / GPU_METRICS)
         server, gpu = read_samples(tdir / SERVER_METRICS), read_samples(tdir / GPU_METRICS)
         cfg = self.server.config if self.server is not None else None
         t = self.target.telemetry
@@ -183,7 +187,7 @@ class Measurement:
         ref = self.target.reference is not None and self.server is not None
         # a managed reference server's own root: its API URL may be a gRPC address (transport: grpc)
         out = reset_state(spec, self.server.root if ref else self.url, self.metrics_url, self.target.headers,
-                          engine="reference" if ref else None)
+                          engine="refserver" if ref else None)
         (log.info if out.done else log.warning)("%s: %s", self.target.name or "target", out.text)
         return out
 

@@ -13,9 +13,10 @@ deadline, a size cap, the target's headers sent to its own origin only), and rec
 - the bundled reference server: ``POST /reset_prefix_cache`` (its prefix, result and image caches).
 
 The endpoint sits at the server's root, not under the API's ``/v1``. The engine is the one a managed reference
-target is, else the one its ``/metrics`` names (``vllm:``, ``sglang:``, ``refserver:``...), else the ``owned_by``
-of its ``/v1/models``; ``reset.url`` names the endpoint outright (a proxy, an unknown engine). One idea at two
-stages: :mod:`loadgen.scenario.reset` (what a scenario may ask) and this module (the call).
+target is, else the one its ``/metrics`` names, detected as the telemetry detects it
+(:func:`loadgen.telemetry.adapters.detect`: one table of engines and their names), else the ``owned_by`` of its
+``/v1/models`` (a server without /metrics); ``reset.url`` names the endpoint outright (a proxy, an unknown
+engine). One idea at two stages: :mod:`loadgen.scenario.reset` (what a scenario may ask) and this module (the call).
 
 An engine that cannot reset while requests hold its cache (vLLM answers ``{"success": false}``, SGLang 400) is
 asked again for a few seconds: the last run's cancelled requests end within moments. A reset that cannot be
@@ -25,33 +26,25 @@ cache carried over, and why (an endpoint that answers 404 or 405, an engine with
 
 from __future__ import annotations
 
-import re
 import time
 from urllib.parse import urlsplit
 
+from loadgen.engine.scrape import MAX_BODY, parse_samples
 from loadgen.fetch import FetchError, Response, fetch, safe_url
 from loadgen.records.results import StateReset
 from loadgen.scenario.reset import Reset
 from loadgen.scenario.urls import join_url
+from loadgen.telemetry import adapters
 
 RESET_DEADLINE_S = 30.0  # a reset waits for the engine's step in progress; generous, and never more than this
 BUSY_RETRY_S, BUSY_PAUSE_S = 10.0, 0.25  # an engine busy with requests is asked again, this long at most
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}  # what vLLM needs to serve /reset_prefix_cache
 
-#: engine -> (its name in sentences, the path of its prefix-cache reset; None: it has none)
-ENGINES: dict[str, tuple[str, str | None]] = {
-    "vllm": ("vLLM", "/reset_prefix_cache"),
-    "sglang": ("SGLang", "/flush_cache"),
-    "reference": ("the reference server", "/reset_prefix_cache"),
-    "tgi": ("TGI", None),
-    "triton": ("Triton", None),
-}
-#: the name prefix of an engine's Prometheus metrics -> the engine
-METRIC_PREFIXES = {"vllm:": "vllm", "sglang:": "sglang", "refserver:": "reference", "tgi_": "tgi",
-                   "nv_inference_": "triton"}
-#: ``owned_by`` of an engine's /v1/models entries -> the engine
-OWNERS = {"vllm": "vllm", "sglang": "sglang", "latbench": "reference"}
-_METRIC_LINE = re.compile(r"^(?:# (?:HELP|TYPE) )?(" + "|".join(map(re.escape, METRIC_PREFIXES)) + ")", re.M)
+#: engine (as :mod:`loadgen.telemetry.adapters` names it) -> the path of its prefix-cache reset (absent: it has none)
+RESET_PATHS: dict[str, str] = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache",
+                               "refserver": "/reset_prefix_cache"}
+#: ``owned_by`` of an engine's /v1/models entries -> the engine, where its /metrics cannot tell
+OWNERS = {"vllm": "vllm", "sglang": "sglang", "latbench": "refserver"}
 WHAT = {"prefix_cache": "prefix cache"}
 
 
@@ -62,15 +55,16 @@ def server_root(url: str) -> str:
 
 
 def detect_engine(url: str, metrics_url: str | None, headers: dict[str, str]) -> tuple[str | None, str | None]:
-    """(engine, how it was found: ``metrics`` or ``models``), or (None, None): the first engine whose names
-    ``metrics_url`` (default: the server root's ``/metrics``) shows, else the ``owned_by`` of ``url``'s
-    ``/models``."""
+    """(engine, how it was found: ``metrics`` or ``models``), or (None, None): the engine whose names
+    ``metrics_url`` (default: the server root's ``/metrics``) exposes most, as the telemetry reads it
+    (:func:`loadgen.telemetry.adapters.detect`), else the ``owned_by`` of ``url``'s ``/models``."""
     try:
-        resp = fetch("GET", metrics_url or server_root(url) + "/metrics", headers=headers)
-        found = _METRIC_LINE.search(resp.body.decode("utf-8", "replace")) if resp.ok else None
-        if found:
-            return METRIC_PREFIXES[found.group(1)], "metrics"
-    except FetchError:
+        resp = fetch("GET", metrics_url or server_root(url) + "/metrics", headers=headers, max_bytes=MAX_BODY)
+        found = adapters.detect({n for n, _, _ in parse_samples(resp.body.decode("utf-8", "replace"))}) \
+            if resp.ok else None
+        if found is not None:
+            return found.engine, "metrics"
+    except (FetchError, ValueError):  # no /metrics, or not Prometheus text: the model list may tell
         pass
     try:
         resp = fetch("GET", join_url(url, "/models"), headers=headers)
@@ -91,7 +85,8 @@ def reset_state(spec: Reset, url: str, metrics_url: str | None = None, headers: 
     found_by = "given" if spec.url else ("managed" if engine else None)
     if spec.url is None and engine is None:
         engine, found_by = detect_engine(url, metrics_url, headers)
-    label, path = ENGINES.get(engine, (None, None)) if engine else (None, None)
+    label = adapters.BY_NAME[engine].label if engine in adapters.BY_NAME else None
+    path = RESET_PATHS.get(engine) if engine else None
     base = StateReset(what=spec.what, done=False, engine=engine, found_by=found_by, at=time.time())
     if spec.url is None and engine is None:
         return _carried(base, "not available", "latbench cannot tell the engine (neither its /metrics nor its "

@@ -43,7 +43,6 @@ from loadgen.records.results import (
 from loadgen.records.rundir import (
     CAPACITY,
     COLD_START,
-    GPU_METRICS,
     HOST,
     REGRESSION,
     REPEATS,
@@ -255,7 +254,7 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
             reset = m.reset()  # after the pre-flight, right before the load: its request is not left cached
             if reset is not None:
                 entry.update(reset=reset)
-            with m.sampling() as host, m.gpu_sampling() as gpu:  # CPU waits and steal, GPUs, while it runs
+            with m.sampling() as host, m.telemetry(tdir) as tel:  # CPU waits and steal, /metrics, GPUs
                 res = opts.engine_for(target).run(mt, m.on_engine(on_engine), fail_fast)
     except PreflightFailed as exc:
         tr.error, tr.error_kind = exc.check.problem, Kind.PREFLIGHT
@@ -278,11 +277,7 @@ def _run_one(loaded: LoadedScenario, target: Target, name: str, rd: RunDir, meta
                                trace=trace, server_exit=exited, check=m.check,
                                host=m.host_block(tdir, plan_phases(sc.load), res.duration, host.note,
                                                  sc.load.host_wait_limit))
-    gpu_notes = [gpu.note] if gpu is not None and gpu.note and gpu.devices else []  # no GPU here: nothing to say
-    if gpu is not None:
-        gpu.write(tdir / GPU_METRICS, res.t0)
-    summary.telemetry = m.telemetry_block(tdir, plan_phases(sc.load), res.duration, summary,
-                                          res.telemetry_notes + gpu_notes)
+    summary.telemetry = m.telemetry_block(tdir, tel, res.t0, plan_phases(sc.load), res.duration, summary)
     telemetry_slos(summary, sc.slo)
     if reset is not None:
         summary.reset = reset

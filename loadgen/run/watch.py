@@ -8,8 +8,10 @@ is written, into the :class:`~loadgen.monitoring.exposition.WatchExporter` that 
 end (SIGINT/SIGTERM, or ``duration``) is a normal stop: in-flight requests get the scenario's grace, then
 each target's retained records are summarized into ``summary.json`` as a one-phase run.
 
-Server metrics are not scraped into the RunDir (the file would grow without bound): Prometheus scrapes the
-server itself; ``latbench dashboards`` puts its panels beside the probe's.
+Each target's own telemetry (its /metrics, its GPUs) is sampled as a run's is, into its server_metrics.csv and
+telemetry.csv and its summary's ``telemetry`` block, with older scrapes thinned so that the files stay bounded
+however long the watch runs (``SUMMARY_BINS`` scrapes at most); Prometheus may scrape the server itself as well:
+``latbench dashboards`` puts its panels beside the probe's.
 
 One idea at several stages, ``latbench watch``, so one file name: :mod:`loadgen.cli.watch` (the command).
 """
@@ -33,6 +35,7 @@ from loadgen.engine.base import EngineResult, MeasuredTarget, RunControl, run_as
 from loadgen.engine.live import LiveStats
 from loadgen.engine.native import NativeEngine
 from loadgen.engine.single import build_sender
+from loadgen.engine.telemetry import TelemetrySampler
 from loadgen.errors import EXIT_INVALID, EXIT_OK
 from loadgen.monitoring.exposition import PHASE, WatchExporter, serve
 from loadgen.monitoring.window import WindowState, watchable
@@ -251,14 +254,16 @@ def watch_scenario(loaded: LoadedScenario, settings: WatchSettings, out: str | N
         # each target's CPU waits (and latbench's) while the probe runs: a watch on a contended host is invalid
         with ExitStack() as sampling:
             samplers = [sampling.enter_context(m.sampling(max_samples=HOST_SAMPLES)) for m in measurements]
+            tels = [sampling.enter_context(m.telemetry(mt.tdir, max_scrapes=SUMMARY_BINS))
+                    for m, (mt, _) in zip(measurements, mts)]
             try:
                 results = run_async(main())
             finally:
                 group.probe_ended()
-        for wt, (mt, slos), res, m, host in zip(watched, mts, results, measurements, samplers):
+        for wt, (mt, slos), res, m, host, tel in zip(watched, mts, results, measurements, samplers, tels):
             wt.result = res
             host.write(mt.tdir / HOST, res.t0)
-            summary = _summary(mt, res, slos, settings, wt, m, host.note)
+            summary = _summary(mt, res, slos, settings, wt, m, host.note, tel)
             if m.exited is not None:
                 summary.server_exit = exit_text(m.exited, res.t0, [settings.plan(sc.load.arrival)])
             summary.reset = wt.reset
@@ -326,9 +331,10 @@ async def _watch_one(mt: MeasuredTarget, plan: PhasePlan, settings: WatchSetting
 
 
 def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSettings, wt: WatchedTarget,
-             m: Measurement, host_note: str | None) -> Summary:
+             m: Measurement, host_note: str | None, tel: TelemetrySampler) -> Summary:
     """summary.json over the records still on disk, as a one-phase run from the oldest of them to the end, with the
-    host's CPU waits over the same span (``m``: the target's measurement, whose host.csv it reads)."""
+    host's CPU waits and the target's own telemetry over the same span (``m``: the target's measurement, whose
+    host.csv it reads; ``tel``: its telemetry sampler)."""
     table = read_segments(mt.tdir)
     start = 0.0
     notes = list(res.notes) + [f"not judged by a watch: {s}" for s in wt.skipped]
@@ -346,6 +352,7 @@ def _summary(mt: MeasuredTarget, res: EngineResult, slos, settings: WatchSetting
                       timeseries_step=max(1.0, math.ceil(res.duration / SUMMARY_BINS)), goodput=sc.goodput)
     s.model, s.engine, s.run_name, s.mode = mt.model, "native", mt.name, "watch"
     s.host = m.host_block(mt.tdir, [plan], res.duration, host_note, sc.load.host_wait_limit)
+    s.telemetry = m.telemetry_block(mt.tdir, tel, res.t0, [plan], res.duration, s)
     return s
 
 

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from loadgen.engine.scrape import FRESH_S, MetricsScraper, canonical_labels, parse_samples
+from loadgen.engine.scrape import FRESH_S, MetricsScraper, canonical_labels, parse_samples, rebase
 from reports.server import panel_series
 
 
@@ -152,3 +152,28 @@ def test_t0_may_be_read_from_the_engine_once_it_starts(tmp_path):
     s = asyncio.run(go())
     times = sorted(set(pd.read_csv(path)["time"]))
     assert s.scrapes == len(times) >= 2 and 0 <= times[0] < 0.2
+
+
+def test_a_long_scrape_is_thinned_to_its_bound_and_rebased_onto_the_run(tmp_path):
+    """``max_scrapes`` (a watch's bound): older scrapes thinned, the first and the newest kept, counters whole;
+    :func:`rebase` moves the times onto the run's t0 and keeps only the last scrape before it."""
+    path = tmp_path / "server_metrics.csv"
+
+    async def go():
+        async with PromServer() as srv:
+            s = MetricsScraper(interval=0.05, timeout=1.0, max_scrapes=4)
+            await s.start(srv.url, path, time.perf_counter())
+            await asyncio.sleep(0.8)
+            await s.stop()
+            return s
+
+    s = asyncio.run(go())
+    df = pd.read_csv(path, keep_default_na=False)
+    times = sorted(set(df["time"]))
+    assert s.scrapes >= 10 and 3 <= len(times) <= 4 and times[0] < 0.05, (s.scrapes, times)
+    hits = df[df["metric"] == "refserver:cache_hits_total"].sort_values("time")["value"].tolist()
+    assert hits[-1] == 3 * s.scrapes and hits == sorted(hits)  # the newest scrape holds every hit counted
+    rebase(path, times[1] + 0.01)  # the run began just after the second scrape kept
+    after = sorted(set(pd.read_csv(path)["time"]))
+    assert after[0] == pytest.approx(-0.01, abs=1e-3) and len(after) == len(times) - 1
+    assert after[1:] == pytest.approx([t - times[1] - 0.01 for t in times[2:]], abs=1e-3)

@@ -59,7 +59,7 @@ def test_the_reference_servers_caches_really_empty(refserver):
     assert counter(refserver, "prefix_cache_hits") >= prefix_hits + 14 * 16
 
     out = reset_state(Reset(what="prefix_cache"), refserver + "/v1")  # the engine told by its /metrics names
-    assert (out.done, out.status, out.engine, out.found_by) == (True, 200, "reference", "metrics")
+    assert (out.done, out.status, out.engine, out.found_by) == (True, 200, "refserver", "metrics")
     assert out.url == refserver + "/reset_prefix_cache" and out.text.startswith("prefix cache reset before the run")
 
     misses, prefix_hits = counter(refserver, "cache_misses"), counter(refserver, "prefix_cache_hits")
@@ -97,7 +97,7 @@ def test_each_repetition_against_one_server_starts_cold_only_with_the_reset(tmp_
         if not reset:
             assert summary.reset is None and entry.reset is None
             continue
-        assert summary.reset.done and summary.reset.status == 200 and summary.reset.engine == "reference"
+        assert summary.reset.done and summary.reset.status == 200 and summary.reset.engine == "refserver"
         assert entry.reset == summary.reset and summary.reset.at >= meta.targets[0].wall_start - 60
 
 
@@ -188,6 +188,22 @@ def test_sglangs_flush_cache_is_asked_again_while_busy_then_flushes(monkeypatch)
         srv.stop()
 
 
+class SglangWithoutMetrics(SglangLike):
+    """SGLang behind something that answers /metrics with a page, not Prometheus text."""
+
+    async def metrics(self, request):
+        return web.Response(text="<html><body>sglang: metrics are elsewhere</body></html>", content_type="text/html")
+
+
+def test_without_prometheus_text_the_model_lists_owner_names_the_engine():
+    srv = SglangWithoutMetrics(busy=0).start()
+    try:
+        out = reset_state(Reset(what="prefix_cache"), srv.root + "/v1")
+    finally:
+        srv.stop()
+    assert (out.done, out.status, out.engine, out.found_by) == (True, 200, "sglang", "models"), out
+
+
 class TgiLike(SglangLike):
     """TGI's metric names, and no endpoint that empties its prefix cache."""
 
@@ -249,7 +265,7 @@ def test_a_reference_server_latbench_starts_is_reset_at_its_own_root(tmp_path):
     res, summary, _ = run(tmp_path, text, preflight=False)
     assert res.exit_code == 0, res.reasons
     r = summary["reset"]
-    assert (r["done"], r["status"], r["engine"], r["found_by"]) == (True, 200, "reference", "managed")
+    assert (r["done"], r["status"], r["engine"], r["found_by"]) == (True, 200, "refserver", "managed")
     assert r["url"].endswith("/reset_prefix_cache") and "/v1" not in r["url"]
 
 
@@ -260,7 +276,7 @@ def test_a_watch_resets_once_before_its_probe(tmp_path, refserver):
         watched = watch_scenario(loaded, WatchSettings(qps=2, duration=2.0, port=free_port()),
                                  out=str(tmp_path / f"w{k}"), preflight=False)
         (wt,) = watched.targets
-        assert wt.summary.reset.done and wt.summary.reset.engine == "reference"
+        assert wt.summary.reset.done and wt.summary.reset.engine == "refserver"
         meta = Meta.model_validate_json((watched.rundir.path / "meta.json").read_text())
         assert meta.targets[0].reset == wt.summary.reset
         assert counter(refserver, "cache_misses") - misses == 2  # A and B, once each: the rest are hits

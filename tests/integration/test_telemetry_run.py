@@ -6,20 +6,50 @@ answering mid-run (noted; the run keeps its client figures)."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
+from loadgen.analysis.metrics import records_frame
+from loadgen.engine.options import EngineOptions
 from loadgen.engine.scrape import parse_samples
+from loadgen.records.rotate import read_segments
+from loadgen.records.schema import read_records
 from loadgen.records.series_file import HEADER
+from loadgen.run.capacity import run_capacity
+from loadgen.run.runner import run_scenario
+from loadgen.run.targets import free_port
+from loadgen.run.watch import WatchSettings, watch_scenario
+from loadgen.scenario.loader import load_scenario
+from loadgen.scenario.slo import parse_slo
 from reports import load_rundir, write_outputs
 from reports.markdown import render_markdown
-from tests.engine_metrics import DATA, EngineMetricsServer
-from tests.helpers import run
+from tests.engine_metrics import DATA, EngineMetricsServer, FakeNvml
+from tests.helpers import run, write_scenario
 
 
 def hist_mean(engine: str, base: str) -> float:
     s = parse_samples((DATA / f"{engine}_metrics.txt").read_text())
     return sum(v for n, _, v in s if n == base + "_sum") / sum(v for n, _, v in s if n == base + "_count")
+
+
+def assert_server_counted_the_records(tdir: Path, t: dict, phase: str, df: pd.DataFrame) -> None:
+    """The server's requests over ``phase`` are the records' (so the scrapes are on the records' clock): a counter
+    is interpolated between the scrapes around each end of the phase, so its count lies between the records done
+    inside the scrapes within the phase and those done inside the scrapes around it (or the first and last scrape,
+    where none was taken before or after the phase: its scraped part is counted)."""
+    scrapes = sorted(set(pd.read_csv(tdir / "server_metrics.csv")["time"]))
+    a, b = t["phases"][phase]["start"], t["phases"][phase]["end"]
+    inner = (min(x for x in scrapes if x >= a), max(x for x in scrapes if x <= b))
+    outer = (max((x for x in scrapes if x <= a), default=scrapes[0]),
+             min((x for x in scrapes if x >= b), default=scrapes[-1]))
+    done = df.loc[df["ok"], "done"]
+    certain, possible = done.between(*inner).sum(), done.between(*outer).sum()
+    counted = t["phases"][phase]["quantities"]["server.e2e"]["count"]
+    assert certain > 0 and certain - 0.5 <= counted <= possible + 0.5, (certain, counted, possible)
 
 
 def test_reference_server_telemetry_agrees_with_what_it_did(tmp_path):
@@ -45,17 +75,8 @@ def test_reference_server_telemetry_agrees_with_what_it_did(tmp_path):
     # one distinct prompt, cached in the warmup: every request of main was answered from the result cache
     hit = main["server.result_cache_hit_rate"]
     assert hit["mean"] == pytest.approx(1.0, abs=0.02) and hit["source"].startswith("refserver:cache_hits_total")
-    # the server's requests over main are the records': a counter is interpolated between the scrapes around each
-    # end of the phase, so its count lies between the records done inside the scrapes within the phase and those
-    # done inside the scrapes around it
     tdir = res.rundir.path / res.targets[0].dir
-    scrapes = sorted(set(pd.read_csv(tdir / "server_metrics.csv")["time"]))
-    a, b = t["phases"]["main"]["start"], t["phases"]["main"]["end"]
-    inner = (min(x for x in scrapes if x >= a), max(x for x in scrapes if x <= b))
-    outer = (max(x for x in scrapes if x <= a), min(x for x in scrapes if x >= b))
-    done = df.loc[df["ok"], "done"]
-    certain, possible = done.between(*inner).sum(), done.between(*outer).sum()
-    assert certain > 0 and certain - 0.5 <= main["server.e2e"]["count"] <= possible + 0.5
+    assert_server_counted_the_records(tdir, t, "main", df)
     assert main["server.queue_waiting"]["source"] == "refserver:num_requests_waiting"
     checks = {c["name"]: c for c in t["checklist"]}
     assert checks["result_cache_hit_rate"]["status"] == "met" and checks["gpu_utilization"]["status"] == \
@@ -113,7 +134,8 @@ def test_an_engine_whose_metrics_change_over_time(tmp_path, engine, queue):
 
 
 @pytest.mark.parametrize("bad, seconds, says", [({"garbage": True}, 1, "not Prometheus text"),
-                                                ({"die_after": 1}, 3, "stopped answering: its last scrape was 0.")])
+                                                ({"die_after": 1}, 3, "stopped answering: its last scrape was 0.0 s "),
+                                                ({"reset_at": 2}, 3, "s (the engine restarted?)")])
 def test_a_bad_metrics_endpoint_is_noted_and_the_client_figures_stay(tmp_path, bad, seconds, says):
     srv = EngineMetricsServer("sglang", delay=0.005, ttft=0.01, gap=0.002, tokens=4, **bad).start()
     try:
@@ -138,5 +160,46 @@ def test_a_bad_metrics_endpoint_is_noted_and_the_client_figures_stay(tmp_path, b
     assert any(says in n for n in t["notes"])
     if "garbage" in bad:
         assert t["measured"] is False and "phases" not in t
-    else:  # the first scrape answered, then 500s: what was scraped stands, the rest is said
+    elif "die_after" in bad:  # the first scrape answered, then 500s: what was scraped stands, the rest is said
         assert t["scrapes"] == 1
+    else:  # an engine restart between the scrapes at about 1 s and 2 s: its counters count on from zero
+        assert t["measured"] and t["scrapes"] >= 3 and t["phases"]["main"]["quantities"]["server.e2e"]["count"] > 0
+
+
+REFERENCE = """
+name: every-path
+target: {reference: {arch: optimized, model: tiny, backend: numpy}, stream: true}
+workload: {prompts: {input_tokens: 8, output_tokens: 4}}
+load:
+  arrival: constant
+  host_wait_limit: 1
+  phases:
+    - {name: main, duration: 2.5s, qps: 8}
+"""
+
+
+def test_several_processes_each_capacity_step_and_a_watch_have_the_servers_telemetry(tmp_path, monkeypatch):
+    """The telemetry is sampled around the engine, whatever it is: a run of two generator processes, each step of
+    a capacity search and a watch all have the reference server's figures on their records' clock, and this host's
+    GPUs (NVML, a stand-in library here) sampled in latbench's own process."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    loaded = load_scenario(write_scenario(tmp_path, REFERENCE))
+    ran = run_scenario(loaded, out=str(tmp_path / "run"), opts=EngineOptions(processes=2))
+    _, found = run_capacity(loaded, [parse_slo("latency.p99 < 5s")], 4, 8, 2.0, 0.0, out=str(tmp_path / "cap"))
+    watched = watch_scenario(loaded, WatchSettings(qps=8, duration=2.5, port=free_port()), out=str(tmp_path / "w"))
+    dirs = [ran.rundir.path / ran.targets[0].dir] + [Path(tmp_path / "cap").glob(f"*/{s.dir}").__next__()
+                                                      for s in found.steps]
+    dirs.append(watched.rundir.path / watched.targets[0].dir)
+    assert len(dirs) == 4, dirs  # the run, two steps (4 and 8 req/s), the watch
+    for tdir, phase in zip(dirs, ["main", "step", "step", "watch"]):
+        summary = json.loads((tdir / "summary.json").read_text())
+        t = summary["telemetry"]
+        assert t["measured"] and t["engine"] == "refserver" and not t.get("notes"), (tdir, t)
+        assert (tdir / "telemetry.csv").is_file() and t["gpu"] == "nvml" and t["gpu_samples"] >= 2
+        gpu = t["phases"][phase]["quantities"]["gpu.utilization"]
+        assert gpu["mean"] == pytest.approx(0.75) and gpu["source"] == "nvml:gpu_utilization_percent"
+        df = records_frame(read_records(tdir / "requests.parquet")) if (tdir / "requests.parquet").exists() else \
+            records_frame(read_segments(tdir))
+        assert_server_counted_the_records(tdir, t, phase, df)
+        if tdir == dirs[0]:
+            assert set(df["worker"]) == {0, 1}  # two processes sent the run's load

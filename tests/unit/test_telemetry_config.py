@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +17,7 @@ from loadgen.errors import ScenarioError
 from loadgen.records.results import SloResult, Summary, TelemetryPhase, TelemetryStat, TelemetrySummary
 from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.slo import parse_slo
+from tests.engine_metrics import FakeNvml
 from tests.helpers import write_scenario
 
 
@@ -97,40 +97,6 @@ def test_server_side_objectives_are_judged_on_the_telemetry_and_unmeasurable_one
     s = _summary(None, lines[0])  # a run without any telemetry: not measurable, never passed
     telemetry_slos(s, [parse_slo(lines[0])])
     assert s.slo[0].passed is False and s.slo[0].reason.startswith("no server telemetry")
-
-
-class FakeNvml:
-    """A stand-in for nvidia-ml-py's pynvml: two devices, fixed readings (NVML's units: percent, bytes, mW, MHz)."""
-
-    NVML_CLOCK_SM = 1
-
-    def __init__(self):
-        self.shut = False
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        self.shut = True
-
-    def nvmlDeviceGetCount(self):
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
-
-    def nvmlDeviceGetUtilizationRates(self, h):
-        return SimpleNamespace(gpu=[60, 90][h], memory=10)
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(used=[40, 60][h] * 2 ** 30, total=80 * 2 ** 30, free=0)
-
-    def nvmlDeviceGetPowerUsage(self, h):
-        return [300_000, 500_000][h]
-
-    def nvmlDeviceGetClockInfo(self, h, clock):
-        assert clock == self.NVML_CLOCK_SM
-        return [1500, 1700][h]
 
 
 def test_nvml_is_sampled_per_device_and_read_like_a_dcgm_exporter(tmp_path, monkeypatch):
