@@ -73,4 +73,7 @@ def host_caption(summary: Summary) -> str:
     return ("Per sample (every 0.5 s): of the time each process tree had work to do (CPU time plus run-queue "
             "delay, summed over its threads), the share it waited for a CPU; blank where it did under "
             f"{min_busy:g} CPUs of work. Over the dashed limit in a recorded phase, the judged "
-            "process makes the run invalid (host contended). Client p99 above, on the same clock.")
+            "process makes the run invalid (host contended)"
+            + (f"; where it did less work, so does a mean wait over {host.wait_per_run_limit_ms:g} ms each time it "
+               "woke" if host.wait_per_run_limit_ms else "")
+            + ". Client p99 above, on the same clock.")

@@ -223,11 +223,16 @@ def generator_limited_text(g: Generator) -> str:
 def host_contended_text(contended: list[Contended]) -> str:
     """The phase whose judged process waited longest for a CPU, with its share (of the time it had work), and
     how many other phases were over the limit too."""
-    worst = max(contended, key=lambda c: c.wait_share)
+    busy = [c for c in contended if c.wait_per_run_ms is None]  # judged by the wait share
     more = len(contended) - 1
-    return (f"host contended: {worst.label} waited for a CPU {worst.wait_share:.0%} of the time it had work "
-            f"in phase {worst.phase}"
-            + (f" (and over the limit in {more} more phase{'s' if more > 1 else ''})" if more else ""))
+    tail = f" (and over the limit in {more} more phase{'s' if more > 1 else ''})" if more else ""
+    if busy:
+        worst = max(busy, key=lambda c: c.wait_share)
+        return (f"host contended: {worst.label} waited for a CPU {worst.wait_share:.0%} of the time it had work "
+                f"in phase {worst.phase}" + tail)
+    worst = max(contended, key=lambda c: c.wait_per_run_ms)
+    return (f"host contended: {worst.label} waited {worst.wait_per_run_ms:.1f} ms for a CPU each time it woke "
+            f"in phase {worst.phase}" + tail)
 
 
 def judge(targets: list[TargetOutcome], *, interrupted: bool = False, expected_targets: int | None = None,

@@ -184,6 +184,8 @@ class Contended(ResultModel):
     label: str | None = None
     wait_share: Num = None
     busy: Num = None
+    #: set where the tree was nearly idle (under ``min_busy``): its mean wait for a CPU each time it woke, judged
+    wait_per_run_ms: Num = None
 
 
 class HostSummary(ResultModel):
@@ -196,6 +198,7 @@ class HostSummary(ResultModel):
     labels: dict[str, str] | None = None
     wait_share_limit: Num = None
     min_busy: Num = None
+    wait_per_run_limit_ms: Num = None
     phases: dict[str, HostPhase] | None = None
     contended: list[Contended] | None = None
 

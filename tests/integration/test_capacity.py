@@ -3,12 +3,21 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
-from loadgen.analysis.capacity import Step, judge, knee, step_objectives
+from loadgen.analysis.capacity import Step, headline, judge, knee, step_objectives
+from loadgen.engine.base import EngineResult
 from loadgen.records.results import Summary
+from loadgen.records.rundir import REQUESTS, RunDir
+from loadgen.records.schema import RecordWriter
+from loadgen.run.capacity import find_capacity
+from loadgen.scenario.loader import load_scenario
 from loadgen.scenario.slo import parse_slo
+from loadgen.schedule.arrivals import plan_phases
 from tests.helpers import run, write_scenario
 
 LATBENCH = [sys.executable, "-m", "loadgen.cli"]
@@ -115,26 +124,53 @@ def test_a_step_that_failed_something_else_is_not_unsure():
     assert not ok and not doubt and any("completed 5.0 req/s" in r for r in reasons)
 
 
-@pytest.mark.contends  # invalid on purpose: its failures are never excused as the host's
-def test_a_first_step_the_generator_could_not_drive_makes_the_search_invalid(tmp_path, known_server):
-    """A send-lag threshold no generator meets (1 us): the first step fails as generator-limited, so nothing held
-    and nothing says the target failed. The search is invalid (exit 3), not "even 20 req/s breaks the SLOs"."""
-    srv = known_server(delay=0.005)
-    # host_wait_limit 1: the host is never judged, so on a busy host too the generator is what fails the step
-    text = scenario(srv.url).replace("expected_qps: 20",
-                                     "expected_qps: 20\n      send_lag_threshold: 1us\n      host_wait_limit: 1")
-    path = write_scenario(tmp_path, text)
-    r = subprocess.run(LATBENCH + ["capacity", str(path), "--min", "20", "--max", "40", "--step-duration", "1s",
-                                   "--warmup", "0s", "--no-preflight", "--out", str(tmp_path / "runs")],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 3, r.stdout + r.stderr
-    out = " ".join(r.stdout.split())  # the console wraps long lines
-    assert "the search is invalid: step qps-20: generator-limited (send lag p99" in out, r.stdout
-    (rd,) = list((tmp_path / "runs").iterdir())
-    result = json.loads((rd / "capacity.json").read_text())
-    assert result["complete"] is False and result["max_sustainable_qps"] is None
-    assert result["generator_limited"].startswith("step qps-20: generator-limited")
-    assert len(result["steps"]) == 1 and result["steps"][0]["generator_limited"].startswith("generator-limited (send")
-    verdict = json.loads((rd / "meta.json").read_text())["verdict"]
-    assert verdict["exit_code"] == 3 and [x["kind"] for x in verdict["reasons"]] == ["generator_limited"]
-    assert "INVALID" in (rd / "report.html").read_text()
+def _lagging_steps(lag_from_qps: float):
+    """A capacity step's ``run_step`` that sends nothing: it writes a step's records as a generator would, answers
+    50 ms each (lognormal), sent on time below ``lag_from_qps`` and 50 ms late from it (the send lag a saturated
+    generator shows: as large as the latency itself)."""
+    from benchmarks.report_speed import _batch
+
+    rng = np.random.default_rng(1)
+
+    def run_step(step_loaded, tdir):
+        step = plan_phases(step_loaded.scenario.load)[-1]
+        n = int(step.duration * step.rate_start)
+        sched = np.linspace(step.start, step.end, n, endpoint=False)
+        batch = _batch(rng, sched, np.full(n, step.index), np.ones(n, bool), 0.05, 4, 0.0)
+        lag = 0.05 if step.rate_start >= lag_from_qps else 0.0002
+        batch = batch.set_column(batch.schema.get_field_index("sent"), "sent", pa.array(sched + lag))
+        w = RecordWriter(tdir / REQUESTS)
+        w.write(batch)
+        w.close()
+        return EngineResult(t0=0.0, wall_start=0.0, duration=step.end, requests=n, interrupted=False,
+                            cpu_seconds=0.1 * step.end)
+
+    return run_step
+
+
+def test_a_first_step_the_generator_could_not_drive_makes_the_search_invalid(tmp_path):
+    """The first step's send lag is as large as its latency: nothing held, and nothing says the target failed. The
+    search is invalid (capacity.json's generator_limited), not "even 20 req/s breaks the SLOs"."""
+    loaded = load_scenario(write_scenario(tmp_path, scenario("http://127.0.0.1:9/v1")))
+    rd = RunDir.create(str(tmp_path / "runs"), "cap", exact=True)
+    cap = find_capacity(loaded, _lagging_steps(0), rd, [parse_slo("latency.p99 < 150ms")], 20, 80, 2.0, 0.0)
+    assert cap.complete is False and cap.max_sustainable_qps is None and not cap.limited_by_generator
+    assert cap.generator_limited.startswith("step qps-20: generator-limited (send lag p99 ")
+    assert cap.invalid_reason == cap.generator_limited
+    (step,) = cap.steps
+    assert not step.passed and step.reasons == [step.generator_limited]
+
+
+def test_a_later_step_the_generator_could_not_drive_bounds_the_capacity_from_below():
+    """Steps at 20 and 40 req/s hold; at 80 the generator falls behind: the target holds at least 40 req/s, and
+    the search is an answer (complete), not invalid."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        loaded = load_scenario(write_scenario(Path(d), scenario("http://127.0.0.1:9/v1")))
+        rd = RunDir.create(str(Path(d) / "runs"), "cap", exact=True)
+        cap = find_capacity(loaded, _lagging_steps(60), rd, [parse_slo("latency.p99 < 150ms")], 20, 80, 2.0, 0.0,
+                            tolerance=1.0)
+    assert cap.complete is True and cap.generator_limited is None and cap.invalid_reason is None
+    assert cap.max_sustainable_qps == 40 and cap.first_failing_qps == 80 and cap.limited_by_generator
+    assert "the load generator, not the target, fell behind" in headline(cap)

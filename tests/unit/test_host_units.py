@@ -5,7 +5,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadgen.analysis.host import MIN_BUSY, WAIT_SHARE_LIMIT, host_summary, notable_lines, wait_share_series
+from loadgen.analysis.host import (
+    MIN_BUSY,
+    WAIT_PER_RUN_LIMIT_MS,
+    WAIT_SHARE_LIMIT,
+    host_summary,
+    notable_lines,
+    wait_share_series,
+)
+from loadgen.analysis.verdict import host_contended_text
 from loadgen.records.results import HostSummary
 from loadgen.schedule.arrivals import PhasePlan
 
@@ -53,8 +61,12 @@ def test_wait_share_is_wait_over_the_time_it_had_work_per_phase():
 @pytest.mark.parametrize("rates, judged, contended", [
     ({"server": [(0.5, 0.0), (0.5, 0.2), (0.5, 0.24)]}, "server", []),  # 0.24 / 0.74 = 32%: under a third
     ({"server": [(0.5, 0.0), (0.5, 0.2), (0.5, 0.26)]}, "server", ["spike"]),  # 34%
-    # latbench waits 90% of the little it does (0.1 CPUs < MIN_BUSY): wake-up delays, not judged
-    ({"server": [(0.5, 0.0)] * 3, "latbench": [(0.1, 0.9)] * 3}, "latbench", []),
+    # latbench waits two thirds of the little it does (0.02 CPUs < MIN_BUSY), 0.4 ms each of its 100 wake-ups a
+    # second: the wake-up delays of a quiet host, not judged by the share
+    ({"server": [(0.5, 0.0)] * 3, "latbench": [(0.02, 0.04)] * 3}, "latbench", []),
+    # as idle, but 9 ms each time it woke: its timestamps are late by that, judged by the wait per run
+    ({"server": [(0.5, 0.0)] * 3, "latbench": [(0.1, 0.9)] * 3}, "latbench", ["calm", "spike"]),
+    ({"server": [(0.05, 0.9)] * 3}, "server", ["calm", "spike"]),  # a nearly idle managed server too
     ({"server": [(0.5, 0.0)] * 3, "latbench": [(MIN_BUSY, 0.9)] * 3}, "latbench", ["calm", "spike"]),  # external
     ({"server": [(0.5, 0.0)] * 3, "latbench": [(0.5, 0.9)] * 3}, "server", []),  # managed: the server judges it
 ])
@@ -92,3 +104,23 @@ def test_the_scenario_limit_replaces_the_default_and_one_never_judges():
     assert [c.phase for c in host_summary(f, PLANS, 10.0, "server", LABELS, limit=0.25).contended] == ["calm", "spike"]
     h = host_summary(f, PLANS, 10.0, "server", LABELS, limit=1.0)
     assert h.contended == [] and h.wait_share_limit == 1.0
+
+
+def test_a_nearly_idle_tree_is_judged_by_its_wait_each_time_it_woke():
+    """Under MIN_BUSY the wait share is made of wake-up delays (half of a quiet host's latbench at 0.05 CPUs); what
+    bends its timestamps is how long each wake-up waited: over WAIT_PER_RUN_LIMIT_MS (1 ms), invalid."""
+    just_under = WAIT_PER_RUN_LIMIT_MS * 0.9 * 100 / 1e3  # wait seconds a second at 100 runs a second
+    just_over = WAIT_PER_RUN_LIMIT_MS * 1.1 * 100 / 1e3
+    for wait, contended in ((just_under, []), (just_over, ["calm", "spike"])):
+        h = host_summary(frame({"latbench": [(0.05, wait)] * 3}), PLANS, 10.0, "latbench", LABELS)
+        assert [c.phase for c in h.contended] == contended and h.wait_per_run_limit_ms == WAIT_PER_RUN_LIMIT_MS
+    c = h.contended[0]
+    assert c.wait_per_run_ms == pytest.approx(WAIT_PER_RUN_LIMIT_MS * 1.1) and c.busy == pytest.approx(0.05)
+    assert host_contended_text(h.contended) == ("host contended: latbench waited 1.1 ms for a CPU each time it woke "
+                                                "in phase calm (and over the limit in 1 more phase)")
+    # a busy phase's share is named before an idle phase's wait: the share says how much longer the work took
+    mixed = host_summary(frame({"latbench": [(0.05, 0.0), (0.05, 0.5), (0.5, 0.5)]}), PLANS, 10.0, "latbench", LABELS)
+    assert host_contended_text(mixed.contended).startswith("host contended: latbench waited for a CPU 50% of the time")
+    # load.host_wait_limit: 1 judges neither
+    never = host_summary(frame({"latbench": [(0.05, 0.9)] * 3}), PLANS, 10.0, "latbench", LABELS, limit=1.0)
+    assert never.contended == []
