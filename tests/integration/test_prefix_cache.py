@@ -177,18 +177,16 @@ def test_fallback_step_continues_a_prompt_after_a_cached_prefix(model):
     assert hit == 32 and warm.length == 50
 
 
-def _ttft_cpu(url: str, system: str, user: str) -> float:
-    """CPU seconds this process (the in-process server and the client) spent from sending a streamed chat request
-    to its first content chunk: what the prefill computed. Its wall time, the TTFT, also holds the waits for a CPU
-    of a busy host, which a test cannot tell from the server's work; the CPU time is the work alone."""
+def _ttft(url: str, system: str, user: str) -> float:
+    """Seconds from sending a streamed chat request to its first content chunk."""
     body = json.dumps({"model": "tiny", "stream": True, "max_tokens": 2,
                        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
     req = urllib.request.Request(url + "/v1/chat/completions", body.encode(), {"Content-Type": "application/json"})
-    t0 = time.process_time()
-    with urllib.request.urlopen(req, timeout=120) as resp:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=120) as resp:  # a deadline against a hang (a busy host is slow)
         for line in resp:
             if line.startswith(b"data: {") and b'"content":"' in line and b'"content":""' not in line:
-                return time.process_time() - t0
+                return time.perf_counter() - t0
     raise AssertionError("no content chunk")
 
 
@@ -197,16 +195,15 @@ def _metrics(url: str) -> str:
         return resp.read().decode()
 
 
-def test_a_repeated_prefix_costs_the_server_less_than_a_cold_one(weights_dir):
-    """The TTFT claim itself is test_prefix_scenario's: a latbench run, judged for the host's part in it."""
+def test_a_repeated_prefix_answers_sooner_than_a_cold_one(weights_dir):
     words = "the of and to in is it you that he was for on are as with his they at be".split()
     rng = np.random.default_rng(30)
     systems = [" ".join(rng.choice(words, 300)) for _ in range(3)]  # ~1000 bytes each, distinct
     config = ServerConfig.from_preset("optimized", model="tiny", backend="numpy", cache_dir=weights_dir)
     assert config.prefix_cache  # on in the optimized preset
     with BackgroundServer(config) as srv:
-        cold = [_ttft_cpu(srv.url, s, f"question {i}") for i, s in enumerate(systems)]
-        warm = [_ttft_cpu(srv.url, s, f"another question {i}") for i, s in enumerate(systems)]
+        cold = [_ttft(srv.url, s, f"question {i}") for i, s in enumerate(systems)]
+        warm = [_ttft(srv.url, s, f"another question {i}") for i, s in enumerate(systems)]
         text = _metrics(srv.url)
     assert statistics.median(warm) < 0.6 * statistics.median(cold), (cold, warm)
     hits = [float(line.split()[-1]) for line in text.splitlines()
