@@ -35,6 +35,8 @@ def counted_run(tmp_path, api: str, server_options: str, tokenizer: str, n: int 
     load:
       arrival: constant
       grace: 120s
+      host_wait_limit: 1  # what is asserted is counts of tokens, not times: a busy host does not bend them
+      send_lag_threshold: 10s
       phases:
         - {{name: main, duration: 3s, qps: {n / 3}}}
     """
