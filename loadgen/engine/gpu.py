@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from loadgen.engine.host import sample_every
 from loadgen.engine.scrape import HEADER, canonical_labels
 
 INTERVAL = 1.0  # seconds between samples, as the /metrics scraper
@@ -89,14 +90,9 @@ class GpuSampler:
             self._nvml = None
 
     def _loop(self) -> None:
-        next_at = time.perf_counter() + self.interval
-        while not self._stop.wait(max(0.0, next_at - time.perf_counter())):
-            try:
-                self.sample()
-            except Exception as exc:  # a bug here must not end the run
-                self.note = f"GPU sampling stopped: {type(exc).__name__}: {exc}"
-                return
-            next_at += self.interval
+        exc = sample_every(self.interval, self._stop, self.sample)
+        if exc is not None:  # a bug here must not end the run
+            self.note = f"GPU sampling stopped: {type(exc).__name__}: {exc}"
 
     def sample(self) -> None:
         """One reading of every device, appended to :attr:`rows` (a device whose read fails is skipped)."""

@@ -57,6 +57,20 @@ def watch_run(server_pid: int | None) -> list[Watched]:
     return [me] + ([Watched("server", server_pid)] if server_pid else [])
 
 
+def sample_every(interval: float, stop: threading.Event, sample) -> Exception | None:
+    """Call ``sample()`` every ``interval`` seconds (on a fixed grid: a slow sample does not shift the next) until
+    ``stop`` is set; the exception that ended it early, if one did. The loop of every sampler thread (the host's,
+    the GPUs')."""
+    next_at = time.perf_counter() + interval
+    while not stop.wait(max(0.0, next_at - time.perf_counter())):
+        try:
+            sample()
+        except Exception as exc:
+            return exc
+        next_at += interval
+    return None
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()
@@ -227,14 +241,9 @@ class HostSampler:
             self.sample()
 
     def _loop(self) -> None:
-        next_at = time.perf_counter() + self.interval
-        while not self._stop.wait(max(0.0, next_at - time.perf_counter())):
-            try:
-                self.sample()
-            except Exception as exc:  # a bug here must not end the run: sampling stops, the run goes on
-                self.note = f"host sampling stopped: {type(exc).__name__}: {exc}"
-                return
-            next_at += self.interval
+        exc = sample_every(self.interval, self._stop, self.sample)
+        if exc is not None:  # a bug here must not end the run: sampling stops, the run goes on
+            self.note = f"host sampling stopped: {type(exc).__name__}: {exc}"
 
     def sample(self) -> None:
         """One sample of every tree and of the host, appended to :attr:`rows`."""
