@@ -6,7 +6,8 @@ Runs ``latbench run SCENARIO --quiet`` (report included unless ``--no-report`` f
 each in a child process of this checkout, with CPU timers (``time.process_time``: every thread of the process) around
 its stages: importing the CLI and the run command, the report's preload, the summary (reading the records, building
 it), report.html (and, inside it, each figure drawn: ``to_uri``), summary.md, junit.xml; the rest of the process's
-own CPU is the load, its setup and the RunDir's writing. The process's whole CPU (``wait4`` rusage) less what it
+own CPU is the load, its setup and the RunDir's writing, and within it, by the CPU of the thread that ran them
+(``time.thread_time``): the pre-flight, the host sampler's samples and the telemetry sampler's thread. The process's whole CPU (``wait4`` rusage) less what it
 counted in itself is the interpreter's start and exit. Prints the medians per stage. The timers wrap functions by
 their module names of today (:mod:`loadgen.run.runner`, :mod:`reports.outputs`): a script for this checkout.
 """
@@ -47,6 +48,19 @@ timed(runner, "read_records", "summary: read records")
 timed(runner, "build_summary", "summary: build")
 for name, label in (("write_report", "report.html"), ("write_markdown", "summary.md"), ("write_junit", "junit.xml")):
     timed(outputs, name, label)
+def thread_timed(owner, name, label):  # CPU of the calling thread only: samplers run beside the load
+    f = getattr(owner, name)
+    def wrapper(*a, **k):
+        t = time.thread_time()
+        try:
+            return f(*a, **k)
+        finally:
+            stages[label] = stages.get(label, 0.0) + time.thread_time() - t
+    setattr(owner, name, wrapper)
+import loadgen.run.measurement as measurement, loadgen.engine.host as host, loadgen.engine.telemetry as telemetry
+thread_timed(measurement, "preflight", "  pre-flight")
+thread_timed(host.HostSampler, "sample", "  host sampling")
+thread_timed(telemetry.TelemetrySampler, "_run", "  telemetry sampling")
 for m in list(sys.modules.values()):
     if getattr(m, "__name__", "").startswith("reports.") and "to_uri" in vars(m):
         timed(m, "to_uri", "  of which figures drawn")
@@ -89,7 +103,8 @@ def main() -> None:
                    stdout=subprocess.DEVNULL, check=True)  # as installed: no source compiled during the run
     with tempfile.TemporaryDirectory(prefix="latbench-stages-") as d:
         runs = [one(scenario, extra, Path(d)) for _ in range(rounds)]
-    keys = [*ORDER, "load, its setup, the RunDir", "interpreter start and exit", "whole process"]
+    keys = [*ORDER, "load, its setup, the RunDir", "  pre-flight", "  host sampling", "  telemetry sampling",
+            "interpreter start and exit", "whole process"]
     print(f"latbench run {scenario.name} --quiet {' '.join(extra)}: CPU seconds, median of {rounds}")
     for k in keys:
         vals = [r.get(k, 0.0) for r in runs]

@@ -71,8 +71,12 @@ def _arrow_lists(dtype: pa.DataType):
 def records_frame(table: pa.Table) -> pd.DataFrame:
     """The records as a DataFrame with the derived per-request columns added. The list columns (token_times,
     chunk_tokens) stay Arrow lists (``pd.ArrowDtype``; an element reads as a Python list): a conversion to an
-    array object per request cost more than the rest of the frame, and the stream metrics read them as Arrow."""
-    df = table.to_pandas(types_mapper=_arrow_lists)
+    array object per request cost more than the rest of the frame, and the stream metrics read them as Arrow.
+
+    Each column its own block, on the calling thread: the numeric columns are then views of the Arrow buffers,
+    not copies consolidated into one 2-D block per type by a thread pool (0.06-0.19 CPU-s for a 6 s closed
+    loop's 586k records, against 0.003). Readers only read the frame; a view cannot be written."""
+    df = table.to_pandas(types_mapper=_arrow_lists, split_blocks=True, use_threads=False)
     df["ok"] = df["error"] == ""
     df["aborted"] = df["error"] == ABORTED  # the client aborted it on purpose: neither success nor error
     df["failed"] = ~df["ok"] & ~df["aborted"]
