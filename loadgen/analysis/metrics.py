@@ -43,7 +43,7 @@ from loadgen.analysis.conversations import conversation_stats
 from loadgen.analysis.features import image_block, media_cache_block, structured_block, tool_call_block
 from loadgen.analysis.goodput import good_column, good_within
 from loadgen.analysis.headline import burst_effects, headroom, in_flight_peaks
-from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank, nearest_rank_unsorted
+from loadgen.analysis.stats import PERCENTILES, describe, nearest_rank_unsorted, rank
 from loadgen.records.definitions import SCHEMA_VERSION
 from loadgen.records.results import (
     CapacityRef,
@@ -354,14 +354,16 @@ def timeseries(df: pd.DataFrame, plans: list[PhasePlan], duration: float, step: 
     b = np.clip((done // step).astype(np.int64), 0, nb - 1)
     p50 = np.full(nb, np.nan)
     p99 = np.full(nb, np.nan)
-    order = np.lexsort((lat, b))
-    bs, ls, oks = b[order], lat[order], okm[order]
+    okb = b[okm]
+    order = np.argsort(okb, kind="stable")  # records arrive nearly in done order: timsort's runs, not a full sort
+    bs, ls = okb[order], lat[okm][order]
     bounds = np.searchsorted(bs, np.arange(nb + 1))
     for i in range(nb):
-        seg = ls[bounds[i] : bounds[i + 1]][oks[bounds[i] : bounds[i + 1]]]
-        if seg.size:
-            p50[i] = nearest_rank(seg, 50)  # seg is sorted: the lexsort ordered latencies within a bin
-            p99[i] = nearest_rank(seg, 99)
+        seg = ls[bounds[i] : bounds[i + 1]]
+        if seg.size:  # the two nearest ranks by partial sort (a bin's latencies sorted cost a 6 s run 0.08 CPU-s)
+            k50, k99 = rank(seg.size, 50) - 1, rank(seg.size, 99) - 1
+            part = np.partition(seg, (k50, k99))
+            p50[i], p99[i] = part[k50], part[k99]
     sent_sorted = np.sort(sent[~np.isnan(sent)])
     done_sent = np.sort(done[~np.isnan(sent)])
     in_flight = np.searchsorted(sent_sorted, edges[1:], "right") - np.searchsorted(done_sent, edges[1:], "right")
