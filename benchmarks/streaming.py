@@ -503,6 +503,11 @@ def show_efficiency(results: dict[str, list[dict]], load: Load) -> None:
               f"{med([q(r['err'], 0.5) * 1e3 for r in ok]):>11.3f}{med([q(r['err'], 0.99) * 1e3 for r in ok]):>9.3f}")
     if len(rows) > 1:
         print("x = latbench's events per CPU-second divided by this tool's (how many times more latbench records)")
+    rep = rows.get("lb +report")
+    peers = [n for n in rows if n != "floor" and not n.startswith(("latbench", "lb "))]
+    if rep and peers:  # a CI job's whole process with its report, against each peer's whole process
+        print("latbench +report, whole process per CPU-second, x each peer's: "
+              + ", ".join(f"{n} {rep[1] / rows[n][1]:.1f}x" for n in peers))
     print("latbench: `latbench run --quiet --no-report` (the RunDir: records, summary.json, summary.md, junit.xml), "
           "token times the kernel's arrival stamps; read-time: receive_stamps: read; +report: report.html too")
 
