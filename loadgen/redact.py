@@ -54,6 +54,7 @@ import base64
 import io
 import json
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import quote, unquote, urlsplit
@@ -153,8 +154,18 @@ class Redactor:
         self._subs: dict[str, str] = {}  # a secret (or a whole expanded field value) -> what is written instead
         self._secrets: dict[str, list[str]] = {}  # the secret values, as registered -> the forms text shows them in
         self._pattern: re.Pattern | None = None
-        self._heads: dict[str, str] | None = None  # each first part of a form of a secret -> what stands instead
-        self._longest_head = 0
+        # each first part of a form of a secret -> what stands instead, and the longest such part
+        self._heads: tuple[dict[str, str], int] | None = None
+        # registering and building the pattern hold it: a secret may be registered (the Locust master's) while
+        # another thread redacts (the /metrics scraper's rows, a log line); redacting itself takes no lock
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:  # sent to a spawned child process (the multi-process engine): no lock
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @property
     def secrets(self) -> list[str]:
@@ -168,10 +179,12 @@ class Redactor:
         escaped in JSON, quoted by Python)."""
         if not isinstance(value, str) or not value:
             return
-        forms = self._secrets.setdefault(value, secret_forms(value))
-        for form in forms:
-            self._subs.setdefault(form, ref)
-        self._pattern = self._heads = None
+        forms = secret_forms(value)
+        with self._lock:
+            forms = self._secrets.setdefault(value, forms)
+            for form in forms:
+                self._subs.setdefault(form, ref)
+            self._pattern = self._heads = None
 
     def add_basic(self, user: str, password: str) -> None:
         """``user:password`` is sent as ``Authorization: Basic <base64>`` (as every HTTP client does with a URL's
@@ -186,8 +199,9 @@ class Redactor:
     def add_expansion(self, expanded: str, written: str) -> None:
         """A whole field value that was expanded from ``${ENV}``: text shows it as the scenario wrote it."""
         if isinstance(expanded, str) and expanded and expanded != written:
-            self._subs[expanded] = written
-            self._pattern = None
+            with self._lock:
+                self._subs[expanded] = written
+                self._pattern = None
 
     def add_url(self, url: str | None) -> None:
         """Register the literal credentials of ``url`` (a ``--target`` URL, a scenario's URL), and the ``Basic``
@@ -211,10 +225,13 @@ class Redactor:
                 self.add(v)
 
     def _compiled(self) -> re.Pattern:
-        if self._pattern is None:
-            keys = sorted((k for k in self._subs if len(k) >= MIN_SECRET_LEN), key=len, reverse=True)
-            self._pattern = re.compile("|".join(map(re.escape, keys))) if keys else re.compile(r"(?!)")
-        return self._pattern
+        pattern = self._pattern
+        if pattern is None:
+            with self._lock:  # built from every secret registered before it: none is added meanwhile
+                keys = sorted((k for k in self._subs if len(k) >= MIN_SECRET_LEN), key=len, reverse=True)
+                pattern = re.compile("|".join(map(re.escape, keys))) if keys else re.compile(r"(?!)")
+                self._pattern = pattern
+        return pattern
 
     def text(self, text: str) -> str:
         """``text`` with every registered value (of :data:`MIN_SECRET_LEN` characters or more) replaced by what
@@ -232,17 +249,18 @@ class Redactor:
         """A text cut short in the middle of a secret (a server's message kept to its first 200 characters) ends
         with the secret's beginning, in any of its forms (escaped in JSON, say): that beginning is redacted too
         (from :data:`MIN_CUT` characters on; the longest such beginning)."""
-        heads = self._heads
-        if heads is None:  # built whole, then shared (a log line may be redacted from another thread)
-            heads = {}
-            for value, forms in self._secrets.items():
-                if len(value) >= MIN_SECRET_LEN:
-                    for form in forms:
-                        for k in range(MIN_CUT, len(form)):
-                            heads.setdefault(form[:k], self._subs.get(value, REDACTED))
-            self._longest_head = max(map(len, heads), default=0)
-            self._heads = heads
-        for k in range(min(self._longest_head, len(text)), MIN_CUT - 1, -1):  # one look-up per length
+        built = self._heads
+        if built is None:  # built whole under the lock, then shared (a log line may be redacted from another thread)
+            with self._lock:
+                heads: dict[str, str] = {}
+                for value, forms in self._secrets.items():
+                    if len(value) >= MIN_SECRET_LEN:
+                        for form in forms:
+                            for k in range(MIN_CUT, len(form)):
+                                heads.setdefault(form[:k], self._subs.get(value, REDACTED))
+                built = self._heads = (heads, max(map(len, heads), default=0))
+        heads, longest = built
+        for k in range(min(longest, len(text)), MIN_CUT - 1, -1):  # one look-up per length
             ref = heads.get(text[-k:])
             if ref is not None:
                 return text[:-k] + ref
