@@ -36,8 +36,8 @@ RENDERING_MODULES = ("reports.outputs", "reports.run_report", "jinja2")
 
 
 def preload() -> None:
-    """Import now what writing a report needs (about 0.05 s of CPU beyond the run command's). ``latbench run`` calls it before any
-    load: a run stopped early (its server died, Ctrl-C) then reports within a second of the stop, and the
+    """Import now what writing a report needs (pandas, jinja2, the templates compiled). ``latbench run`` calls it
+    before any load: a run stopped early (its server died, Ctrl-C) then reports within a second of the stop, and the
     import's CPU never overlaps a measurement."""
     for module in RENDERING_MODULES:
         importlib.import_module(module)

@@ -34,15 +34,14 @@ class Scale:
         self.subs, self.minor = (1.0,), tk.MINOR
         self.inverted = False
 
-    def include(self, values, sticky: float | None = None) -> None:
+    def include(self, values) -> None:
+        """Widen the data range to hold ``values`` (non-finite ones left out)."""
         v = np.asarray(values, dtype=float).ravel()
         v = v[np.isfinite(v)]
         if v.size:
             self.lo, self.hi = min(self.lo, float(v.min())), max(self.hi, float(v.max()))
             p = v[v > 0]
             self.pos = min(self.pos, float(p.min())) if p.size else self.pos
-        if sticky is not None:
-            self.sticky.add(sticky)
 
     def f(self, v):
         v = np.asarray(v, dtype=float)
@@ -238,11 +237,11 @@ class Axes:
         fy = self.yaxis.scale.frac(y) if coords in ("data", "yaxis") else np.asarray(y, dtype=float)
         return x0 + fx * (x1 - x0), y1 - fy * (y1 - y0)
 
-    def _data(self, x, y, coords: str, sticky: float | None = None, sticky_axis: str = "y") -> None:
+    def _data(self, x, y, coords: str) -> None:
         if coords in ("data", "xaxis"):
-            self.xaxis.scale.include(x, sticky if sticky_axis == "x" else None)
+            self.xaxis.scale.include(x)
         if coords in ("data", "yaxis"):
-            self.yaxis.scale.include(y, sticky if sticky_axis == "y" else None)
+            self.yaxis.scale.include(y)
 
     # what is drawn
     def plot(self, x, y, fmt: str = "", *, color: str = "#1f77b4", lw: float = 1.5, ls: str | None = None,
@@ -281,14 +280,16 @@ class Axes:
         keep = np.isfinite(h) & (h != 0)
         self.fill([[(xi - width / 2, bi), (xi - width / 2, bi + hi), (xi + width / 2, bi + hi), (xi + width / 2, bi)]
                    for xi, hi, bi in zip(x[keep], h[keep], b[keep])], "data", color, 1.0, label)
-        self.yaxis.scale.include(b + np.where(np.isfinite(h), h, 0), sticky=0.0)
+        self.yaxis.scale.include(b)
+        self.yaxis.scale.sticky.add(0.0)
 
     def barh(self, y, width, left=0.0, color: str = "#1f77b4", label: str | None = None, height: float = 0.8):
         y, w = np.asarray(y, dtype=float), np.asarray(width, dtype=float)
         left = np.broadcast_to(np.asarray(left, dtype=float), w.shape)
         self.fill([[(li, yi - height / 2), (li + wi, yi - height / 2), (li + wi, yi + height / 2),
                     (li, yi + height / 2)] for yi, wi, li in zip(y, w, left)], "data", color, 1.0, label)
-        self.xaxis.scale.include(left, sticky=0.0)
+        self.xaxis.scale.include(left)
+        self.xaxis.scale.sticky.add(0.0)
 
     def hist(self, values, bins, weights=None, histtype: str = "step", alpha: float = 1.0, color: str = "#1f77b4",
              lw: float = 1.5, label: str | None = None) -> None:
@@ -300,7 +301,8 @@ class Axes:
             self.fill([np.column_stack([x, y])], "data", color, alpha, label)
         else:
             self.plot(x, y, color=color, lw=lw, label=label)
-        self.yaxis.scale.include([0.0], sticky=0.0)
+        self.yaxis.scale.include([0.0])
+        self.yaxis.scale.sticky.add(0.0)
 
     def text(self, x: float, y: float, s: str, transform: str = "data", ha: str = "left", va: str = "baseline",
              fontsize: float = FONT, color: str = "#000000", fontweight: str = "normal") -> None:
