@@ -8,6 +8,7 @@ output holds no date and numbers its clip paths in order, so the same figure giv
 
 from __future__ import annotations
 
+from dataclasses import replace
 from xml.sax.saxutils import escape
 
 import numpy as np
@@ -132,6 +133,8 @@ def _markers(x: np.ndarray, y: np.ndarray, line: Line) -> str:
 
 
 def _line(ax: Axes, line: Line, clip: str) -> list[str]:
+    """The line, and its markers; a point of a plain line with a gap on each side (a second in which no request
+    completed between two that did) is a dot, where matplotlib would draw nothing of it."""
     x, y = ax.px(line.x, line.y, line.coords)
     out = []
     if line.ls:
@@ -140,6 +143,11 @@ def _line(ax: Axes, line: Line, clip: str) -> list[str]:
         if d:
             out.append(f'<path d="{d}"{_stroke(line.color, line.lw, line.ls, line.alpha)} '
                        f'stroke-linejoin="round"{clip}/>')
+        ok = np.r_[False, np.isfinite(x) & np.isfinite(y), False]
+        alone = ok[1:-1] & ~ok[:-2] & ~ok[2:]
+        if line.drawstyle == "default" and not line.marker and alone.any():
+            dot = replace(line, marker="o", ms=2.5 * line.lw, mew=0.0)
+            out.append(_markers(x[alone], y[alone], dot).replace("/>", clip + "/>"))
     if line.marker:
         out.append(_markers(x, y, line).replace("/>", clip + "/>"))
     return out

@@ -51,15 +51,19 @@ class Scale:
             return np.where(v > 0, np.log10(np.where(v > 0, v, 1.0)), np.nan)
 
     def view(self) -> tuple[float, float]:
-        """The limits shown: the explicit ones, else the data's with 5% margins (log: in decades)."""
+        """The limits shown: the explicit ones; else the data's and 5% of the span beyond (log: of its decades),
+        not past a bar's base. With one limit given (``set_ylim(bottom=0)``) the span runs from it: the data keep
+        off the far edge however narrow their own range."""
         log = self.kind == "log"
         lo, hi = (self.pos, self.hi) if log else (self.lo, self.hi)
         if self.fixed and self.fixed[0]:
             lo, hi = min(lo, min(self.fixed[0])), max(hi, max(self.fixed[0]))
         if not hi >= lo or (log and not hi > 0):
             lo, hi = (1.0, 10.0) if log else (0.0, 1.0)
-        t0, t1 = float(self.f(lo)), float(self.f(hi))
-        if t1 == t0:
+        given = [None if v is None else float(self.f(v)) for v in self.lim]
+        t0 = float(self.f(lo)) if given[0] is None else given[0]
+        t1 = float(self.f(hi)) if given[1] is None else given[1]
+        if t1 <= t0:
             t0, t1 = t0 - (0.5 if log else max(abs(t0) * 0.05, 0.5)), t1 + (0.5 if log else max(abs(t1) * 0.05, 0.5))
         d = (t1 - t0) * 0.05
         t0, t1 = t0 - d, t1 + d
