@@ -65,26 +65,19 @@ def pick_log(lo: float, hi: float, bins: int, subs: tuple[float, ...], minor: tu
     """(major ticks, their labels, minor ticks) of a log axis over [lo, hi] (both > 0); see the module."""
     a, b = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
 
-    def within(v: float) -> bool:
-        return lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)
+    def ticks(stride: int, sub: tuple[float, ...]) -> list[float]:
+        every = (clean(s * 10.0 ** d) for d in range(a, b + 1) if d % stride == 0 for s in sub)
+        return [v for v in every if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
 
-    tries = [(1, subs)] + ([(1, (1.0,))] if subs != (1.0,) else []) + [(s, (1.0,)) for s in (2, 3, 4, 5, 10, 20)]
+    if len(ticks(1, (1.0,))) >= 2:
+        tries = [(1, subs)] + ([(1, (1.0,))] if subs != (1.0,) else []) + [(s, (1.0,)) for s in (2, 3, 4, 5, 10, 20)]
+    else:  # under two decades in view: 1, 2 and 5 of each, or every multiple, as many as fit
+        tries = [(1, (1.0, 2.0, 5.0)), (1, (1.0, *MINOR))]
     for stride, sub in tries:
-        major = [clean(s * 10.0 ** d) for d in range(a, b + 1) if d % stride == 0 for s in sub]
-        major = [v for v in major if within(v)]
-        if len(major) < 2:
-            if stride == 1 and sub == (1.0,):
-                break  # under two decade ticks in view: nice linear steps
-            continue
-        labels = log_labels(major)
-        if fits(major, labels) or stride == 20:
-            if stride == 1:
-                small = [clean(s * 10.0 ** d) for d in range(a, b + 1) for s in (1.0, *minor)]
-            else:
-                small = [clean(10.0 ** d) for d in range(a, b + 1)]
-            taken = set(major)
-            return major, labels, [v for v in small if within(v) and v not in taken]
-    ticks, _ = pick_linear(lo, hi, bins, lambda t, labels: fits(t, log_labels(t)))
-    ticks = [v for v in ticks if v > 0]
-    small = [clean(s * 10.0 ** d) for d in range(a, b + 1) for s in (1.0, *minor)]
-    return ticks, log_labels(ticks), [v for v in small if within(v) and v not in set(ticks)]
+        major = ticks(stride, sub)
+        if len(major) >= 2 and (fits(major, log_labels(major)) or stride == 20):
+            small = ticks(1, (1.0, *minor)) if stride == 1 else ticks(1, (1.0,))
+            return major, log_labels(major), [v for v in small if v not in set(major)]
+    major, _ = pick_linear(lo, hi, bins, lambda t, labels: fits(t, log_labels(t)))
+    major = [v for v in major if v > 0]
+    return major, log_labels(major), [v for v in ticks(1, (1.0, *minor)) if v not in set(major)]
