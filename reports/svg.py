@@ -44,6 +44,7 @@ class Scale:
             self.pos = min(self.pos, float(p.min())) if p.size else self.pos
 
     def f(self, v):
+        """Data in the scale's own units: their log10 on a log scale (NaN where not positive), else themselves."""
         v = np.asarray(v, dtype=float)
         if self.kind != "log":
             return v
@@ -125,6 +126,8 @@ class Axis:
 
 @dataclass
 class Line:
+    """A line through points, or markers alone (``ls`` empty), in ``coords``; sizes in points, as matplotlib's."""
+
     x: np.ndarray
     y: np.ndarray
     coords: str
@@ -141,6 +144,8 @@ class Line:
 
 @dataclass
 class Patch:
+    """Filled polygons of one colour: shading, bars, a filled histogram."""
+
     polygons: list[np.ndarray]  # each (k, 2) in ``coords``
     coords: str
     color: str
@@ -150,6 +155,8 @@ class Patch:
 
 @dataclass
 class Text:
+    """A text placed at (x, y) in ``coords``, aligned as matplotlib aligns one; never clipped to its axes."""
+
     x: float
     y: float
     text: str
@@ -161,6 +168,7 @@ class Text:
     bold: bool = False
 
     def box(self, ax) -> tuple[float, float, float, float]:
+        """(left, top, right, bottom) pixels of the text where ``ax`` stands now."""
         (x,), (y,) = ax.px([self.x], [self.y], self.coords)
         lines = self.text.split("\n")
         w = max(text_width(ln, self.size, self.bold) for ln in lines)
@@ -169,6 +177,8 @@ class Text:
 
 @dataclass
 class Legend:
+    """A frameless legend of ``entries`` (what was drawn with a label), inside its axes or beside ``anchor``."""
+
     entries: list
     loc: str
     anchor: tuple[float, float] | None
