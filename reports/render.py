@@ -9,7 +9,7 @@ output holds no date and numbers its clip paths in order, so the same figure giv
 from __future__ import annotations
 
 from dataclasses import replace
-from xml.sax.saxutils import escape
+from html import escape
 
 import numpy as np
 
