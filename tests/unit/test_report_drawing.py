@@ -142,3 +142,12 @@ def test_the_same_figures_give_the_same_bytes(rundirs, monkeypatch):
     first = _svgs(rundirs[1:2], monkeypatch)
     assert first and first == _svgs(rundirs[1:2], monkeypatch)
     assert not any(re.search(r"\d{4}-\d\d-\d\d|id=\"(?!c\d+\")", s) for s in first)  # no dates, ids in order
+
+
+def test_a_point_alone_between_gaps_is_a_dot():
+    """A second in which requests completed between two in which none did: matplotlib drew nothing of it."""
+    fig, ax = figure(6, 3)
+    ax[0, 0].plot([1, 2, 3, 4, 5], [2000, np.nan, 2000, np.nan, 2000], color="#d62728")
+    svg = render.draw(fig)
+    dots = re.search(r'<path d="([^"]*)" fill="#d62728"', svg).group(1)
+    assert dots.count("M") == 3 and '<path d="M' in svg
