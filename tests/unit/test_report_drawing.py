@@ -150,4 +150,4 @@ def test_a_point_alone_between_gaps_is_a_dot():
     ax[0, 0].plot([1, 2, 3, 4, 5], [2000, np.nan, 2000, np.nan, 2000], color="#d62728")
     svg = render.draw(fig)
     dots = re.search(r'<path d="([^"]*)" fill="#d62728"', svg).group(1)
-    assert dots.count("M") == 3 and '<path d="M' in svg
+    assert dots.count("M") == 3
