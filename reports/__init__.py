@@ -3,7 +3,7 @@
     from reports import write_outputs
     write_outputs("runs/2026-12-02T10-31-07_burst")   # report.html, summary.md, junit.xml
 
-The public names are imported lazily (PEP 562): pandas, matplotlib and jinja2 load on first use.
+The public names are imported lazily (PEP 562): pandas and jinja2 load on first use.
 """
 
 from __future__ import annotations
@@ -31,14 +31,13 @@ __all__ = [
 ]
 
 
-# what rendering a report imports: pandas, numpy, matplotlib and its SVG backend (with its font list), jinja2
-RENDERING_MODULES = ("reports.outputs", "reports.run_report", "matplotlib.figure", "matplotlib.backends.backend_svg",
-                     "jinja2")
+# what rendering a report imports: pandas, numpy, jinja2 (its figures are latbench's own SVG: reports.svg)
+RENDERING_MODULES = ("reports.outputs", "reports.run_report", "jinja2")
 
 
 def preload() -> None:
-    """Import now what writing a report needs (about 0.3 s of CPU). ``latbench run`` calls it before any
-    load: a run stopped early (its server died, Ctrl-C) then reports within a second of the stop, and the
+    """Import now what writing a report needs (pandas, jinja2, the templates compiled). ``latbench run`` calls it
+    before any load: a run stopped early (its server died, Ctrl-C) then reports within a second of the stop, and the
     import's CPU never overlaps a measurement."""
     for module in RENDERING_MODULES:
         importlib.import_module(module)

@@ -1,56 +1,33 @@
-"""How a report's figures become SVG: the style they are built in, the figure, its layout and its drawing.
+"""How a report's figures become images: a figure of :mod:`reports.svg`, drawn as an SVG data URI.
 
-Building a figure (its axes, lines and labels: :mod:`reports.plots`) is the smaller part of its cost; laying it
-out and writing its SVG is most of it, and its ticks were most of that. :func:`to_uri` lays a figure out from what
-stands beside its axes (:mod:`reports.layout`), puts its ticks in a few artists an axis (:mod:`reports.ticks`) and
-draws it once, as an SVG data URI.
+latbench draws its figures itself (:mod:`reports.svg`, :mod:`reports.render`) rather than with matplotlib, whose
+import and drawing were two thirds of a report's CPU and a sixth of a short run's (issue #33).
 """
 
 from __future__ import annotations
 
 import base64
-import io
-import sys
-from contextlib import contextmanager
 
-from reports.layout import fit
-from reports.ticks import flatten
+import numpy as np
+
+from reports.render import draw
+from reports.svg import Figure
 
 URI_PREFIX = "data:image/svg+xml;base64,"
 
 
-@contextmanager
-def plot_style():
-    import matplotlib
-
-    if "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")  # only when nobody chose a backend: reports never open a window
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "latbench", "font.size": 9,
-                                "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-                                "grid.alpha": 0.3, "legend.frameon": False, "figure.dpi": 100,
-                                "axes.titley": 1.0}):  # a title sits above its axes (no measuring where to)
-        yield
-
-
-def figure(w: float, h: float, rows: int = 1, cols: int = 1, **kw):
-    """A figure of ``w`` x ``h`` inches with a grid of axes, laid out once when it is drawn."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(w, h))
-    axes = fig.subplots(rows, cols, squeeze=False, **kw)
+def figure(w: float, h: float, rows: int = 1, cols: int = 1, sharex: bool = False,
+           height_ratios: list[float] | None = None) -> tuple[Figure, np.ndarray]:
+    """A figure of ``w`` x ``h`` inches and its ``rows`` x ``cols`` axes (an array: ``ax[row, col]``); with
+    ``sharex`` the axes of a column share their x scale and only the bottom row labels its ticks."""
+    fig = Figure(w, h, rows, cols, sharex, height_ratios)
+    axes = np.empty((rows, cols), dtype=object)
+    for r, row in enumerate(fig.grid):
+        for c, ax in enumerate(row):
+            axes[r, c] = ax
     return fig, axes
 
 
-def to_uri(fig) -> str:
-    """Lay the figure out and draw it: a base64 SVG data URI (an <img> source: inert, whatever text it holds).
-
-    Laid out from what stands beside its axes (:func:`reports.layout.fit`) and drawn once. A layout engine set
-    on the figure would draw it three times (constrained layout measures twice, then savefig draws once to lay
-    out and once to write), and ``tight_layout`` measures every artist of it: half a report's rendering time."""
-    with plot_style():
-        fit(fig)
-        flatten(fig)  # its ticks as a few artists an axis, not five a tick (reports.ticks)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    return URI_PREFIX + base64.b64encode(buf.getvalue()).decode("ascii")
-
+def to_uri(fig: Figure) -> str:
+    """Lay the figure out and draw it: a base64 SVG data URI (an <img> source: inert, whatever text it holds)."""
+    return URI_PREFIX + base64.b64encode(draw(fig).encode("utf-8")).decode("ascii")

@@ -1,5 +1,5 @@
-"""Client-side figures of a report, built with matplotlib and drawn as SVG data URIs by :mod:`reports.drawing` (no
-pyplot, no global state).
+"""Client-side figures of a report, built with :mod:`reports.svg` (matplotlib's calls, latbench's own drawing) and
+drawn as SVG data URIs by :mod:`reports.drawing`.
 
 Inputs are summaries (their models: time series, phase windows) and record frames; every figure is drawn from at most
 a few thousand points, whatever the run's size: CDFs from a rank grid, distributions as histograms,
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from loadgen.records.results import Burst, InFlight, Recovery, RecoveryWindows, StartGroup, Summary, Timeseries
-from reports.drawing import figure, plot_style, to_uri
+from reports.drawing import figure, to_uri
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 ERROR_COLORS = {"timeout": "#ff7f0e", "connect": "#7f7f7f", "http_5xx": "#d62728", "http_429": "#9467bd",
@@ -55,7 +55,7 @@ def shade_phases(ax, phases: list[dict]) -> None:
         prev = phases[i - 1] if i else None
         raised = bool(prev and not raised and (ph["start"] - prev["start"]) / span * 130 < len(prev["name"]) + 16)
         ax.text(ph["start"], 1.07 if raised else 1.0, label, transform=ax.get_xaxis_transform(), va="bottom",
-                ha="left", fontsize=7, color="#555555", clip_on=False)
+                ha="left", fontsize=7, color="#555555")
 
 
 def phase_windows(summary: Summary) -> list[dict]:
@@ -76,27 +76,26 @@ def cdf_plot(series: list[tuple[str, np.ndarray]], title: str = "Latency CDF") -
     series = [(n, v) for n, v in series if len(v)]
     if not series:
         return None
-    with plot_style():
-        fig, ax = figure(11, 3.6, 1, 2)
-        for i, (label, v) in enumerate(series):
-            x, f = cdf_points(v)
-            c = PALETTE[i % len(PALETTE)]
-            ax[0, 0].plot(x * 1e3, f, color=c, lw=1.5, label=label)
-            tail = 1 - f + 1.0 / len(v)
-            ax[0, 1].plot(x * 1e3, tail, color=c, lw=1.5, label=label)
-        a, b = ax[0, 0], ax[0, 1]
-        for x in (a, b):
-            x.set_xscale("log"), ms_log_axis(x.xaxis)
-        a.set_xlabel("latency (ms, log)"), a.set_ylabel("fraction of requests ≤ x")
-        a.set_title(title), a.set_ylim(0, 1.01)
-        b.set_yscale("log"), fraction_log_axis(b.yaxis)
-        b.set_xlabel("latency (ms, log)"), b.set_ylabel("fraction slower than x")
-        b.set_title("Tail (1 − CDF)")
-        for q, name in ((1e-2, "p99"), (1e-3, "p99.9")):
-            b.axhline(q, color="#999999", lw=0.6, ls="--")
-            b.text(1.0, q, " " + name, transform=b.get_yaxis_transform(), va="center", fontsize=7, color="#555555")
-        a.legend(loc="lower right")
-        return to_uri(fig)
+    fig, ax = figure(11, 3.6, 1, 2)
+    for i, (label, v) in enumerate(series):
+        x, f = cdf_points(v)
+        c = PALETTE[i % len(PALETTE)]
+        ax[0, 0].plot(x * 1e3, f, color=c, lw=1.5, label=label)
+        tail = 1 - f + 1.0 / len(v)
+        ax[0, 1].plot(x * 1e3, tail, color=c, lw=1.5, label=label)
+    a, b = ax[0, 0], ax[0, 1]
+    for x in (a, b):
+        x.set_xscale("log"), ms_log_axis(x.xaxis)
+    a.set_xlabel("latency (ms, log)"), a.set_ylabel("fraction of requests ≤ x")
+    a.set_title(title), a.set_ylim(0, 1.01)
+    b.set_yscale("log"), fraction_log_axis(b.yaxis)
+    b.set_xlabel("latency (ms, log)"), b.set_ylabel("fraction slower than x")
+    b.set_title("Tail (1 − CDF)")
+    for q, name in ((1e-2, "p99"), (1e-3, "p99.9")):
+        b.axhline(q, color="#999999", lw=0.6, ls="--")
+        b.text(1.0, q, " " + name, transform=b.get_yaxis_transform(), va="center", fontsize=7, color="#555555")
+    a.legend(loc="lower right")
+    return to_uri(fig)
 
 
 def timeseries_plot(summary: Summary) -> str | None:
@@ -112,41 +111,40 @@ def timeseries_plot(summary: Summary) -> str | None:
     def f(values: list | None) -> np.ndarray:
         return series(values or None, t.size)
 
-    with plot_style():
-        fig, ax = figure(11, 7.2, 4, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2.2, 1.5, 1.5]})
-        a = ax[0, 0]
-        a.plot(mid, f(ts.latency_p50) * 1e3, color=PALETTE[0], lw=1.3, label="p50")
-        a.plot(mid, f(ts.latency_p99) * 1e3, color=PALETTE[1], lw=1.3, label="p99")
-        latency_axis(a, np.concatenate([f(ts.latency_p50), f(ts.latency_p99)]) * 1e3, "latency")
-        q = ax[1, 0]
-        q.plot(mid, f(ts.target_qps), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
-        q.plot(mid, f(ts.sent) / step, color=PALETTE[4], lw=1.0, alpha=0.8, label="sent")
-        q.plot(mid, f(ts.ok) / step, color=PALETTE[2], lw=1.3, label="achieved (ok)")
-        q.set_ylabel("req/s"), q.set_ylim(bottom=0), q.legend(**OUTSIDE)
-        e = ax[2, 0]
-        bottom = np.zeros(t.size)
-        for cls, counts in sorted((ts.errors or {}).items()):
-            y = np.asarray(counts, dtype=float) / step
-            e.bar(mid, y, width=step * 0.9, bottom=bottom, color=ERROR_COLORS.get(cls, "#333333"), label=cls, lw=0)
-            bottom += y
-        e.set_ylabel("errors/s")
-        if bottom.any():
-            e.legend(**OUTSIDE)
-        else:
-            e.text(0.5, 0.5, "no errors", transform=e.transAxes, ha="center", va="center", color="#2ca02c")
-        n = ax[3, 0]
-        # each second's peak, as the headline's peaks are (a RunDir older than in_flight_peak: its end-of-second count)
-        peaks = f(ts.in_flight_peak if ts.in_flight_peak is not None else ts.in_flight)
-        n.plot(np.append(t, t[-1] + step), np.append(peaks, peaks[-1]), color=PALETTE[3], lw=1.2,
-               drawstyle="steps-post")
-        n.set_ylabel("in flight\n(peak)" if ts.in_flight_peak is not None else "in flight")
-        n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
-        for row in ax[:, 0]:
-            shade_phases(row, phases) if row is a else shade_windows(row, phases)
-        mark_bursts(a, n, summary.burst or [], summary.duration_s)
-        a.legend(**OUTSIDE)
-        a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
-        return to_uri(fig)
+    fig, ax = figure(11, 7.2, 4, 1, sharex=True, height_ratios=[3, 2.2, 1.5, 1.5])
+    a = ax[0, 0]
+    a.plot(mid, f(ts.latency_p50) * 1e3, color=PALETTE[0], lw=1.3, label="p50")
+    a.plot(mid, f(ts.latency_p99) * 1e3, color=PALETTE[1], lw=1.3, label="p99")
+    latency_axis(a, np.concatenate([f(ts.latency_p50), f(ts.latency_p99)]) * 1e3, "latency")
+    q = ax[1, 0]
+    q.plot(mid, f(ts.target_qps), color="#555555", lw=1.2, ls="--", label="target", drawstyle="steps-mid")
+    q.plot(mid, f(ts.sent) / step, color=PALETTE[4], lw=1.0, alpha=0.8, label="sent")
+    q.plot(mid, f(ts.ok) / step, color=PALETTE[2], lw=1.3, label="achieved (ok)")
+    q.set_ylabel("req/s"), q.set_ylim(bottom=0), q.legend(**OUTSIDE)
+    e = ax[2, 0]
+    bottom = np.zeros(t.size)
+    for cls, counts in sorted((ts.errors or {}).items()):
+        y = np.asarray(counts, dtype=float) / step
+        e.bar(mid, y, width=step * 0.9, bottom=bottom, color=ERROR_COLORS.get(cls, "#333333"), label=cls)
+        bottom += y
+    e.set_ylabel("errors/s")
+    if bottom.any():
+        e.legend(**OUTSIDE)
+    else:
+        e.text(0.5, 0.5, "no errors", transform=e.transAxes, ha="center", va="center", color="#2ca02c")
+    n = ax[3, 0]
+    # each second's peak, as the headline's peaks are (a RunDir older than in_flight_peak: its end-of-second count)
+    peaks = f(ts.in_flight_peak if ts.in_flight_peak is not None else ts.in_flight)
+    n.plot(np.append(t, t[-1] + step), np.append(peaks, peaks[-1]), color=PALETTE[3], lw=1.2,
+           drawstyle="steps-post")
+    n.set_ylabel("in flight\n(peak)" if ts.in_flight_peak is not None else "in flight")
+    n.set_ylim(bottom=0), n.set_xlabel("time since start (s)")
+    for row in ax[:, 0]:
+        shade_phases(row, phases) if row is a else shade_windows(row, phases)
+    mark_bursts(a, n, summary.burst or [], summary.duration_s)
+    a.legend(**OUTSIDE)
+    a.set_xlim(0, max(t[-1] + step, max((p["end"] for p in phases), default=0)))
+    return to_uri(fig)
 
 
 RECOVERY_COLOR, DRAIN_COLOR = "#2ca02c", "#9467bd"
@@ -170,20 +168,20 @@ def mark_bursts(lat_ax, inflight_ax, bursts: list[Burst], duration: float | None
                         drawstyle="steps-post", label=f"p99 of the {rec.window_s:g} s window\nsent from here (rule)")
         if rec.recovered:
             t_rec = b.end + rec.seconds
-            lat_ax.axvspan(b.end, t_rec, color=RECOVERY_COLOR, alpha=0.18, lw=0)
+            lat_ax.axvspan(b.end, t_rec, color=RECOVERY_COLOR, alpha=0.18)
             lat_ax.axvline(t_rec, color=RECOVERY_COLOR, lw=1.4)
             lat_ax.text(t_rec, 0.97, f" recovered {rec.seconds:.1f} s after {b.spike}",
                         transform=lat_ax.get_xaxis_transform(), va="top", ha="left", fontsize=8,
                         color=RECOVERY_COLOR, fontweight="bold")
         elif b.recovery is not None and rec.measured is not False:
-            lat_ax.axvspan(b.end, b.after_end, color="#d62728", alpha=0.10, lw=0)
+            lat_ax.axvspan(b.end, b.after_end, color="#d62728", alpha=0.10)
             lat_ax.text(b.end, 0.97, f" not recovered during {rec.phase}", transform=lat_ax.get_xaxis_transform(),
                         va="top", ha="left", fontsize=8, color="#d62728", fontweight="bold")
         fl = b.in_flight or InFlight()
         if fl.baseline_peak is not None:
             inflight_ax.axhline(fl.baseline_peak, color="#7f7f7f", lw=0.8, ls="--")
         if fl.drain_s is not None and not (duration is not None and b.end is not None and duration < b.end):
-            inflight_ax.axvspan(b.end, b.end + fl.drain_s, color=DRAIN_COLOR, alpha=0.18, lw=0)
+            inflight_ax.axvspan(b.end, b.end + fl.drain_s, color=DRAIN_COLOR, alpha=0.18)
             inflight_ax.text(b.end + fl.drain_s, 0.95, f" drained {fl.drain_s:.1f} s (peak {fl.peak})",
                              transform=inflight_ax.get_xaxis_transform(), va="top", ha="left", fontsize=8,
                              color=DRAIN_COLOR, fontweight="bold")
@@ -195,75 +193,57 @@ def warmup_plot(cold_start: dict[str, StartGroup]) -> str | None:
     groups = [(g, d) for g, d in cold_start.items() if d.per_start]
     if not groups:
         return None
-    with plot_style():
-        fig, ax = figure(11, 3.8)
-        a = ax[0, 0]
-        values, any_failed = [], False
-        for gi, (group, d) in enumerate(groups):
-            c = PALETTE[gi % len(PALETTE)]
-            for si, row in enumerate(d.per_start):
-                y = np.asarray([math.inf if v == "inf" else (math.nan if v is None else v)
-                                for v in row.latencies_s or []], dtype=float) * 1e3
-                if y.size == 0:
-                    continue
-                values.append(y)
-                failed = np.nonzero(np.isinf(y))[0] + 1  # a failed request: an x at the top of the axis
-                if failed.size:
-                    a.plot(failed, np.full(failed.size, 0.97), "x", color=c, ms=8, mew=2,
-                           transform=a.get_xaxis_transform(), label="failed request" if not any_failed else None)
-                    any_failed = True
-                cold = row.cold
-                n_cold = sum(1 for r in d.per_start if r.cold)
-                a.plot(np.arange(1, y.size + 1), np.where(np.isfinite(y), y, np.nan), color=c, lw=1.2, alpha=0.75,
-                       marker="o", ms=3, ls="-" if cold is not False else ":",
-                       label=f"{group} ({n_cold} of {len(d.per_start)} starts cold)" if si == 0 else None)
-            steady = d.spread("steady_latency_s").median
-            if steady:
-                a.axhline(steady * 1e3, color=c, lw=0.9, ls="--", label=f"{group} steady {steady * 1e3:.0f} ms")
-        allv = np.concatenate(values) if values else np.empty(0)
-        latency_axis(a, allv[np.isfinite(allv)], "latency")
-        a.set_xlabel("request after start (sent one at a time)")
-        n = max((v.size for v in values), default=1)
-        a.set_xticks(np.arange(1, n + 1)) if n <= 30 else None
-        a.set_title("Warm-up curve: latency of each request after a fresh start")
-        a.legend(loc="upper right")
-        return to_uri(fig)
+    fig, ax = figure(11, 3.8)
+    a = ax[0, 0]
+    values, any_failed = [], False
+    for gi, (group, d) in enumerate(groups):
+        c = PALETTE[gi % len(PALETTE)]
+        for si, row in enumerate(d.per_start):
+            y = np.asarray([math.inf if v == "inf" else (math.nan if v is None else v)
+                            for v in row.latencies_s or []], dtype=float) * 1e3
+            if y.size == 0:
+                continue
+            values.append(y)
+            failed = np.nonzero(np.isinf(y))[0] + 1  # a failed request: an x at the top of the axis
+            if failed.size:
+                a.plot(failed, np.full(failed.size, 0.97), "x", color=c, ms=8, mew=2,
+                       transform=a.get_xaxis_transform(), label="failed request" if not any_failed else None)
+                any_failed = True
+            cold = row.cold
+            n_cold = sum(1 for r in d.per_start if r.cold)
+            a.plot(np.arange(1, y.size + 1), np.where(np.isfinite(y), y, np.nan), color=c, lw=1.2, alpha=0.75,
+                   marker="o", ms=3, ls="-" if cold is not False else ":",
+                   label=f"{group} ({n_cold} of {len(d.per_start)} starts cold)" if si == 0 else None)
+        steady = d.spread("steady_latency_s").median
+        if steady:
+            a.axhline(steady * 1e3, color=c, lw=0.9, ls="--", label=f"{group} steady {steady * 1e3:.0f} ms")
+    allv = np.concatenate(values) if values else np.empty(0)
+    latency_axis(a, allv[np.isfinite(allv)], "latency")
+    a.set_xlabel("request after start (sent one at a time)")
+    n = max((v.size for v in values), default=1)
+    a.set_xticks(np.arange(1, n + 1)) if n <= 30 else None
+    a.set_title("Warm-up curve: latency of each request after a fresh start")
+    a.legend(loc="upper right")
+    return to_uri(fig)
 
 
 def shade_windows(ax, phases) -> None:
     """Shade each phase window, unlabelled (the panels below a labelled one): every other recorded phase grey, a
-    phase not recorded orange, a dotted line where each starts. Two artists for all the phases (one per span and
-    line took a fifth of building a report's figures); they leave the axis limits alone."""
-    from matplotlib.collections import LineCollection, PolyCollection
-
-    spans = [ph for i, ph in enumerate(phases) if i % 2 == 0 or not ph["recorded"]]
-    ax.add_collection(PolyCollection(
-        [[(ph["start"], 0), (ph["start"], 1), (ph["end"], 1), (ph["end"], 0)] for ph in spans],
-        facecolors=["#000000" if ph["recorded"] else "#ff9900" for ph in spans], alpha=0.06, linewidths=0,
-        transform=ax.get_xaxis_transform()), autolim=False)
-    ax.add_collection(LineCollection([[(ph["start"], 0), (ph["start"], 1)] for ph in phases], colors="#999999",
-                                     linewidths=0.6, linestyles=":", transform=ax.get_xaxis_transform()),
-                      autolim=False)
+    phase not recorded orange, a dotted line where each starts."""
+    for i, ph in enumerate(phases):
+        if i % 2 == 0 or not ph["recorded"]:
+            ax.axvspan(ph["start"], ph["end"], color="#000000" if ph["recorded"] else "#ff9900", alpha=0.06)
+        ax.axvline(ph["start"], color="#999999", lw=0.6, ls=":")
 
 
 def ms_log_axis(axis) -> None:
-    """Log scale with plain millisecond tick labels (2, 5, 10, 20, ...) instead of 2x10^1."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
+    """Log scale with plain millisecond tick labels at 1, 2 and 5 of each decade (2, 5, 10, 20, ...) where they fit."""
+    axis.log_ticks(major=(1.0, 2.0, 5.0))
 
 
 def fraction_log_axis(axis) -> None:
-    """Log scale with plain decimal tick labels (0.1, 0.01, 0.001) instead of 10^-1: the same ticks, no mathtext
-    to typeset for each; unlabelled minor ticks at 2 and 5 of each decade, not at 2..9 (a tail over six decades
-    had 56 of them, each an artist drawn: a fifth of drawing the CDF figure)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
-    axis.set_minor_formatter(NullFormatter())
+    """Log scale with plain decimal tick labels (0.1, 0.01, 0.001), unlabelled minor ticks at 2 and 5 of each decade."""
+    axis.log_ticks(minor=(2.0, 5.0))
 
 
 def latency_axis(ax, ms_values: np.ndarray, label: str) -> None:
@@ -287,29 +267,28 @@ def distributions_plot(series: list[tuple[str, np.ndarray, np.ndarray]]) -> str 
     """TTFT and inter-token latency histograms (log ms) for each (label, ttft s, itl s)."""
     if not any(len(tt) or len(it) for _, tt, it in series):
         return None
-    with plot_style():
-        fig, ax = figure(11, 3.2, 1, 2)
-        for col, (idx, title) in enumerate(((1, "Time to first token"), (2, "Inter-token latency"))):
-            a = ax[0, col]
-            allv = np.concatenate([np.asarray(s[idx], dtype=float) for s in series]) * 1e3
-            allv = allv[np.isfinite(allv) & (allv > 0)]
-            if allv.size == 0:
-                a.text(0.5, 0.5, "not measured (no streamed tokens)", transform=a.transAxes, ha="center", va="center")
-                a.set_title(title)
-                continue
-            bins = _log_bins(allv)
-            for i, s in enumerate(series):
-                v = np.asarray(s[idx], dtype=float) * 1e3
-                v = v[np.isfinite(v) & (v > 0)]
-                if v.size:
-                    w = np.full(v.size, 1.0 / v.size)
-                    a.hist(v, bins=bins, weights=w, histtype="stepfilled", alpha=0.35, color=PALETTE[i % len(PALETTE)],
-                           label=s[0])
-                    a.hist(v, bins=bins, weights=w, histtype="step", color=PALETTE[i % len(PALETTE)], lw=1.0)
-            (a.set_xscale("log"), ms_log_axis(a.xaxis), a.set_xlabel("ms (log)"), a.set_ylabel("fraction"),
-             a.set_title(title))
-            a.legend(loc="best")
-        return to_uri(fig)
+    fig, ax = figure(11, 3.2, 1, 2)
+    for col, (idx, title) in enumerate(((1, "Time to first token"), (2, "Inter-token latency"))):
+        a = ax[0, col]
+        allv = np.concatenate([np.asarray(s[idx], dtype=float) for s in series]) * 1e3
+        allv = allv[np.isfinite(allv) & (allv > 0)]
+        if allv.size == 0:
+            a.text(0.5, 0.5, "not measured (no streamed tokens)", transform=a.transAxes, ha="center", va="center")
+            a.set_title(title)
+            continue
+        bins = _log_bins(allv)
+        for i, s in enumerate(series):
+            v = np.asarray(s[idx], dtype=float) * 1e3
+            v = v[np.isfinite(v) & (v > 0)]
+            if v.size:
+                w = np.full(v.size, 1.0 / v.size)
+                a.hist(v, bins=bins, weights=w, histtype="stepfilled", alpha=0.35, color=PALETTE[i % len(PALETTE)],
+                       label=s[0])
+                a.hist(v, bins=bins, weights=w, histtype="step", color=PALETTE[i % len(PALETTE)], lw=1.0)
+        (a.set_xscale("log"), ms_log_axis(a.xaxis), a.set_xlabel("ms (log)"), a.set_ylabel("fraction"),
+         a.set_title(title))
+        a.legend(loc="best")
+    return to_uri(fig)
 
 
 def breakdown_means(df: pd.DataFrame) -> dict[str, float]:
@@ -341,22 +320,21 @@ def breakdown_plot(rows: list[tuple[str, dict[str, float]]]) -> str | None:
     rows = [(label, m) for label, m in rows if not all(math.isnan(v) for v in m.values())]
     if not rows:
         return None
-    with plot_style():
-        fig, ax = figure(11, 0.9 + 0.38 * len(rows))
-        a = ax[0, 0]
-        y = np.arange(len(rows))[::-1]
-        left = np.zeros(len(rows))
-        for name, color in BREAKDOWN:
-            w = np.asarray([max(0.0, np.nan_to_num(m[name])) for _, m in rows]) * 1e3
-            a.barh(y, w, left=left, color=color, label=name, height=0.6)
-            left += w
-        for yi, total in zip(y, left):
-            a.text(total, yi, f" {total:.1f} ms", va="center", fontsize=8)
-        a.set_yticks(y, [label for label, _ in rows])
-        a.set_xlabel("mean time per successful request (ms)"), a.set_xlim(0, left.max() * 1.15 or 1)
-        a.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=len(BREAKDOWN))
-        a.grid(axis="y", visible=False)
-        return to_uri(fig)
+    fig, ax = figure(11, 0.9 + 0.38 * len(rows))
+    a = ax[0, 0]
+    y = np.arange(len(rows))[::-1]
+    left = np.zeros(len(rows))
+    for name, color in BREAKDOWN:
+        w = np.asarray([max(0.0, np.nan_to_num(m[name])) for _, m in rows]) * 1e3
+        a.barh(y, w, left=left, color=color, label=name, height=0.6)
+        left += w
+    for yi, total in zip(y, left):
+        a.text(total, yi, f" {total:.1f} ms", va="center", fontsize=8)
+    a.set_yticks(y, [label for label, _ in rows])
+    a.set_xlabel("mean time per successful request (ms)"), a.set_xlim(0, left.max() * 1.15 or 1)
+    a.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=len(BREAKDOWN))
+    a.grid(axis="y", visible=False)
+    return to_uri(fig)
 
 
 def overlay_timeseries_plot(entries: list[tuple[str, Summary]]) -> str | None:
@@ -364,22 +342,21 @@ def overlay_timeseries_plot(entries: list[tuple[str, Summary]]) -> str | None:
     entries = [(label, s) for label, s in entries if s.timeseries and s.timeseries.t]
     if len(entries) < 1:
         return None
-    with plot_style():
-        fig, ax = figure(11, 5.0, 2, 1, sharex=True)
-        for i, (label, s) in enumerate(entries):
-            ts = s.timeseries
-            step = float(ts.step_s or 1.0)
-            mid = np.asarray(ts.t, dtype=float) + step / 2
-            p99 = series(ts.latency_p99 or [])
-            c = PALETTE[i % len(PALETTE)]
-            ax[0, 0].plot(mid[: p99.size], p99 * 1e3, color=c, lw=1.3, label=label)
-            ax[1, 0].plot(mid, np.asarray(ts.ok or [], dtype=float) / step, color=c, lw=1.3, label=label)
-        ax[0, 0].legend(**OUTSIDE)
-        latency_axis(ax[0, 0], np.concatenate([series(s.timeseries.latency_p99 or []) for _, s in entries]) * 1e3,
-                     "latency p99")
-        ax[1, 0].set_ylabel("achieved req/s"), ax[1, 0].set_ylim(bottom=0), ax[1, 0].set_xlabel("time since start (s)")
-        shade_phases(ax[0, 0], phase_windows(entries[0][1]))
-        end = max(float(s.timeseries.t[-1]) + float(s.timeseries.step_s or 1.0) for _, s in entries)
-        ax[0, 0].set_xlim(0, end)
-        shade_windows(ax[1, 0], phase_windows(entries[0][1]))
-        return to_uri(fig)
+    fig, ax = figure(11, 5.0, 2, 1, sharex=True)
+    for i, (label, s) in enumerate(entries):
+        ts = s.timeseries
+        step = float(ts.step_s or 1.0)
+        mid = np.asarray(ts.t, dtype=float) + step / 2
+        p99 = series(ts.latency_p99 or [])
+        c = PALETTE[i % len(PALETTE)]
+        ax[0, 0].plot(mid[: p99.size], p99 * 1e3, color=c, lw=1.3, label=label)
+        ax[1, 0].plot(mid, np.asarray(ts.ok or [], dtype=float) / step, color=c, lw=1.3, label=label)
+    ax[0, 0].legend(**OUTSIDE)
+    latency_axis(ax[0, 0], np.concatenate([series(s.timeseries.latency_p99 or []) for _, s in entries]) * 1e3,
+                 "latency p99")
+    ax[1, 0].set_ylabel("achieved req/s"), ax[1, 0].set_ylim(bottom=0), ax[1, 0].set_xlabel("time since start (s)")
+    shade_phases(ax[0, 0], phase_windows(entries[0][1]))
+    end = max(float(s.timeseries.t[-1]) + float(s.timeseries.step_s or 1.0) for _, s in entries)
+    ax[0, 0].set_xlim(0, end)
+    shade_windows(ax[1, 0], phase_windows(entries[0][1]))
+    return to_uri(fig)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from loadgen.records.results import Repeats, RunStat
 from reports import fmt
-from reports.drawing import figure, plot_style, to_uri
+from reports.drawing import figure, to_uri
 from reports.plots import PALETTE, ms_log_axis
 from reports.report_model import Cell, Headline
 from reports.strips import REPEATS_SRC, strips_for
@@ -77,24 +77,23 @@ def run_to_run_plot(repeats: Repeats) -> str | None:
               if any(v is not None for v in g.stat("latency.p50").values or [])]
     if not groups:
         return None
-    with plot_style():
-        fig, axes = figure(7.5, 3.0)
-        ax = axes[0][0]
-        for i, (name, g) in enumerate(groups):
-            reps = [r.repetition for r in g.runs]
-            for key, style in (("latency.p50", "-"), ("latency.p99", "--")):
-                vals = g.stat(key).values or []
-                pts = [(k, v * 1e3) for k, v in zip(reps, vals) if v is not None]
-                if pts:
-                    ax.plot(*zip(*pts), style, marker="o", color=PALETTE[i % len(PALETTE)], ms=4,
-                            label=f"{name} {key.split('.')[1]}")
-        ax.set_yscale("log")
-        ms_log_axis(ax.yaxis)
-        ax.set_xlabel("repetition (in the order run; targets interleaved)")
-        ax.set_ylabel("latency (ms, log)")
-        ax.set_xticks(sorted({r.repetition for _, g in groups for r in g.runs}))
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-        return to_uri(fig)
+    fig, axes = figure(7.5, 3.0)
+    ax = axes[0][0]
+    for i, (name, g) in enumerate(groups):
+        reps = [r.repetition for r in g.runs]
+        for key, style in (("latency.p50", "-"), ("latency.p99", "--")):
+            vals = g.stat(key).values or []
+            pts = [(k, v * 1e3) for k, v in zip(reps, vals) if v is not None]
+            if pts:
+                ax.plot(*zip(*pts), style, marker="o", color=PALETTE[i % len(PALETTE)], ms=4,
+                        label=f"{name} {key.split('.')[1]}")
+    ax.set_yscale("log")
+    ms_log_axis(ax.yaxis)
+    ax.set_xlabel("repetition (in the order run; targets interleaved)")
+    ax.set_ylabel("latency (ms, log)")
+    ax.set_xticks(sorted({r.repetition for _, g in groups for r in g.runs}))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    return to_uri(fig)
 
 
 def repeated_headline(repeats: Repeats) -> Headline:

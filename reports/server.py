@@ -24,7 +24,7 @@ import pandas as pd
 
 from loadgen.analysis.telemetry import series_frame
 from loadgen.records.results import Summary, Timeseries
-from reports.drawing import figure, plot_style, to_uri
+from reports.drawing import figure, to_uri
 from reports.plots import (
     PALETTE,
     latency_axis,
@@ -216,35 +216,34 @@ def server_plot(summary: Summary, df: pd.DataFrame | None, records: pd.DataFrame
     p99 = series(ts.latency_p99 or [])
     phases = phase_windows(summary)
     rows = len(panels_) + (ttft is not None)
-    with plot_style():
-        fig, ax = figure(11, 1.6 + 1.5 * rows, 1 + rows, 1, sharex=True)
-        a = ax[0, 0]
-        if t.size:
-            a.plot(t + step / 2, p99 * 1e3, color=PALETTE[1], lw=1.3, label="client p99")
-        latency_axis(a, p99 * 1e3, "client p99")
-        shade_phases(a, phases)
-        for i, (title, unit, s, _) in enumerate(panels_, start=1):
-            b = ax[i, 0]
-            b.plot(s.index.to_numpy(), s.to_numpy(), color=PALETTE[(i + 1) % len(PALETTE)], lw=1.3, marker=".", ms=3)
-            b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(0, None if np.nanmax(s.to_numpy()) > 0 else 1)
-            if title == GPU_TITLE:  # the article's band, where the GPU is busy but has room for a burst
-                b.axhspan(*GPU_BAND, color=PALETTE[2], alpha=0.15, lw=0, label="target 70-80%")
-                b.set_ylim(0, 100)
-                b.legend(loc="upper left", fontsize=7, frameon=False)
-            shade_windows(b, phases)
-        if ttft is not None:
-            b, (engine, ours) = ax[-1, 0], ttft
-            b.plot(engine.index.to_numpy(), engine.to_numpy(), color=PALETTE[4], lw=1.3, marker=".", ms=3,
-                   label="engine (its own histogram: arrival to first token)")
-            if ours is not None and ours.notna().any():
-                b.plot(ours.index.to_numpy(), ours.to_numpy(), color=PALETTE[1], lw=1.3, marker=".", ms=3,
-                       label="latbench (intended send to first token received)")
-            b.set_ylabel("TTFT mean\n(ms)"), b.set_ylim(0, None)
-            b.legend(loc="upper right", fontsize=7, frameon=False)
-            shade_windows(b, phases)
-        ax[-1, 0].set_xlabel("time since start (s)")
-        end = max([t[-1] + step if t.size else 0] + [p["end"] for p in phases] + [float(frame["time"].max())
-                                                                                   if frame is not None else 0.0])
-        a.set_xlim(0, end)
-        return to_uri(fig), ([f"{p[0]} ({p[3]})" for p in panels_]
-                             + ([TTFT_TITLE] if ttft is not None else []))
+    fig, ax = figure(11, 1.6 + 1.5 * rows, 1 + rows, 1, sharex=True)
+    a = ax[0, 0]
+    if t.size:
+        a.plot(t + step / 2, p99 * 1e3, color=PALETTE[1], lw=1.3, label="client p99")
+    latency_axis(a, p99 * 1e3, "client p99")
+    shade_phases(a, phases)
+    for i, (title, unit, s, _) in enumerate(panels_, start=1):
+        b = ax[i, 0]
+        b.plot(s.index.to_numpy(), s.to_numpy(), color=PALETTE[(i + 1) % len(PALETTE)], lw=1.3, marker=".", ms=3)
+        b.set_ylabel(f"{title}\n({unit})"), b.set_ylim(0, None if np.nanmax(s.to_numpy()) > 0 else 1)
+        if title == GPU_TITLE:  # the article's band, where the GPU is busy but has room for a burst
+            b.axhspan(*GPU_BAND, color=PALETTE[2], alpha=0.15, label="target 70-80%")
+            b.set_ylim(0, 100)
+            b.legend(loc="upper left", fontsize=7)
+        shade_windows(b, phases)
+    if ttft is not None:
+        b, (engine, ours) = ax[-1, 0], ttft
+        b.plot(engine.index.to_numpy(), engine.to_numpy(), color=PALETTE[4], lw=1.3, marker=".", ms=3,
+               label="engine (its own histogram: arrival to first token)")
+        if ours is not None and ours.notna().any():
+            b.plot(ours.index.to_numpy(), ours.to_numpy(), color=PALETTE[1], lw=1.3, marker=".", ms=3,
+                   label="latbench (intended send to first token received)")
+        b.set_ylabel("TTFT mean\n(ms)"), b.set_ylim(0, None)
+        b.legend(loc="upper right", fontsize=7)
+        shade_windows(b, phases)
+    ax[-1, 0].set_xlabel("time since start (s)")
+    end = max([t[-1] + step if t.size else 0] + [p["end"] for p in phases] + [float(frame["time"].max())
+                                                                               if frame is not None else 0.0])
+    a.set_xlim(0, end)
+    return to_uri(fig), ([f"{p[0]} ({p[3]})" for p in panels_]
+                         + ([TTFT_TITLE] if ttft is not None else []))

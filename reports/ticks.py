@@ -1,114 +1,83 @@
-"""A figure's ticks drawn as a few artists per axis instead of five per tick.
+"""Where an axis of a report's figure puts its ticks, and how their labels read (:mod:`reports.svg`).
 
-matplotlib builds every tick of an axis as its own object: two marks, a grid line and two labels, each an artist
-with its own properties copied from the first tick's (a marker deep-copied per mark). For the report's figures
-that was more than half of drawing each of them: a CDF with log axes had 126 ticks. :func:`flatten` puts, after
-the figure is laid out (:func:`reports.layout.fit`), the same marks, grid lines and labels in their place: per axis
-one line of tick markers for the major and one for the minor marks, one collection of grid lines, and one text per
-label, each styled from the axis' own first tick and at the positions matplotlib would draw (its locators and
-formatters, the ticks within the view, as ``Axis._update_ticks`` picks them); then it leaves the axis no ticks of
-its own to draw. A figure whose formatter shows an offset or scale text ("1e6", "+1e4") beside an axis is left as
-it is: that text is drawn from the ticks.
+A linear axis gets "nice" steps (1, 2, 2.5 or 5 times a power of ten), as many as fit: at most one per three font
+sizes of its length across, per two along a y axis (matplotlib's rule), fewer while their labels would touch. A log
+axis gets its decades, or 1, 2 and 5 of each decade where asked (:func:`reports.plots.ms_log_axis`) and where the
+labels fit, else every other (third, ...) decade; unlabelled minor ticks between. One spanning too little for two
+such ticks (30 to 80 ms) gets nice linear steps instead, as matplotlib's log locator does. Labels are plain numbers
+(``0.5``, ``20``, ``1000``, ``0.001``), never ``10^3``; a linear axis' labels share one number of decimals.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import math
+from collections.abc import Callable
+
+STEPS = (1.0, 2.0, 2.5, 5.0, 10.0)
+#: The minor ticks of a log axis by default: 2..9 of each decade.
+MINOR = (2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)
+MAX_BINS = 9
+
+Fits = Callable[[list[float], list[str]], bool]
 
 
-def _in_view(axis, locs) -> list[float]:
-    """The tick locations matplotlib draws: within the view interval, through the scale, with its tolerance."""
-    lo, hi = sorted(axis.get_view_interval())
-    t = axis.get_transform()
-    a, b = sorted(float(v) for v in t.transform([lo, hi]))
-    slack = (b - a) * 1e-10
-    out = []
-    for loc in locs:
-        v = float(t.transform(loc))
-        if a - slack <= v <= b + slack:
-            out.append(loc)
-    return out
+def clean(v: float) -> float:
+    """``v`` rounded to 12 significant digits: 0.30000000000000004 is 0.3 (a tick's value, for its label)."""
+    return float(f"{v:.12g}") if v else 0.0
 
 
-def _plan(axis) -> list[tuple] | None:
-    """(locations, labels, template tick) of the major and of the minor ticks of ``axis``; None when an offset or
-    scale text would stand beside it."""
-    from matplotlib.ticker import NullLocator
-
-    plans = []
-    for major in (True, False):
-        ticker = axis.major if major else axis.minor
-        if isinstance(ticker.locator, NullLocator):
-            continue
-        locs = list(axis.get_majorticklocs() if major else axis.get_minorticklocs())
-        if not locs:
-            continue
-        labels = ticker.formatter.format_ticks(locs)
-        if ticker.formatter.get_offset():
-            return None
-        keep = set(_in_view(axis, locs))
-        shown = [(loc, text) for loc, text in zip(locs, labels) if loc in keep]
-        template = (axis.get_major_ticks(1) if major else axis.get_minor_ticks(1))[0]
-        plans.append(([loc for loc, _ in shown], [text for _, text in shown], template))
-    return plans
+def linear(lo: float, hi: float, bins: int) -> list[float]:
+    """Ticks within [lo, hi] at a nice step, at most ``bins`` steps apart from end to end."""
+    if not hi > lo:
+        return [clean(lo)]
+    raw = (hi - lo) / max(bins, 1)
+    scale = 10.0 ** math.floor(math.log10(raw))
+    step = next(s * scale for s in STEPS if s * scale >= raw * (1 - 1e-9))
+    first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+    return [clean(k * step) for k in range(first, last + 1)]
 
 
-def _draw(ax, axis, plans: list[tuple]) -> None:
-    """The artists standing in for ``axis``' ticks: marks, grid lines, labels, styled from its template ticks."""
-    from matplotlib.collections import LineCollection
-    from matplotlib.lines import Line2D
-    from matplotlib.text import Text
-
-    x = axis.axis_name == "x"
-    z = axis.get_zorder()
-    for locs, labels, tick in plans:
-        if not locs:
-            continue
-        line = tick.tick1line
-        if line.get_visible():
-            xy = (locs, np.zeros(len(locs))) if x else (np.zeros(len(locs)), locs)
-            mark = Line2D(*xy, linestyle="None", marker=line.get_marker(), markersize=line.get_markersize(),
-                          markeredgewidth=line.get_markeredgewidth(), markeredgecolor=line.get_markeredgecolor(),
-                          transform=line.get_transform(), zorder=z, clip_on=False)
-            ax.add_artist(mark)
-            mark.set_clip_on(False)
-        grid = tick.gridline
-        if grid.get_visible():
-            segs = [[(v, 0.0), (v, 1.0)] if x else [(0.0, v), (1.0, v)] for v in locs]
-            lines = LineCollection(segs, colors=[grid.get_color()], linewidths=grid.get_linewidth(),
-                                   linestyles=grid.get_linestyle(), alpha=grid.get_alpha(),
-                                   transform=grid.get_transform(), zorder=z)
-            ax.add_artist(lines)
-            lines.set_clip_path(ax.patch)
-        label = tick.label1
-        if label.get_visible():
-            style = dict(color=label.get_color(), fontproperties=label.get_fontproperties(),
-                         rotation=label.get_rotation(), va=label.get_verticalalignment(),
-                         ha=label.get_horizontalalignment(), transform=label.get_transform(), zorder=z)
-            for v, text in zip(locs, labels):
-                if text:
-                    t = Text(v if x else 0.0, 0.0 if x else v, text, **style)
-                    ax.add_artist(t)
-                    t.set_clip_on(False)
+def linear_labels(values: list[float]) -> list[str]:
+    """Labels with the fewest decimals that tell every tick's value exactly, the same for all (0.0, 0.5, 1.0)."""
+    for d in range(0, 10):
+        if all(abs(float(f"{v:.{d}f}") - v) <= 1e-9 * max(abs(v), 1e-300) for v in values):
+            break
+    return [f"{v:.{d}f}" for v in values]
 
 
-def flatten(fig) -> None:
-    """Replace the ticks of every axis of ``fig`` by the same marks, grid lines and labels in a few artists (see the
-    module); a figure with an offset or scale text beside an axis, or with a second mark or label on the far side of
-    one, keeps matplotlib's ticks."""
-    from matplotlib.ticker import NullLocator
+def log_labels(values: list[float]) -> list[str]:
+    return [f"{clean(v):g}" for v in values]
 
-    work = []
-    for ax in fig.axes:
-        if not (ax.get_visible() and ax.axison):
-            continue  # matplotlib draws no ticks of it: neither do we
-        for axis in (a for a in (ax.xaxis, ax.yaxis) if a.get_visible()):
-            plans = _plan(axis)
-            if plans is None or any(t.tick2line.get_visible() or t.label2.get_visible() for _, _, t in plans):
-                return
-            work.append((ax, axis, plans))
-    for ax, axis, plans in work:  # every plan first: shared axes share their locators
-        _draw(ax, axis, plans)
-    for _, axis, _ in work:
-        axis.set_major_locator(NullLocator())
-        axis.set_minor_locator(NullLocator())
+
+def pick_linear(lo: float, hi: float, bins: int, fits: Fits) -> tuple[list[float], list[str]]:
+    """The most ticks of :func:`linear` (at most ``bins`` steps) whose labels ``fits`` accepts."""
+    ticks = [lo]
+    for n in range(max(1, min(bins, MAX_BINS)), 0, -1):
+        ticks = linear(lo, hi, n)
+        labels = linear_labels(ticks)
+        if fits(ticks, labels) or len(ticks) <= 2:
+            return ticks, labels
+    return ticks, linear_labels(ticks)
+
+
+def pick_log(lo: float, hi: float, bins: int, subs: tuple[float, ...], minor: tuple[float, ...],
+             fits: Fits) -> tuple[list[float], list[str], list[float]]:
+    """(major ticks, their labels, minor ticks) of a log axis over [lo, hi] (both > 0); see the module."""
+    a, b = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+
+    def ticks(stride: int, sub: tuple[float, ...]) -> list[float]:
+        every = (clean(s * 10.0 ** d) for d in range(a, b + 1) if d % stride == 0 for s in sub)
+        return [v for v in every if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
+
+    if len(ticks(1, (1.0,))) >= 2:
+        tries = [(1, subs)] + ([(1, (1.0,))] if subs != (1.0,) else []) + [(s, (1.0,)) for s in (2, 3, 4, 5, 10, 20)]
+    else:  # under two decades in view: 1, 2 and 5 of each, or every multiple, as many as fit
+        tries = [(1, (1.0, 2.0, 5.0)), (1, (1.0, *MINOR))]
+    for stride, sub in tries:
+        major = ticks(stride, sub)
+        if len(major) >= 2 and (fits(major, log_labels(major)) or stride == 20):
+            small = ticks(1, (1.0, *minor)) if stride == 1 else ticks(1, (1.0,))
+            return major, log_labels(major), [v for v in small if v not in set(major)]
+    major, _ = pick_linear(lo, hi, bins, lambda t, labels: fits(t, log_labels(t)))
+    major = [v for v in major if v > 0]
+    return major, log_labels(major), [v for v in ticks(1, (1.0, *minor)) if v not in set(major)]

@@ -47,6 +47,12 @@ def test_importing_the_package_and_the_cli_loads_nothing_heavy():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_rendering_a_report_needs_no_matplotlib():
+    """Its figures are latbench's own SVG (reports.svg): what ``latbench run`` preloads for its report holds none."""
+    code = "import sys, reports; reports.preload(); assert not [m for m in sys.modules if m.startswith('matplotlib')]"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_version_needs_no_heavy_import():
     out = subprocess.run([sys.executable, "-m", "loadgen.cli", "--version"], capture_output=True, text=True, check=True)
     assert loadgen.__version__ in out.stdout
