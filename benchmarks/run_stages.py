@@ -7,9 +7,10 @@ each in a child process of this checkout, with CPU timers (``time.process_time``
 its stages: importing the CLI and the run command, the report's preload, the summary (reading the records, building
 it), report.html (and, inside it, each figure drawn: ``to_uri``), summary.md, junit.xml; the rest of the process's
 own CPU is the load, its setup and the RunDir's writing, and within it, by the CPU of the thread that ran them
-(``time.thread_time``): the pre-flight, the host sampler's samples and the telemetry sampler's thread. The process's whole CPU (``wait4`` rusage) less what it
-counted in itself is the interpreter's start and exit. Prints the medians per stage. The timers wrap functions by
-their module names of today (:mod:`loadgen.run.runner`, :mod:`reports.outputs`): a script for this checkout.
+(``time.thread_time``): the pre-flight, the host sampler's samples and the telemetry sampler's thread. The
+process's whole CPU (``wait4`` rusage) less what it counted in itself is the interpreter's start and exit. Prints
+the medians per stage. The timers wrap functions by their module names of today (:mod:`loadgen.run.runner`,
+:mod:`reports.outputs`): a script for this checkout.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The ``latbench`` command group. Each command lives in its own module, imported only when it runs, so
-``latbench --version`` and ``latbench validate`` do not load pandas, pyarrow or matplotlib."""
+``latbench --version`` and ``latbench validate`` do not load pandas or pyarrow."""
 
 from __future__ import annotations
 

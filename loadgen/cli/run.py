@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-import reports  # lazy (PEP 562): matplotlib and jinja2 load when the report is written, after the run
+import reports  # lazy (PEP 562): jinja2 and the figures load when the report is written, after the run
 from loadgen.cli.checks import load_or_exit
 from loadgen.cli.common import (
     EXIT_CODES,

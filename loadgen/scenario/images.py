@@ -77,7 +77,7 @@ class ImageItem:
 def _pil():
     try:
         from PIL import Image
-    except ImportError:  # a dependency of matplotlib, and of latbench: only a broken install lacks it
+    except ImportError:  # a dependency of latbench: only a broken install lacks it
         raise ImageError(["images need Pillow: pip install pillow"]) from None
     return Image
 
