@@ -17,8 +17,12 @@ from pathlib import Path
 TEMPLATES = Path(__file__).parent / "templates"
 
 
-def cache_folder() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+def cache_folder() -> Path | None:
+    """Where compiled templates are kept; None where no home folder is known (then nothing is kept)."""
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    except (RuntimeError, KeyError):  # no HOME and no password entry for this user
+        return None
     return Path(base) / "latbench" / "templates"
 
 
@@ -42,9 +46,10 @@ def environment():
             except OSError:
                 pass
 
+    folder = cache_folder()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             bytecode_cache=BytecodeCache(str(cache_folder())))
+                             bytecode_cache=BytecodeCache(str(folder)) if folder else None)
     return env
 
 
