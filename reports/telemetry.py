@@ -101,7 +101,8 @@ def checklist_rows(s: Summary, target: str) -> list[dict]:
     for i, c in enumerate((t.checklist or []) if t else []):
         fig = num(c.figure, f"telemetry/checklist/{i}/figure", kind(c.unit), target) if c.figure is not None \
             else Cell(fmt.DASH)
-        out.append({"label": CHECKS.get(c.name, c.name), "status": STATUS[c.status], "css": c.status,
+        unit = " (ms)" if c.unit == "s" and c.figure is not None else ""  # the figure's cell holds the number alone
+        out.append({"label": CHECKS.get(c.name, c.name) + unit, "status": STATUS[c.status], "css": c.status,
                     "figure": fig, "rule": c.target or "", "text": c.text or "", "source": c.source or ""})
     return out
 

@@ -93,6 +93,7 @@ def test_reference_server_telemetry_agrees_with_what_it_did(tmp_path):
     write_outputs(res.rundir.path)
     html, md = (res.rundir.path / "report.html").read_text(), (res.rundir.path / "summary.md").read_text()
     assert "Server side, per phase" in html and "The article's checklist" in html
+    assert "<td>batch timeout (ms)</td>" in html  # the figure's unit: its cell holds the number alone (2.00)
     assert "result cache hit rate: met" in md and "GPU utilization: not measurable here" in md
 
 
