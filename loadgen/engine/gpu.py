@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import csv
 import importlib
-import threading
 import time
 from pathlib import Path
 
-from loadgen.engine.host import sample_every
+from loadgen.engine.host import Periodic
 from loadgen.engine.scrape import HEADER, canonical_labels
 
 INTERVAL = 1.0  # seconds between samples, as the /metrics scraper
@@ -35,12 +34,14 @@ def load_nvml():
         return None
 
 
-class GpuSampler:
+class GpuSampler(Periodic):
     """A thread reading every device's NVML counters every ``interval`` seconds, into memory.
 
     ``start()`` initialises NVML and takes the first sample (``note`` says why not, when it cannot); ``stop()``
     takes a last one and shuts NVML down; ``write(path, t0)`` writes the samples with times since ``t0``
     (perf_counter)."""
+
+    what = "GPU"
 
     def __init__(self, interval: float = INTERVAL):
         self.interval = interval
@@ -49,8 +50,6 @@ class GpuSampler:
         self.devices = 0
         self._nvml = None
         self._handles: list = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self) -> "GpuSampler":
         nvml = load_nvml()
@@ -68,17 +67,11 @@ class GpuSampler:
             self.note = "GPU not sampled: NVML sees no device"
             self._shutdown()
             return self
-        self.sample()
-        self._thread = threading.Thread(target=self._loop, name="latbench-gpu", daemon=True)
-        self._thread.start()
+        self._start_thread("latbench-gpu")
         return self
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-            self.sample()
+        super().stop()
         self._shutdown()
 
     def _shutdown(self) -> None:
@@ -88,11 +81,6 @@ class GpuSampler:
             except Exception:
                 pass
             self._nvml = None
-
-    def _loop(self) -> None:
-        exc = sample_every(self.interval, self._stop, self.sample)
-        if exc is not None:  # a bug here must not end the run
-            self.note = f"GPU sampling stopped: {type(exc).__name__}: {exc}"
 
     def sample(self) -> None:
         """One reading of every device, appended to :attr:`rows` (a device whose read fails is skipped)."""

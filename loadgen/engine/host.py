@@ -57,18 +57,44 @@ def watch_run(server_pid: int | None) -> list[Watched]:
     return [me] + ([Watched("server", server_pid)] if server_pid else [])
 
 
-def sample_every(interval: float, stop: threading.Event, sample) -> Exception | None:
-    """Call ``sample()`` every ``interval`` seconds (on a fixed grid: a slow sample does not shift the next) until
-    ``stop`` is set; the exception that ended it early, if one did. The loop of every sampler thread (the host's,
-    the GPUs')."""
-    next_at = time.perf_counter() + interval
-    while not stop.wait(max(0.0, next_at - time.perf_counter())):
-        try:
-            sample()
-        except Exception as exc:
-            return exc
-        next_at += interval
-    return None
+class Periodic:
+    """The thread of a sampler (the host's, the GPUs'): :meth:`sample` every ``interval`` seconds on a fixed grid (a
+    slow sample does not shift the next) from :meth:`_start_thread` until :meth:`stop`, which ends the thread and
+    takes a last sample. A sample that raises ends the thread, not the run: ``note`` says ``"<what> sampling
+    stopped: ..."``."""
+
+    what = "host"
+    interval: float
+    note: str | None = None
+    _thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _start_thread(self, name: str) -> None:
+        """The first sample (the baseline every later one counts from), here; the rest on a thread ``name``."""
+        self.sample()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self.sample()
+
+    def _loop(self) -> None:
+        interval = self.interval
+        next_at = time.perf_counter() + interval
+        while not self._stop.wait(max(0.0, next_at - time.perf_counter())):
+            try:
+                self.sample()
+            except Exception as exc:  # a bug here must not end the run: sampling stops, the run goes on
+                self.note = f"{self.what} sampling stopped: {type(exc).__name__}: {exc}"
+                return
+            next_at += interval
 
 
 def _read(path: Path) -> str | None:
@@ -209,7 +235,7 @@ class _Tree:
     sampled: bool = False  # the first sample is the baseline: what ran before it is not counted
 
 
-class HostSampler:
+class HostSampler(Periodic):
     """A thread sampling the watched trees and the host every ``interval`` seconds, into memory.
 
     ``start()`` takes the first sample (the baseline every counter starts from) and returns; ``stop()`` takes a
@@ -222,28 +248,12 @@ class HostSampler:
         self.trees = [_Tree(w) for w in watched]
         self.samples: list[list[tuple[float, str, str, float]]] = []  # each: (perf_counter, source, metric, value)
         self.note: str | None = None if (PROC / "self" / "task").is_dir() else "host not measured: no /proc here"
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._host0: tuple[float, float] | None = None
 
     def start(self) -> "HostSampler":
         if self.note is None:
-            self.sample()
-            self._thread = threading.Thread(target=self._loop, name="latbench-host", daemon=True)
-            self._thread.start()
+            self._start_thread("latbench-host")
         return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-            self.sample()
-
-    def _loop(self) -> None:
-        exc = sample_every(self.interval, self._stop, self.sample)
-        if exc is not None:  # a bug here must not end the run: sampling stops, the run goes on
-            self.note = f"host sampling stopped: {type(exc).__name__}: {exc}"
 
     def sample(self) -> None:
         """One sample of every tree and of the host, appended to :attr:`rows`."""
