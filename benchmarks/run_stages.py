@@ -29,15 +29,15 @@ CHILD = r"""
 import atexit, json, sys, time
 T0 = time.process_time()
 OUT, stages = sys.argv[1], {}
-def timed(mod, name, label):
-    f = getattr(mod, name)
+def timed(owner, name, label, clock=time.process_time):
+    f = getattr(owner, name)
     def wrapper(*a, **k):
-        t = time.process_time()
+        t = clock()
         try:
             return f(*a, **k)
         finally:
-            stages[label] = stages.get(label, 0.0) + time.process_time() - t
-    setattr(mod, name, wrapper)
+            stages[label] = stages.get(label, 0.0) + clock() - t
+    setattr(owner, name, wrapper)
 t = time.process_time()
 import loadgen.cli.main as cli
 stages["import: CLI"] = time.process_time() - t
@@ -49,19 +49,11 @@ timed(runner, "read_records", "summary: read records")
 timed(runner, "build_summary", "summary: build")
 for name, label in (("write_report", "report.html"), ("write_markdown", "summary.md"), ("write_junit", "junit.xml")):
     timed(outputs, name, label)
-def thread_timed(owner, name, label):  # CPU of the calling thread only: samplers run beside the load
-    f = getattr(owner, name)
-    def wrapper(*a, **k):
-        t = time.thread_time()
-        try:
-            return f(*a, **k)
-        finally:
-            stages[label] = stages.get(label, 0.0) + time.thread_time() - t
-    setattr(owner, name, wrapper)
 import loadgen.run.measurement as measurement, loadgen.engine.host as host, loadgen.engine.telemetry as telemetry
-thread_timed(measurement, "preflight", "  pre-flight")
-thread_timed(host.HostSampler, "sample", "  host sampling")
-thread_timed(telemetry.TelemetrySampler, "_run", "  telemetry sampling")
+# by the CPU of the calling thread only: the samplers run beside the load
+timed(measurement, "preflight", "  pre-flight", time.thread_time)
+timed(host.HostSampler, "sample", "  host sampling", time.thread_time)
+timed(telemetry.TelemetrySampler, "_run", "  telemetry sampling", time.thread_time)
 for m in list(sys.modules.values()):
     if getattr(m, "__name__", "").startswith("reports.") and "to_uri" in vars(m):
         timed(m, "to_uri", "  of which figures drawn")
