@@ -374,8 +374,9 @@ OTHER_FILES = {
     "summary.md": "the verdict and the tables in Markdown, for a pull-request comment or a CI step summary",
     "junit.xml": "one test case per objective (and regression check), failed when it failed, for CI test reports",
     "compare.html": "`latbench compare`'s side-by-side report, when written into the RunDir",
-    rundir.REQUESTS: "one row per request, written incrementally (a killed run keeps its rows; a killed "
-                     "`--processes` run leaves `requests.parquet.part<k>`, read as its records); columns below",
+    rundir.REQUESTS: "one row per request, written when the run ends from `requests.parquet.partial`, the Arrow "
+                     "stream its records go to during it (a killed run keeps that stream, read as its records; a "
+                     "killed `--processes` run leaves `requests.parquet.part<k>`, read likewise); columns below",
     rundir.SERVER_METRICS: "the target's Prometheus `/metrics` (`metrics_url`), scraped during the run",
     rundir.SERVER_LOG: "what a server latbench started printed (stdout and stderr, redacted, 8 MiB at most)",
     rundir.HOST: "the host sampled every 0.5 s: CPU time and run-queue wait of latbench and of the managed server, "
@@ -430,8 +431,8 @@ def rundir_page() -> str:
     out += [f"| `{f}` | `<target>/` | {_cell(_about(f))} |" for f in PER_TARGET]
     out += ["",
            f"## {rundir.REQUESTS}\n",
-           "One row per request (Parquet, written incrementally during the run), times in seconds from the run's "
-           "start on one monotonic clock; a time that did not happen is NaN.\n",
+           "One row per request (Parquet; during the run the records stream to `requests.parquet.partial`), times in "
+           "seconds from the run's start on one monotonic clock; a time that did not happen is NaN.\n",
            "| column | type | meaning |", "|---|---|---|"]
     meaning = _columns()
     out += [f"| `{f.name}` | `{f.type}` | {_cell(meaning[f.name])} |" for f in record_schema.SCHEMA]

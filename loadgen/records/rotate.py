@@ -24,8 +24,6 @@ from loadgen.errors import RunDirWriteError
 from loadgen.records.schema import SCHEMA, RecordWriter, partial_path, read_records
 
 CURRENT = "requests.parquet"
-ROW_GROUP_ROWS = 65_536  # parquet row groups of a watch: one a file at probe rates (a row group a second is mostly
-                          # metadata); the partial stream still takes every batch at once
 _SEGMENT = re.compile(r"^requests-(\d{6})\.parquet$")
 
 
@@ -77,7 +75,7 @@ class RotatingRecordWriter:
         existing = segments(self.tdir) if self.tdir.exists() else []
         self._next = (int(_SEGMENT.match(existing[-1].name).group(1)) + 1) if existing else 1
         self._lock = threading.Lock()
-        self._writer = RecordWriter(self.tdir / CURRENT, ROW_GROUP_ROWS)
+        self._writer = RecordWriter(self.tdir / CURRENT)
         self._opened = clock()
         self.closed = False
 
@@ -113,7 +111,7 @@ class RotatingRecordWriter:
             self.deleted_rows += self._seg_rows.pop(old, 0)
             self.deleted_segments += 1
             old.unlink(missing_ok=True)
-        self._writer = RecordWriter(self.tdir / CURRENT, ROW_GROUP_ROWS)
+        self._writer = RecordWriter(self.tdir / CURRENT)
         self._opened = self._clock()
 
     def close(self) -> None:

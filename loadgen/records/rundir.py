@@ -4,7 +4,7 @@
       scenario.yaml                 the scenario as written, secrets redacted
       meta.json                     version, engine, host, start time, targets, verdict
       metrics.json                  each metric's definition and unit
-      <target>/requests.parquet     one row per request, written incrementally
+      <target>/requests.parquet     one row per request (streamed to requests.parquet.partial during the run)
       <target>/summary.json         per phase and overall
       <target>/server_metrics.csv   scraped Prometheus metrics, when the target has them
       <target>/host.csv             the host sampled: CPU wait of latbench and the managed server, steal, load

@@ -102,7 +102,7 @@ class Conn(asyncio.Protocol):
     """One TCP connection; at most one request on it at a time (no pipelining)."""
 
     __slots__ = ("transport", "parser", "site", "owner", "call", "closed", "reused", "ended", "_result",
-                 "_now", "_got", "_headers_done", "_framed", "_keep", "_interim", "_head", "_raw", "_cap")
+                 "_now", "_got", "_headers_done", "_framed", "_keep", "_interim", "_head", "_raw", "_cap", "_coding")
 
     def __init__(self, site: Site, owner):
         self.site, self.owner = site, owner
@@ -151,6 +151,10 @@ class Conn(asyncio.Protocol):
                 self._end(("other", f"{type(cause).__name__}: {cause}"))
         except HttpParserError as exc:
             self._end(("bad_response", f"{type(exc).__name__}: {exc}"))
+        if self._coding:  # the headers ended in this read and no body came with them: their Content-Encoding now
+            self._coding = False
+            if self.call is not None:
+                self._find_coding(self.call, self._raw)
         if self.ended is not None:
             self._settle()
 
@@ -185,19 +189,26 @@ class Conn(asyncio.Protocol):
             return
         self._headers_done = True
         self._keep = keep = self.parser.should_keep_alive()
-        # the header block read once (no per-header callback), lower-cased: any spelling of a name; ``find``, not
-        # ``in`` (which first tries the needle as an int and clears the TypeError: 80 ns a test)
-        low = self._raw.lower()
         # llhttp keeps alive only a framed body; otherwise the headers say whether this one is framed
-        self._framed = keep or self._has_framing(low)
-        if low.find(b"\ncontent-encoding") >= 0:  # asked for none, but sent compressed: inflated with the cap
-            coding = _CODING.search(low, 0, low.find(b"\r\n\r\n"))  # in the header block, not the body
-            if coding is not None:
-                call.handler = inflating(call.handler, coding.group(1).decode("latin-1"))
+        self._framed = keep or self._has_framing(self._raw.lower())
+        # the Content-Encoding is looked for once the header block's end is known without a search: at the first
+        # body bytes (the headers are what precedes them), or at the end of this read (all of it is headers)
+        self._coding = True
         call.handler.on_status(status, call.out)
         if self._head:  # a HEAD response has no body whatever its Content-Length says
             self._keep = False
+            self._coding = False
             self._complete()
+
+    def _find_coding(self, call: Call, head: bytes) -> None:
+        """A body sent compressed though none was asked for is inflated with the cap: ``head`` holds the header
+        block (and perhaps bytes after it), read once, lower-cased (any spelling of a name); ``find``, not ``in``
+        (which first tries the needle as an int and clears the TypeError: 80 ns a test)."""
+        low = head.lower()
+        if low.find(b"\ncontent-encoding") >= 0:
+            coding = _CODING.search(low, 0, low.find(b"\r\n\r\n"))  # in the header block, not the body
+            if coding is not None:
+                call.handler = inflating(call.handler, coding.group(1).decode("latin-1"))
 
     @staticmethod
     def _has_framing(low: bytes) -> bool:
@@ -209,6 +220,10 @@ class Conn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         call = self.call
         if call is not None:
+            if self._coding:  # the first body bytes, read with the headers: these precede them in ``_raw``
+                self._coding = False
+                raw = self._raw
+                self._find_coding(call, raw[:len(raw) - len(body)])
             call.handler.on_body(body, self._now, call.out)
 
     def on_message_complete(self) -> None:
@@ -226,7 +241,7 @@ class Conn(asyncio.Protocol):
         """Put ``call`` on this (idle, open) connection and write its request."""
         call.conn = self
         self.call = call
-        self._got = self._headers_done = self._framed = self._interim = False
+        self._got = self._headers_done = self._framed = self._interim = self._coding = False
         self._raw = b""
         self._keep = True
         self._head = call.method == "HEAD"

@@ -151,3 +151,71 @@ def test_request_cache_builds_once_per_prompt_unless_the_request_has_seq():
     cache = RequestCache(per_seq, prompts)
     assert cache.get(0).body != cache.get(2).body  # {seq}: built for every request
     assert b'"n":"2"' in cache.get(2).body
+
+
+def test_a_compressed_body_is_inflated_wherever_the_reads_split_the_response():
+    """The Content-Encoding is looked for in the header block only, found without a search for its end: before
+    the first body bytes of the read that ended the headers, or in all of that read when no body came with it.
+    Every split and spelling inflates; text like a header inside a body does not."""
+    import gzip
+
+    text = b'{"answer": "x"}' * 40
+    packed = gzip.compress(text)
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed)
+    cases = {  # name -> (writes, the body the handler must see)
+        "one read": ([b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(packed), packed)], text),
+        "headers, then the body": ([b"HTTP/1.1 200 OK\r\nCONTENT-ENCODING: gzip\r\nContent-Length: %d\r\n\r\n"
+                                    % len(packed), packed], text),
+        "chunked, split mid-chunk": ([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Encoding: gzip\r\n\r\n"
+                                      + chunked[:30], chunked[30:]], text),
+        "a header's text in the body": ([b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n"
+                                         + b"\r\ncontent-encoding: gzip\r\n".ljust(40, b"-")],
+                                        b"\r\ncontent-encoding: gzip\r\n".ljust(40, b"-")),
+    }
+
+    class Keep(ResponseHandler):
+        __slots__ = ("body",)
+
+        def __init__(self):
+            self.body = b""
+
+        def on_body(self, data, now, out):
+            self.body += data
+
+    async def go():
+        pending: list = []
+
+        async def handle(reader, writer):
+            try:
+                while True:
+                    await reader.readuntil(b"\r\n\r\n")
+                    for part in pending.pop(0):
+                        writer.write(part)
+                        await writer.drain()
+                        await asyncio.sleep(0.05)  # a read of its own
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+        t = LeanTransport()
+        await t.start()
+        seen = {}
+        try:
+            for name, (writes, _) in cases.items():
+                pending.append(writes)
+                out, handler = Outcome(), Keep()
+                await asyncio.wait_for(t.send(_req(url), handler, out), 10)
+                seen[name] = (out.error, handler.body)
+        finally:
+            await t.close()
+            server.close()
+            await server.wait_closed()
+        return seen
+
+    seen = run_async(go())
+    for name, (_, body) in cases.items():
+        assert seen[name] == ("", body), (name, seen[name][0], seen[name][1][:60])

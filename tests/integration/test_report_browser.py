@@ -194,7 +194,7 @@ def _run_killed(folder: Path) -> Path:
             server = next((p for p in _children(proc.pid) if _is_server(p)), None)
             time.sleep(0.05)
         assert server is not None, "the managed server never started"
-        while not list(out.glob("*/target/requests.parquet")) and time.monotonic() < deadline:
+        while not list(out.glob("*/target/requests.parquet*")) and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(2.5)  # 1.5 s of baseline, then a second into the burst
         os.kill(server, signal.SIGKILL)

@@ -165,4 +165,4 @@ def test_too_long_refuse_stops_before_anything_is_sent(tmp_path):
     msg = str(e.value)
     assert "nothing was sent" in msg and "long.jsonl:3: input_length 3000 + output_length 8 > max_model_len 2048" in msg
     assert "long.jsonl:6:" in msg and "long.jsonl:1:" not in msg
-    assert not list((tmp_path / "runs").glob("*/*/requests.parquet"))
+    assert not list((tmp_path / "runs").glob("*/*/requests.parquet*"))

@@ -72,7 +72,7 @@ def test_a_managed_server_killed_mid_run_makes_the_run_invalid_at_once_and_keeps
             server = next((p for p in _children(proc.pid) if "reference_server" in _cmdline(p)), None)
             time.sleep(0.05)
         assert server is not None, "the managed server never started"
-        while not list((tmp_path / "runs").glob("*/target/requests.parquet")) and time.monotonic() < deadline:
+        while not list((tmp_path / "runs").glob("*/target/requests.parquet*")) and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(2.0)  # into phase burst
         os.kill(server, signal.SIGKILL)
@@ -152,7 +152,7 @@ def test_a_scenario_url_without_v1_is_refused_with_the_fix(tmp_path, reference):
     res = _latbench("run", str(path), "--out", str(tmp_path / "runs"), "--quiet", "--no-report")
     assert res.returncode == 3, res.stdout + res.stderr
     assert f"{reference}/v1 answers: add /v1 to the target's url" in res.stdout
-    assert not list((tmp_path / "runs").glob("*/target/requests.parquet"))  # nothing was sent
+    assert not list((tmp_path / "runs").glob("*/target/requests.parquet*"))  # nothing was sent
 
 
 def test_a_server_that_answers_404_to_everything_exits_3_before_any_load(tmp_path):
@@ -165,7 +165,7 @@ def test_a_server_that_answers_404_to_everything_exits_3_before_any_load(tmp_pat
     assert res.returncode == 3, res.stdout + res.stderr
     assert "pre-flight" in res.stdout and "answered HTTP 404" in res.stdout, res.stdout
     assert hits <= 4  # the model list and one minimal request (each with its /v1 probe): no load
-    assert not list((tmp_path / "runs").glob("*/target/requests.parquet")) and took < 30
+    assert not list((tmp_path / "runs").glob("*/target/requests.parquet*")) and took < 30
 
 
 def test_an_unreachable_port_exits_3_within_seconds(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -104,3 +105,24 @@ def test_a_killed_multi_process_runs_parts_are_its_records(tmp_path):
     assert table.num_rows == 12 + 8
     assert table.column("seq").to_pylist() == list(range(20))
     assert table.column("token_times").to_pylist()[0] == pytest.approx([0.0, 0.04])
+
+
+def test_the_parquet_file_is_written_at_close_from_the_stream_in_row_groups(tmp_path):
+    """During the run only the partial stream is written (what a killed run leaves, read back whole); close writes
+    the parquet file from it in row groups of ``row_group_rows`` and removes the stream."""
+    path = tmp_path / "requests.parquet"
+    (tmp_path / "requests.parquet").write_bytes(b"an earlier run's file")
+    w = RecordWriter(path, row_group_rows=5)
+    for b in range(3):
+        buf = RecordBuffer(capacity=4)
+        for i in range(4):
+            buf.append(4 * b + i, 0, True, 0.0, _outcome(2), T0)
+        w.write(buf.drain())
+    assert not path.exists() and os.path.exists(w.partial_path)  # the earlier file is not this run's records
+    assert read_records(path).column("seq").to_pylist() == list(range(12))  # mid-run: from the stream
+    w.close()
+    assert not os.path.exists(w.partial_path)
+    f = pq.ParquetFile(path)
+    assert [f.metadata.row_group(k).num_rows for k in range(f.metadata.num_row_groups)] == [5, 5, 2]
+    assert read_records(path).column("seq").to_pylist() == list(range(12))
+    assert read_records(path).column("token_times").to_pylist()[0] == pytest.approx([0.0, 0.04])
