@@ -91,7 +91,13 @@ def main() -> None:
     extra = args[args.index("--") + 1:] if "--" in args else []
     args = args[: args.index("--")] if "--" in args else args
     rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 3
-    scenario = Path(next(a for a in args if a.endswith((".yaml", ".yml")))).resolve()
+    given = [a for a in args if a.endswith((".yaml", ".yml"))]
+    if "-h" in args or "--help" in args:
+        print(__doc__)
+        raise SystemExit(0)
+    if not given:
+        raise SystemExit("usage: " + __doc__.split("\n\n")[1].strip() + "\n(a scenario file is required)")
+    scenario = Path(given[0]).resolve()
     subprocess.run([sys.executable, "-m", "compileall", "-q", "loadgen", "reports", "reference_server"], cwd=ROOT,
                    stdout=subprocess.DEVNULL, check=True)  # as installed: no source compiled during the run
     with tempfile.TemporaryDirectory(prefix="latbench-stages-") as d:
