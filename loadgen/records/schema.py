@@ -598,8 +598,9 @@ class RecordWriter:
         self.error: RunDirWriteError | None = None
         self._lock = threading.Lock()  # the engine writes from a worker thread, and once more at the end
 
-    def _failed(self, exc: OSError) -> RunDirWriteError:
-        self.error = RunDirWriteError(exc.errno, f"cannot write records to {self.path}: {exc.strerror or exc}")
+    def _failed(self, exc: Exception) -> RunDirWriteError:
+        detail = getattr(exc, "strerror", None) or exc
+        self.error = RunDirWriteError(getattr(exc, "errno", None), f"cannot write records to {self.path}: {detail}")
         return self.error
 
     def write(self, batch: pa.RecordBatch | None) -> None:
@@ -639,7 +640,7 @@ class RecordWriter:
                     with pq.ParquetWriter(self.path, SCHEMA, **PARQUET_OPTIONS) as out:
                         out.write_table(table, row_group_size=self.row_group_rows)
                     del table
-            except OSError as exc:  # the stream holds every row: keep it, as after any failure
+            except (OSError, pa.ArrowException) as exc:  # the stream holds every row: keep it, as after any failure
                 self._failed(exc)
                 with contextlib.suppress(OSError):
                     os.remove(self.path)

@@ -126,3 +126,17 @@ def test_the_parquet_file_is_written_at_close_from_the_stream_in_row_groups(tmp_
     assert [f.metadata.row_group(k).num_rows for k in range(f.metadata.num_row_groups)] == [5, 5, 2]
     assert read_records(path).column("seq").to_pylist() == list(range(12))
     assert read_records(path).column("token_times").to_pylist()[0] == pytest.approx([0.0, 0.04])
+
+
+def test_a_close_that_cannot_write_the_parquet_file_keeps_the_stream(tmp_path):
+    path = tmp_path / "requests.parquet"
+    w = RecordWriter(path)
+    buf = RecordBuffer(capacity=4)
+    for i in range(3):
+        buf.append(i, 0, True, 0.0, _outcome(2), T0)
+    w.write(buf.drain())
+    path.mkdir()  # what the parquet file would be cannot be written
+    w.close()
+    assert w.error is not None and str(path) in str(w.error)
+    assert os.path.exists(w.partial_path) and records_exist(path)
+    assert read_records(path).column("seq").to_pylist() == [0, 1, 2]
