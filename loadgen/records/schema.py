@@ -575,9 +575,9 @@ class RecordWriter:
     Encoding and compressing the parquet file is left to :meth:`close`, which reads the stream back (memory-mapped)
     and writes it in row groups of ``row_group_rows``. Parquet row groups written at every flush took the generator's
     CPU while it was sending, competing with the load (and, on a small host, with the server) for what is not load
-    generation (4.5% of the lean closed loop's CPU per request, measured). Row groups of 64k
-    rows also keep a long, slow run's file (``latbench watch``: a batch a second) from being mostly metadata. A close
-    that fails (disk full) keeps the stream, as any write failure does.
+    generation (4.5% of the lean closed loop's CPU per request, measured). Row groups of 64k rows also keep a long,
+    slow run's file (``latbench watch``: a batch a second) from being mostly metadata. A close that fails (disk full)
+    keeps the stream, as any write failure does.
     """
 
     def __init__(self, path: str | os.PathLike, row_group_rows: int = ROW_GROUP_ROWS):

@@ -8,6 +8,7 @@ and a connection never reused after bytes that no request asked for.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import math
 
 from loadgen.engine.base import run_async
@@ -157,8 +158,6 @@ def test_a_compressed_body_is_inflated_wherever_the_reads_split_the_response():
     """The Content-Encoding is looked for in the header block only, found without a search for its end: before
     the first body bytes of the read that ended the headers, or in all of that read when no body came with it.
     Every split and spelling inflates; text like a header inside a body does not."""
-    import gzip
-
     text = b'{"answer": "x"}' * 40
     packed = gzip.compress(text)
     chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed)
